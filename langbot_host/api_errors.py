@@ -1,0 +1,63 @@
+"""The one JSON error shape of the REST API: `{"error": {"code", "message", "details"}}` (DESIGN §3.2).
+
+Views raise `ApiError` (or a DRF exception); this module turns either into that shape with a stable,
+machine-readable code, so no client ever has to parse a message.
+"""
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ApiError(exceptions.APIException):
+    """An API failure with an explicit code, e.g. `ApiError(503, "runtime.unavailable", "...")`."""
+
+    def __init__(self, status_code: int, code: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(detail=message, code=code)
+        self.status_code = status_code
+        self.error_code = code
+        self.details = details or {}
+
+
+_CODES_BY_EXCEPTION: list[tuple[type[Exception], str]] = [
+    (exceptions.ParseError, "invalid_json"),
+    (exceptions.ValidationError, "invalid_argument"),
+    (exceptions.NotAuthenticated, "unauthenticated"),
+    (exceptions.AuthenticationFailed, "unauthenticated"),
+    (exceptions.PermissionDenied, "forbidden"),
+    (exceptions.NotFound, "not_found"),
+    (exceptions.MethodNotAllowed, "method_not_allowed"),
+    (exceptions.NotAcceptable, "not_acceptable"),
+    (exceptions.UnsupportedMediaType, "unsupported_media_type"),
+    (exceptions.Throttled, "rate_limited"),
+]
+
+
+def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None or not isinstance(exc, exceptions.APIException):
+        return response
+    if isinstance(exc, ApiError):
+        body = error_body(exc.error_code, str(exc.detail), exc.details)
+    elif isinstance(exc, exceptions.ValidationError):
+        fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        body = error_body("invalid_argument", "The request has invalid fields.", {"fields": fields})
+    else:
+        code = next((c for cls, c in _CODES_BY_EXCEPTION if isinstance(exc, cls)), "error")
+        body = error_body(code, str(exc.detail))
+    if response.status_code == status.HTTP_401_UNAUTHORIZED and "WWW-Authenticate" not in response:
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+    response.data = body
+    return response

@@ -1,0 +1,65 @@
+"""`GET /healthz`: whether the database, Redis, the broker and the plugin runtime answer right now."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import redis
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from kombu import Connection as BrokerConnection
+
+from langbot_sdk.protocol import Action
+from runners.runtime import runtime_link
+
+logger = logging.getLogger(__name__)
+
+CHECK_TIMEOUT_SECONDS = 2.0
+
+
+def _database() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def _redis() -> None:
+    client = redis.Redis.from_url(
+        settings.REDIS_URL, socket_connect_timeout=CHECK_TIMEOUT_SECONDS, socket_timeout=CHECK_TIMEOUT_SECONDS
+    )
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
+def _broker() -> None:
+    with BrokerConnection(settings.CELERY_BROKER_URL, connect_timeout=CHECK_TIMEOUT_SECONDS) as broker:
+        broker.ensure_connection(max_retries=1, timeout=CHECK_TIMEOUT_SECONDS)
+
+
+def _runtime() -> None:
+    runtime_link().call_sync(Action.PING, {}, timeout=CHECK_TIMEOUT_SECONDS)
+
+
+CHECKS: dict[str, Callable[[], None]] = {
+    "database": _database,
+    "redis": _redis,
+    "broker": _broker,
+    "runtime": _runtime,
+}
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, str] = {}
+    for name, check in CHECKS.items():
+        try:
+            check()
+        except Exception as exc:  # a health probe reports every failure instead of raising it
+            logger.warning("health check %s failed: %s", name, exc)
+            checks[name] = f"error: {type(exc).__name__}"
+        else:
+            checks[name] = "ok"
+    healthy = all(value == "ok" for value in checks.values())
+    return JsonResponse({"status": "ok" if healthy else "degraded", "checks": checks}, status=200 if healthy else 503)

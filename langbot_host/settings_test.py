@@ -1,0 +1,15 @@
+"""Test overrides: the same environment-driven settings, with fast password hashing.
+
+Tests run against whatever DATABASE_URL and REDIS_URL point at; CI sets PostgreSQL and a Redis database
+of its own.
+"""
+
+from langbot_host.settings import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Static files are collected by `make run`, not by the test run.
+MIDDLEWARE = [m for m in MIDDLEWARE if not m.startswith("whitenoise.")]  # noqa: F405

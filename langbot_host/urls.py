@@ -1,0 +1,22 @@
+"""Top-level URL map: admin, the versioned REST API, its OpenAPI schema and docs, and /healthz."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from langbot_host.health import healthz
+
+api_v1 = [
+    path("", include("runners.urls")),
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("healthz", healthz, name="healthz"),
+]
+
+admin.site.site_header = "LangBot Host"
+admin.site.site_title = "LangBot Host admin"

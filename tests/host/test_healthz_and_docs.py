@@ -1,0 +1,50 @@
+"""The operator-facing entry points: /healthz, the OpenAPI schema and docs, the admin login."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+
+
+def test_healthz_reports_every_dependency_ok(runtime_plugins):
+    from tests.conftest import PLUGINS_DIR
+
+    runtime_plugins(PLUGINS_DIR)
+
+    response = Client().get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "status": "ok",
+        "checks": {"database": "ok", "redis": "ok", "broker": "ok", "runtime": "ok"},
+    }
+
+
+def test_healthz_answers_503_and_names_the_failing_check(settings, runtime_plugins):
+    from tests.conftest import PLUGINS_DIR
+
+    runtime_plugins(PLUGINS_DIR)
+    settings.REDIS_URL = "redis://127.0.0.1:9/0"
+
+    response = Client().get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["checks"]["redis"].startswith("error")
+    assert body["checks"]["database"] == "ok"
+
+
+def test_openapi_schema_and_docs_are_served():
+    schema = Client().get("/api/schema/", HTTP_ACCEPT="application/json")
+    docs = Client().get("/api/docs/")
+
+    assert schema.status_code == 200
+    assert "/api/v1/runners" in schema.json()["paths"]
+    assert docs.status_code == 200
+
+
+def test_admin_login_page_is_served():
+    assert Client().get("/admin/login/").status_code == 200
