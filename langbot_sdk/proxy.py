@@ -1,0 +1,629 @@
+"""`AgentRunAPIProxy`: the run-scoped client a runner uses to reach host capabilities (PROTOCOL_V1 §7).
+
+What belongs here: the proxy and its namespaces (`models`, `tools`, `knowledge`, `history`, `events`,
+`artifacts`, `state`, `storage`, `platform`), the local convenience checks made before a call is sent
+(authorization against the run's context, caps, deadline), and the binding of a run id to the host
+channel the plugin runtime provides. The host re-checks everything; these checks only fail fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextvars
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from langbot_sdk.protocol import (
+    PROXY_REQUEST_MODELS,
+    Action,
+    AgentAPIError,
+    AgentAPIException,
+    AgentEventRecord,
+    AgentRunContext,
+    ArtifactMetadata,
+    ArtifactReadResult,
+    ArtifactStreamChunk,
+    CallToolResult,
+    CountTokensResult,
+    ErrorCode,
+    EventPage,
+    HistoryPage,
+    HistorySearchResult,
+    InvokeLLMResult,
+    LLMStreamChunk,
+    Message,
+    PlatformActionResult,
+    RerankResult,
+    RetrieveKnowledgeBaseResult,
+    StateDeleteResult,
+    StateGetResult,
+    StateListResult,
+    StateSetResult,
+    StorageDeleteResult,
+    StorageGetResult,
+    StorageListResult,
+    StorageSetResult,
+    ToolDetail,
+    limits,
+    state_value_size,
+)
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_STREAM_TIMEOUT",
+    "AgentRunAPIProxy",
+    "HostChannel",
+    "bind_run_channel",
+    "channel_for_run",
+    "unbind_run_channel",
+]
+
+DEFAULT_CALL_TIMEOUT = 60.0
+"""Seconds a unary proxy call may take when the run's deadline is further away."""
+DEFAULT_STREAM_TIMEOUT = 600.0
+"""Seconds a whole streamed proxy call (model stream, artifact stream) may take."""
+
+_DTO = TypeVar("_DTO", bound=BaseModel)
+MessageLike = Message | dict[str, Any]
+
+
+class HostChannel(Protocol):
+    """Where proxy calls go: the plugin runtime's connection to the host that started the run.
+
+    `langbot_sdk.wire.Connection` satisfies it; the runtime wraps it to stamp `caller_plugin_identity`.
+    """
+
+    async def call(
+        self,
+        action: str,
+        data: dict[str, Any],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> dict[str, Any]: ...
+
+    def stream(
+        self, action: str, data: dict[str, Any], *, timeout: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+
+# --- run id → channel -------------------------------------------------------------------------------
+# The runtime binds the channel in the run's own task (contextvar: exact even when two host connections
+# reuse a run id) and in a registry (for code the runner schedules outside that task's context).
+
+_current_channel: contextvars.ContextVar[tuple[str, HostChannel] | None] = contextvars.ContextVar(
+    "langbot_run_channel", default=None
+)
+_channels: dict[str, HostChannel] = {}
+
+
+def bind_run_channel(run_id: str, channel: HostChannel) -> None:
+    """Make `channel` the host channel of `run_id` (call it inside the run's task)."""
+    _current_channel.set((run_id, channel))
+    _channels[run_id] = channel
+
+
+def unbind_run_channel(run_id: str, channel: HostChannel) -> None:
+    """Forget the binding made by `bind_run_channel`; proxy calls for the run fail afterwards."""
+    if _channels.get(run_id) is channel:
+        del _channels[run_id]
+    current = _current_channel.get()
+    if current is not None and current[1] is channel:
+        _current_channel.set(None)
+
+
+def channel_for_run(run_id: str) -> HostChannel | None:
+    """The host channel bound to `run_id`, or None outside an active run."""
+    current = _current_channel.get()
+    if current is not None and current[0] == run_id:
+        return current[1]
+    return _channels.get(run_id)
+
+
+# --- the proxy --------------------------------------------------------------------------------------
+
+
+def _unauthorized(message: str, **details: Any) -> AgentAPIException:
+    return AgentAPIException.unauthorized(message, **details)
+
+
+def _message_dicts(messages: Sequence[MessageLike]) -> list[dict[str, Any]]:
+    return [m.model_dump(mode="json", exclude_none=True) if isinstance(m, BaseModel) else m for m in messages]
+
+
+class AgentRunAPIProxy:
+    """Host APIs for one run; obtain it with `AgentRunner.run_api(ctx)`.
+
+    Every call carries the run id, is checked locally against `ctx` (unauthorized APIs and resources,
+    caps, the run deadline) and fails with `AgentAPIException` whose `.error` is the host's
+    `AgentAPIError`.
+    """
+
+    def __init__(
+        self,
+        ctx: AgentRunContext,
+        channel: HostChannel | None = None,
+        *,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+        stream_timeout: float = DEFAULT_STREAM_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ctx = ctx
+        self.run_id = ctx.run_id
+        self._channel = channel
+        self._call_timeout = call_timeout
+        self._stream_timeout = stream_timeout
+        self._clock = clock
+        self.models = ModelsAPI(self)
+        self.tools = ToolsAPI(self)
+        self.knowledge = KnowledgeAPI(self)
+        self.history = HistoryAPI(self)
+        self.events = EventsAPI(self)
+        self.artifacts = ArtifactsAPI(self)
+        self.state = StateAPI(self)
+        self.storage = StorageAPI(self)
+        self.platform = PlatformAPI(self)
+
+    # -- plumbing shared by the namespaces ---------------------------------------------------------
+
+    def _resolve_channel(self) -> HostChannel:
+        channel = self._channel or channel_for_run(self.run_id)
+        if channel is None:
+            raise AgentAPIException.runtime_error(
+                f"run {self.run_id} is not active in this runtime; host APIs are unavailable"
+            )
+        return channel
+
+    def _timeout(self, default: float) -> float:
+        deadline = self.ctx.runtime.deadline_at
+        if deadline is None:
+            return default
+        remaining = deadline - self._clock()
+        if remaining <= 0:
+            raise AgentAPIException.deadline_exceeded("the run's deadline has passed", deadline_at=deadline)
+        return min(default, remaining)
+
+    def _payload(self, action: Action, fields: dict[str, Any]) -> dict[str, Any]:
+        """Validate the request locally with the protocol's strict model; return the wire payload."""
+        data = {"run_id": self.run_id, **fields}
+        try:
+            PROXY_REQUEST_MODELS[action].model_validate(data)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False, include_input=False, include_context=False)
+            code = ErrorCode.INVALID_ARGUMENT
+            if any("larger than the limit" in e["msg"] or "the limit is" in e["msg"] for e in errors):
+                code = ErrorCode.PAYLOAD_TOO_LARGE
+            raise AgentAPIException.of(
+                code,
+                f"invalid arguments for {action.value}",
+                errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errors],
+            ) from None
+        return data
+
+    async def _call(self, action: Action, fields: dict[str, Any], result_model: type[_DTO]) -> _DTO:
+        data = self._payload(action, fields)
+        timeout = self._timeout(self._call_timeout)
+        channel = self._resolve_channel()
+        try:
+            answer = await channel.call(action.value, data, timeout=timeout)
+        except AgentAPIException as exc:
+            raise AgentAPIException(exc.error) from None
+        return _parse(result_model, answer, action)
+
+    async def _stream(
+        self, action: Action, fields: dict[str, Any], item_model: type[_DTO]
+    ) -> AsyncIterator[_DTO]:
+        data = self._payload(action, fields)
+        timeout = self._timeout(self._stream_timeout)
+        channel = self._resolve_channel()
+        items = channel.stream(action.value, data, timeout=timeout)
+        try:
+            async for item in items:
+                yield _parse(item_model, item, action)
+        except AgentAPIException as exc:
+            raise AgentAPIException(exc.error) from None
+        finally:
+            aclose = getattr(items, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    # -- local authorization (convenience; the host is the boundary) --------------------------------
+
+    def _require_model(self, model_id: str, operation: str | None) -> None:
+        model = self.ctx.resources.find_model(model_id)
+        if model is None:
+            raise _unauthorized(f"model {model_id!r} is not authorized for this run", model_id=model_id)
+        if operation is not None and model.operations and operation not in model.operations:
+            raise _unauthorized(
+                f"model {model_id!r} is not authorized for {operation}",
+                model_id=model_id,
+                operation=operation,
+            )
+
+    def _require_tool(self, tool_name: str, operation: str) -> None:
+        tool = self.ctx.resources.find_tool(tool_name)
+        if tool is None:
+            raise _unauthorized(f"tool {tool_name!r} is not authorized for this run", tool_name=tool_name)
+        if tool.operations and operation not in tool.operations:
+            raise _unauthorized(
+                f"tool {tool_name!r} is not authorized for {operation}",
+                tool_name=tool_name,
+                operation=operation,
+            )
+
+    def _require_knowledge_base(self, kb_id: str) -> None:
+        kb = self.ctx.resources.find_knowledge_base(kb_id)
+        if kb is None or (kb.operations and "retrieve" not in kb.operations):
+            raise _unauthorized(f"knowledge base {kb_id!r} is not authorized for this run", kb_id=kb_id)
+
+    def _require_api(self, api: str, allowed: bool) -> None:
+        if not allowed:
+            raise _unauthorized(f"the {api} API is not available to this run", api=api)
+
+    def _require_conversation(self, conversation_id: str | None) -> None:
+        if conversation_id is None or self.ctx.resources.history.cross_conversation:
+            return
+        own = {self.ctx.context.conversation_id}
+        if self.ctx.conversation is not None:
+            own.add(self.ctx.conversation.conversation_id)
+        if conversation_id not in own:
+            raise _unauthorized(
+                "reading another conversation is not authorized for this run",
+                conversation_id=conversation_id,
+            )
+
+    def _require_artifact(self, artifact_id: str, operation: str, api_allowed: bool) -> None:
+        if api_allowed:
+            return
+        for artifact in self.ctx.resources.artifacts:
+            if artifact.artifact_id == artifact_id and (
+                not artifact.operations or operation in artifact.operations
+            ):
+                return
+        raise _unauthorized(
+            f"artifact {operation} is not available to this run", artifact_id=artifact_id, operation=operation
+        )
+
+    def _require_state_scope(self, scope: str) -> None:
+        apis, resource = self.ctx.context.available_apis, self.ctx.resources.state
+        self._require_api("state", apis.state or resource.enabled)
+        if resource.scopes and scope not in resource.scopes:
+            raise _unauthorized(f"state scope {scope!r} is not authorized for this run", scope=scope)
+
+    def _require_storage_area(self, area: str) -> None:
+        self._require_api("storage", self.ctx.context.available_apis.storage)
+        if area not in self.ctx.resources.storage.areas:
+            raise _unauthorized(f"storage area {area!r} is not authorized for this run", area=area)
+
+    def _require_platform_action(self, action: str) -> None:
+        capabilities = self.ctx.resources.platform_capabilities
+        declared = capabilities.get("actions")
+        allowed = bool(capabilities.get(action)) or (isinstance(declared, list) and action in declared)
+        if not allowed:
+            raise _unauthorized(f"platform action {action!r} is not authorized for this run", action=action)
+
+
+def _parse(model: type[_DTO], data: dict[str, Any], action: Action) -> _DTO:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise AgentAPIException(
+            AgentAPIError(
+                code=ErrorCode.RUNTIME_ERROR,
+                message=f"the host answered {action.value} with an invalid {model.__name__}",
+                details={"errors": [e["msg"] for e in exc.errors(include_url=False)][:10]},
+            )
+        ) from None
+
+
+def _clamp(value: int, maximum: int) -> int:
+    return max(1, min(value, maximum))
+
+
+class _Namespace:
+    def __init__(self, proxy: AgentRunAPIProxy) -> None:
+        self._proxy = proxy
+
+
+class ModelsAPI(_Namespace):
+    """`api.models`: LLM invocation, streaming, reranking and token counting on authorized models."""
+
+    async def invoke(
+        self,
+        model_id: str,
+        messages: Sequence[MessageLike],
+        tools: list[dict[str, Any]] | None = None,
+        extra_args: dict[str, Any] | None = None,
+    ) -> InvokeLLMResult:
+        self._proxy._require_model(model_id, "invoke")
+        fields = _llm_fields(model_id, messages, tools, extra_args)
+        return await self._proxy._call(Action.INVOKE_LLM, fields, InvokeLLMResult)
+
+    async def stream(
+        self,
+        model_id: str,
+        messages: Sequence[MessageLike],
+        tools: list[dict[str, Any]] | None = None,
+        extra_args: dict[str, Any] | None = None,
+    ) -> AsyncIterator[LLMStreamChunk]:
+        """Iterate the model's output chunks (`async for chunk in api.models.stream(...)`)."""
+        self._proxy._require_model(model_id, "stream")
+        fields = _llm_fields(model_id, messages, tools, extra_args)
+        async for chunk in self._proxy._stream(Action.INVOKE_LLM_STREAM, fields, LLMStreamChunk):
+            yield chunk
+
+    async def rerank(
+        self, model_id: str, query: str, documents: Sequence[str], top_k: int | None = None
+    ) -> RerankResult:
+        self._proxy._require_model(model_id, "rerank")
+        fields: dict[str, Any] = {"model_id": model_id, "query": query, "documents": list(documents)}
+        if top_k is not None:
+            fields["top_k"] = top_k
+        return await self._proxy._call(Action.INVOKE_RERANK, fields, RerankResult)
+
+    async def count_tokens(
+        self, model_id: str, messages: Sequence[MessageLike] = (), text: str | None = None
+    ) -> CountTokensResult:
+        self._proxy._require_model(model_id, None)
+        fields: dict[str, Any] = {"model_id": model_id, "messages": _message_dicts(messages)}
+        if text is not None:
+            fields["text"] = text
+        return await self._proxy._call(Action.COUNT_TOKENS, fields, CountTokensResult)
+
+
+def _llm_fields(
+    model_id: str,
+    messages: Sequence[MessageLike],
+    tools: list[dict[str, Any]] | None,
+    extra_args: dict[str, Any] | None,
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {"model_id": model_id, "messages": _message_dicts(messages)}
+    if tools is not None:
+        fields["tools"] = tools
+    if extra_args is not None:
+        fields["extra_args"] = extra_args
+    return fields
+
+
+class ToolsAPI(_Namespace):
+    """`api.tools`: describe and call authorized tools."""
+
+    async def get_detail(self, tool_name: str) -> ToolDetail:
+        self._proxy._require_tool(tool_name, "detail")
+        return await self._proxy._call(Action.GET_TOOL_DETAIL, {"tool_name": tool_name}, ToolDetail)
+
+    async def call(self, tool_name: str, parameters: dict[str, Any] | None = None) -> CallToolResult:
+        self._proxy._require_tool(tool_name, "call")
+        fields = {"tool_name": tool_name, "parameters": parameters or {}}
+        return await self._proxy._call(Action.CALL_TOOL, fields, CallToolResult)
+
+
+class KnowledgeAPI(_Namespace):
+    """`api.knowledge`: retrieval from authorized knowledge bases (top_k clamped to the cap)."""
+
+    async def retrieve(
+        self,
+        kb_id: str,
+        query_text: str,
+        top_k: int = limits.KNOWLEDGE_TOP_K_DEFAULT,
+        filters: dict[str, Any] | None = None,
+    ) -> RetrieveKnowledgeBaseResult:
+        self._proxy._require_knowledge_base(kb_id)
+        fields: dict[str, Any] = {
+            "kb_id": kb_id,
+            "query_text": query_text,
+            "top_k": _clamp(top_k, limits.KNOWLEDGE_TOP_K_MAX),
+        }
+        if filters is not None:
+            fields["filters"] = filters
+        return await self._proxy._call(Action.RETRIEVE_KNOWLEDGE_BASE, fields, RetrieveKnowledgeBaseResult)
+
+
+class HistoryAPI(_Namespace):
+    """`api.history`: transcript pages and search (page size and top_k clamped to the caps)."""
+
+    async def page(
+        self,
+        conversation_id: str | None = None,
+        before_cursor: str | None = None,
+        after_cursor: str | None = None,
+        limit: int = limits.HISTORY_PAGE_DEFAULT,
+        direction: str = "backward",
+        include_artifacts: bool = False,
+        thread_id: str | None = None,
+    ) -> HistoryPage:
+        proxy = self._proxy
+        resources = proxy.ctx.resources.history
+        proxy._require_api("history.page", proxy.ctx.context.available_apis.history_page or resources.page)
+        proxy._require_conversation(conversation_id)
+        fields: dict[str, Any] = {
+            "limit": _clamp(limit, min(limits.HISTORY_PAGE_MAX, resources.max_page_size)),
+            "direction": direction,
+            "include_artifacts": include_artifacts,
+        }
+        _set_optional(
+            fields,
+            conversation_id=conversation_id,
+            thread_id=thread_id,
+            before_cursor=before_cursor,
+            after_cursor=after_cursor,
+        )
+        return await proxy._call(Action.HISTORY_PAGE, fields, HistoryPage)
+
+    async def search(
+        self,
+        query: str,
+        filters: dict[str, Any] | None = None,
+        top_k: int = limits.HISTORY_SEARCH_TOP_K_DEFAULT,
+    ) -> HistorySearchResult:
+        proxy = self._proxy
+        resources = proxy.ctx.resources.history
+        proxy._require_api(
+            "history.search", proxy.ctx.context.available_apis.history_search or resources.search
+        )
+        if filters is not None:
+            proxy._require_conversation(filters.get("conversation_id"))
+        fields: dict[str, Any] = {
+            "query": query,
+            "top_k": _clamp(top_k, min(limits.HISTORY_SEARCH_TOP_K_MAX, resources.max_search_top_k)),
+        }
+        if filters is not None:
+            fields["filters"] = filters
+        return await proxy._call(Action.HISTORY_SEARCH, fields, HistorySearchResult)
+
+
+class EventsAPI(_Namespace):
+    """`api.events`: event envelopes of the run's scope (page size clamped to the cap)."""
+
+    async def get(self, event_id: str) -> AgentEventRecord:
+        proxy = self._proxy
+        proxy._require_api(
+            "events.get", proxy.ctx.context.available_apis.event_get or proxy.ctx.resources.history.event_get
+        )
+        return await proxy._call(Action.EVENT_GET, {"event_id": event_id}, AgentEventRecord)
+
+    async def page(
+        self,
+        before_cursor: str | None = None,
+        limit: int = limits.EVENT_PAGE_DEFAULT,
+        *,
+        after_cursor: str | None = None,
+        conversation_id: str | None = None,
+        event_types: list[str] | None = None,
+    ) -> EventPage:
+        proxy = self._proxy
+        proxy._require_api(
+            "events.page",
+            proxy.ctx.context.available_apis.event_page or proxy.ctx.resources.history.event_page,
+        )
+        proxy._require_conversation(conversation_id)
+        fields: dict[str, Any] = {"limit": _clamp(limit, limits.EVENT_PAGE_MAX)}
+        _set_optional(
+            fields,
+            before_cursor=before_cursor,
+            after_cursor=after_cursor,
+            conversation_id=conversation_id,
+            event_types=event_types,
+        )
+        return await proxy._call(Action.EVENT_PAGE, fields, EventPage)
+
+
+class ArtifactsAPI(_Namespace):
+    """`api.artifacts`: metadata, byte-range reads (length clamped to the cap) and chunked streams."""
+
+    async def metadata(self, artifact_id: str) -> ArtifactMetadata:
+        proxy = self._proxy
+        proxy._require_artifact(artifact_id, "metadata", proxy.ctx.context.available_apis.artifact_metadata)
+        return await proxy._call(Action.ARTIFACT_METADATA, {"artifact_id": artifact_id}, ArtifactMetadata)
+
+    async def read_range(
+        self, artifact_id: str, offset: int = 0, length: int = limits.ARTIFACT_READ_DEFAULT_BYTES
+    ) -> ArtifactReadResult:
+        proxy = self._proxy
+        proxy._require_artifact(artifact_id, "read", proxy.ctx.context.available_apis.artifact_read)
+        fields = {"artifact_id": artifact_id, "offset": offset, "length": _clamp(length, self._max_read())}
+        return await proxy._call(Action.ARTIFACT_READ, fields, ArtifactReadResult)
+
+    async def open_stream(
+        self, artifact_id: str, offset: int = 0, chunk_size: int = limits.ARTIFACT_READ_DEFAULT_BYTES
+    ) -> AsyncIterator[ArtifactStreamChunk]:
+        """Iterate the artifact's content in chunks (`async for chunk in api.artifacts.open_stream(id)`)."""
+        proxy = self._proxy
+        proxy._require_artifact(artifact_id, "read", proxy.ctx.context.available_apis.artifact_read)
+        fields = {
+            "artifact_id": artifact_id,
+            "offset": offset,
+            "chunk_size": _clamp(chunk_size, self._max_read()),
+        }
+        async for chunk in proxy._stream(Action.ARTIFACT_STREAM, fields, ArtifactStreamChunk):
+            yield chunk
+
+    def _max_read(self) -> int:
+        return min(limits.ARTIFACT_READ_MAX_BYTES, self._proxy.ctx.resources.history.max_artifact_read_bytes)
+
+
+class StateAPI(_Namespace):
+    """`api.state`: small JSON values (≤ 256 KiB) per conversation/actor/subject/runner/binding scope."""
+
+    async def get(self, scope: str, key: str) -> StateGetResult:
+        self._proxy._require_state_scope(scope)
+        return await self._proxy._call(Action.STATE_GET, {"scope": scope, "key": key}, StateGetResult)
+
+    async def set(self, scope: str, key: str, value: Any) -> StateSetResult:
+        self._proxy._require_state_scope(scope)
+        try:
+            size = state_value_size(value)
+        except ValueError as exc:
+            raise AgentAPIException.invalid_argument(str(exc)) from None
+        if size > limits.STATE_VALUE_MAX_BYTES:
+            raise AgentAPIException.payload_too_large(
+                f"state value is {size} bytes as JSON; the limit is {limits.STATE_VALUE_MAX_BYTES}",
+                size=size,
+                max_bytes=limits.STATE_VALUE_MAX_BYTES,
+            )
+        fields = {"scope": scope, "key": key, "value": value}
+        return await self._proxy._call(Action.STATE_SET, fields, StateSetResult)
+
+    async def delete(self, scope: str, key: str) -> StateDeleteResult:
+        self._proxy._require_state_scope(scope)
+        return await self._proxy._call(Action.STATE_DELETE, {"scope": scope, "key": key}, StateDeleteResult)
+
+    async def list(
+        self, scope: str, prefix: str | None = None, limit: int = limits.STATE_LIST_MAX_KEYS
+    ) -> StateListResult:
+        self._proxy._require_state_scope(scope)
+        fields: dict[str, Any] = {"scope": scope, "limit": _clamp(limit, limits.STATE_LIST_MAX_KEYS)}
+        _set_optional(fields, prefix=prefix)
+        return await self._proxy._call(Action.STATE_LIST, fields, StateListResult)
+
+
+class StorageAPI(_Namespace):
+    """`api.storage`: bytes (≤ 10 MiB) per plugin/workspace/binding area."""
+
+    async def get(self, area: str, key: str) -> StorageGetResult:
+        self._proxy._require_storage_area(area)
+        return await self._proxy._call(Action.STORAGE_GET, {"area": area, "key": key}, StorageGetResult)
+
+    async def set(self, area: str, key: str, value: bytes | str) -> StorageSetResult:
+        """Store `value` (bytes, or text stored as UTF-8)."""
+        self._proxy._require_storage_area(area)
+        raw = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        if len(raw) > limits.STORAGE_VALUE_MAX_BYTES:
+            raise AgentAPIException.payload_too_large(
+                f"storage value is {len(raw)} bytes; the limit is {limits.STORAGE_VALUE_MAX_BYTES}",
+                size=len(raw),
+                max_bytes=limits.STORAGE_VALUE_MAX_BYTES,
+            )
+        fields = {"area": area, "key": key, "value_base64": base64.b64encode(raw).decode("ascii")}
+        return await self._proxy._call(Action.STORAGE_SET, fields, StorageSetResult)
+
+    async def delete(self, area: str, key: str) -> StorageDeleteResult:
+        self._proxy._require_storage_area(area)
+        return await self._proxy._call(Action.STORAGE_DELETE, {"area": area, "key": key}, StorageDeleteResult)
+
+    async def list(
+        self, area: str, prefix: str | None = None, limit: int = limits.STORAGE_LIST_MAX_KEYS
+    ) -> StorageListResult:
+        self._proxy._require_storage_area(area)
+        fields: dict[str, Any] = {"area": area, "limit": _clamp(limit, limits.STORAGE_LIST_MAX_KEYS)}
+        _set_optional(fields, prefix=prefix)
+        return await self._proxy._call(Action.STORAGE_LIST, fields, StorageListResult)
+
+
+class PlatformAPI(_Namespace):
+    """`api.platform`: ask the host to perform a platform action (off unless explicitly authorized)."""
+
+    async def request_action(
+        self, action: str, target: dict[str, Any] | None = None, payload: dict[str, Any] | None = None
+    ) -> PlatformActionResult:
+        self._proxy._require_platform_action(action)
+        fields = {"action": action, "target": target or {}, "payload": payload or {}}
+        return await self._proxy._call(Action.PLATFORM_REQUEST_ACTION, fields, PlatformActionResult)
+
+
+def _set_optional(fields: dict[str, Any], **values: Any) -> None:
+    for name, value in values.items():
+        if value is not None:
+            fields[name] = value

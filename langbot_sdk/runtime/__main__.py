@@ -1,0 +1,150 @@
+"""Command line of the plugin runtime: `python -m langbot_sdk.runtime [--stdio | --listen HOST:PORT]`.
+
+What belongs here: argument parsing, logging set-up (stderr only: in stdio mode stdout is the wire),
+loading the plugins and serving host connections until the host goes away or a signal arrives. The
+runtime needs no database URL and no host secret; it only ever talks to the host over the wire.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from langbot_sdk.runtime.loader import load_plugins
+from langbot_sdk.runtime.service import RUNTIME_VERSION, RuntimeService
+from langbot_sdk.wire import Transport, open_stdio_transport, serve_websocket
+
+logger = logging.getLogger("langbot_sdk.runtime")
+
+PLUGIN_DIRS_ENV = "LANGBOT_PLUGIN_DIRS"
+TOKEN_ENV = "LANGBOT_RUNTIME_TOKEN"
+DEFAULT_PLUGIN_DIR = "plugins"
+
+
+def default_plugin_dirs() -> list[str]:
+    raw = os.environ.get(PLUGIN_DIRS_ENV, "")
+    dirs = [part for part in raw.split(os.pathsep) if part.strip()]
+    return dirs or [DEFAULT_PLUGIN_DIR]
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m langbot_sdk.runtime",
+        description="LangBot plugin runtime: loads AgentRunner plugins and serves the host over the wire.",
+    )
+    parser.add_argument(
+        "--plugins-dir",
+        action="append",
+        dest="plugin_dirs",
+        metavar="DIR",
+        help=f"plugin directory (repeatable; default: ${PLUGIN_DIRS_ENV}, os.pathsep-separated, "
+        f"else {DEFAULT_PLUGIN_DIR!r})",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--stdio", action="store_true", help="serve one host over stdin/stdout (default)")
+    mode.add_argument(
+        "--listen",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help="serve hosts over WebSocket (port 0 picks a free port; the address is logged to stderr)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"bearer token WebSocket clients must present (default: ${TOKEN_ENV}, else none)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    return parser
+
+
+async def _serve_stdio(service: RuntimeService) -> None:
+    transport = await open_stdio_transport()
+    serving = asyncio.create_task(service.serve(transport, name="stdio"))
+    stop = _stop_event()
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not serving.done():
+        for session in list(service.sessions):
+            await session.connection.close()
+        await serving
+
+
+async def _serve_websocket(service: RuntimeService, host: str, port: int, token: str | None) -> None:
+    counter = 0
+
+    async def on_transport(transport: Transport) -> None:
+        nonlocal counter
+        counter += 1
+        name = f"ws-{counter}"
+        logger.info("host connection %s opened", name)
+        try:
+            await service.serve(transport, name=name)
+        finally:
+            logger.info("host connection %s closed", name)
+
+    handle = await serve_websocket(host, port, on_transport, token=token)
+    # Tests and supervisors parse this line to learn the port when 0 was asked for.
+    print(f"langbot runtime listening on ws://{host}:{handle.port}", file=sys.stderr, flush=True)
+    try:
+        await _stop_event().wait()
+    finally:
+        for session in list(service.sessions):
+            await session.connection.close()
+        await handle.close()
+
+
+def _stop_event() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    plugin_dirs = args.plugin_dirs or default_plugin_dirs()
+    registry = load_plugins(plugin_dirs)
+    failed = sum(1 for report in registry.reports if report.status == "error")
+    logger.info(
+        "langbot runtime %s: %d runner(s) from %s; %d plugin(s) failed to load",
+        RUNTIME_VERSION,
+        len(registry.runners),
+        os.pathsep.join(map(str, plugin_dirs)),
+        failed,
+    )
+    service = RuntimeService(registry)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    try:
+        if args.listen is not None:
+            host, port = args.listen
+            asyncio.run(_serve_websocket(service, host, port, token))
+        else:
+            asyncio.run(_serve_stdio(service))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

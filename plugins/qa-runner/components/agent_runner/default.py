@@ -1,0 +1,144 @@
+"""The qa-runner's only runner: deterministic behaviours for tests, benchmarks and debugging.
+
+Behaviour comes from the binding config (`behaviour`) or a `qa:<behaviour>[:<n>] ` prefix on the input
+text, the prefix winning. See the plugin README for what each behaviour does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.runner import AgentRunner
+
+BEHAVIOURS = frozenset(
+    {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy"}
+)
+STATE_KEY = "qa.counter"
+
+
+class QARunnerError(RuntimeError):
+    """Raised on purpose by the `raise` behaviour."""
+
+
+def parse_input(text: str, config: dict[str, Any]) -> tuple[str, str | None, str]:
+    """Split the input into (behaviour, prefix argument, remaining text); the config is the fallback."""
+    behaviour = str(config.get("behaviour") or "ok")
+    argument: str | None = None
+    if text.startswith("qa:"):
+        head, _, rest = text.partition(" ")
+        name, _, argument_part = head[3:].partition(":")
+        if name in BEHAVIOURS:
+            return name, argument_part or None, rest
+    return behaviour, argument, text
+
+
+def _number(argument: str | None, configured: Any, default: float) -> float:
+    for candidate in (argument, configured):
+        if candidate is None:
+            continue
+        try:
+            return float(candidate)
+        except (TypeError, ValueError):
+            continue
+    return default
+
+
+class QARunner(AgentRunner):
+    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult | dict[str, Any]]:
+        behaviour, argument, text = parse_input(ctx.input.text or "", ctx.config)
+        if behaviour == "ok":
+            yield AgentRunResult.message_completed(ctx.run_id, f"QA_OK:{text}")
+        elif behaviour == "stream":
+            count = max(0, int(_number(argument, ctx.config.get("delta_count"), 5)))
+            parts = [f"chunk{i} " for i in range(count)]
+            for part in parts:
+                yield AgentRunResult.message_delta(ctx.run_id, part)
+            yield AgentRunResult.message_completed(ctx.run_id, "".join(parts))
+        elif behaviour == "empty":
+            pass
+        elif behaviour == "malformed":
+            yield {"type": "message.completed", "data": {"message": 42}}
+        elif behaviour == "fail":
+            yield AgentRunResult.run_failed(
+                ctx.run_id, code="runner.error", message="qa-runner failed on purpose", retryable=False
+            )
+            return
+        elif behaviour == "slow":
+            await asyncio.sleep(_number(argument, ctx.config.get("sleep_seconds"), 5))
+            yield AgentRunResult.message_completed(ctx.run_id, f"QA_SLOW:{text}")
+        elif behaviour == "raise":
+            raise QARunnerError("qa-runner raised on purpose")
+        elif behaviour == "echo_context":
+            yield AgentRunResult.message_completed(ctx.run_id, ctx.model_dump_json())
+        elif behaviour == "state":
+            async for result in self._bump_counter(ctx):
+                yield result
+        elif behaviour == "proxy":
+            report = await self._exercise_proxy(ctx)
+            yield AgentRunResult.message_completed(ctx.run_id, json.dumps(report, sort_keys=True))
+        yield AgentRunResult.run_completed(ctx.run_id)
+
+    async def _bump_counter(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
+        api = self.run_api(ctx)
+        current = await api.state.get("conversation", STATE_KEY)
+        value = (current.value if current.found and isinstance(current.value, int) else 0) + 1
+        await api.state.set("conversation", STATE_KEY, value)
+        stored = (await api.state.get("conversation", STATE_KEY)).value
+        yield AgentRunResult.state_updated(ctx.run_id, scope="conversation", key=STATE_KEY, value=stored)
+        yield AgentRunResult.message_completed(ctx.run_id, f"QA_STATE:{stored}")
+
+    async def _exercise_proxy(self, ctx: AgentRunContext) -> dict[str, dict[str, Any]]:
+        api = self.run_api(ctx)
+        res = ctx.resources
+        model_id = res.models[0].model_id if res.models else "qa-missing-model"
+        tool_name = res.tools[0].tool_name if res.tools else "qa-missing-tool"
+        kb_id = res.knowledge_bases[0].kb_id if res.knowledge_bases else "qa-missing-kb"
+        area = "plugin"
+        messages = [{"role": "user", "content": "ping"}]
+
+        async def drain_model_stream() -> Any:
+            return [chunk async for chunk in api.models.stream(model_id, messages)]
+
+        async def drain_artifact_stream() -> Any:
+            return [chunk async for chunk in api.artifacts.open_stream("qa-artifact")]
+
+        calls: dict[str, Callable[[], Awaitable[Any]]] = {
+            "models.invoke": lambda: api.models.invoke(model_id, messages),
+            "models.stream": drain_model_stream,
+            "models.rerank": lambda: api.models.rerank(model_id, "ping", ["a", "b"]),
+            "models.count_tokens": lambda: api.models.count_tokens(model_id, messages),
+            "tools.get_detail": lambda: api.tools.get_detail(tool_name),
+            "tools.call": lambda: api.tools.call(tool_name, {}),
+            "knowledge.retrieve": lambda: api.knowledge.retrieve(kb_id, "ping", top_k=1),
+            "history.page": lambda: api.history.page(limit=1),
+            "history.search": lambda: api.history.search("ping", top_k=1),
+            "events.get": lambda: api.events.get(ctx.event.event_id),
+            "events.page": lambda: api.events.page(limit=1),
+            "artifacts.metadata": lambda: api.artifacts.metadata("qa-artifact"),
+            "artifacts.read_range": lambda: api.artifacts.read_range("qa-artifact", 0, 16),
+            "artifacts.open_stream": drain_artifact_stream,
+            "state.get": lambda: api.state.get("conversation", "qa.proxy"),
+            "state.set": lambda: api.state.set("conversation", "qa.proxy", True),
+            "state.delete": lambda: api.state.delete("conversation", "qa.proxy"),
+            "state.list": lambda: api.state.list("conversation"),
+            "storage.get": lambda: api.storage.get(area, "qa.proxy"),
+            "storage.set": lambda: api.storage.set(area, "qa.proxy", b"qa"),
+            "storage.delete": lambda: api.storage.delete(area, "qa.proxy"),
+            "storage.list": lambda: api.storage.list(area),
+            "platform.request_action": lambda: api.platform.request_action(
+                "message.reaction", {"message_id": "qa"}, {"reaction": "ok"}
+            ),
+        }
+        report: dict[str, dict[str, Any]] = {}
+        for name, call in calls.items():
+            try:
+                await call()
+            except AgentAPIException as exc:
+                report[name] = {"ok": False, "code": exc.error.code}
+            else:
+                report[name] = {"ok": True, "code": None}
+        return report
