@@ -37,7 +37,8 @@ class RunnerDescriptorAdmin(admin.ModelAdmin):
         return format_html('<pre style="white-space:pre-wrap">{}</pre>', obj.load_error or "—")
 
     def _json(self, value: Any) -> str:
-        return format_html('<pre style="white-space:pre-wrap">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False))
+        pretty = json.dumps(value, indent=2, ensure_ascii=False)
+        return format_html('<pre style="white-space:pre-wrap">{}</pre>', pretty)
 
     @admin.display(description="capabilities")
     def capabilities_display(self, obj: RunnerDescriptor) -> str:
@@ -65,7 +66,9 @@ class RunnerDescriptorAdmin(admin.ModelAdmin):
         return False
 
     def get_urls(self) -> list[URLPattern]:
-        refresh = path("refresh/", self.admin_site.admin_view(self.refresh_view), name="runners_runnerdescriptor_refresh")
+        refresh = path(
+            "refresh/", self.admin_site.admin_view(self.refresh_view), name="runners_runnerdescriptor_refresh"
+        )
         return [refresh, *super().get_urls()]
 
     def refresh_view(self, request: HttpRequest) -> HttpResponse:
@@ -84,5 +87,6 @@ class RunnerDescriptorAdmin(admin.ModelAdmin):
             for runner_id in result.errored:
                 messages.warning(request, f"{runner_id} failed to load; see its load error.")
             for error in result.plugin_errors:
-                messages.error(request, f"Plugin {error.get('path') or error.get('plugin')} failed to load: {error.get('error')}")
+                where = error.get("path") or error.get("plugin")
+                messages.error(request, f"Plugin {where} failed to load: {error.get('error')}")
         return HttpResponseRedirect(reverse("admin:runners_runnerdescriptor_changelist"))

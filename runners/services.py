@@ -93,7 +93,11 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
                 continue
             RunnerDescriptor.objects.update_or_create(
                 runner_id=key,
-                defaults={"status": RunnerDescriptor.Status.ERROR, "load_error": plugin.error or "", "last_seen_at": now},
+                defaults={
+                    "status": RunnerDescriptor.Status.ERROR,
+                    "load_error": plugin.error or "",
+                    "last_seen_at": now,
+                },
                 create_defaults={
                     "plugin_author": runner_id.author,
                     "plugin_name": runner_id.plugin,

@@ -16,7 +16,8 @@ def test_create_api_key_command_prints_only_the_key_and_creates_the_workspace(ca
     call_command("create_api_key", "--workspace", "acme")
 
     printed = capsys.readouterr().out.strip()
-    assert printed.startswith("lbk_") and "\n" not in printed
+    assert printed.startswith("lbk_")
+    assert "\n" not in printed
     stored = ApiKey.objects.get(workspace__slug="acme")
     assert printed.split("_")[2] not in (stored.secret_sha256, stored.prefix)
     assert Workspace.objects.filter(slug="acme").exists()
