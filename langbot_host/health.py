@@ -16,7 +16,7 @@ from runners.runtime import runtime_link
 
 logger = logging.getLogger(__name__)
 
-CHECK_TIMEOUT_SECONDS = 2.0
+CHECK_TIMEOUT_SECONDS = 2
 
 
 def _database() -> None:

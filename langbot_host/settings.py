@@ -7,7 +7,11 @@ production set-up changes environment variables, not code. `.env.example` lists 
 import os
 from pathlib import Path
 
+import django_stubs_ext
 import environ
+
+# Lets admin and form classes be subscripted at runtime the way the type stubs describe them.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"

@@ -16,17 +16,16 @@ from runners.services import runner_descriptors_refresh
 
 
 @admin.register(RunnerDescriptor)
-class RunnerDescriptorAdmin(admin.ModelAdmin):
+class RunnerDescriptorAdmin(admin.ModelAdmin[RunnerDescriptor]):
     change_list_template = "admin/runners/runnerdescriptor/change_list.html"
     list_display = ["runner_id", "label_display", "plugin_version", "status", "last_seen_at"]
     list_filter = ["status", "plugin_author"]
     search_fields = ["runner_id", "plugin_name", "runner_name"]
-    fields = [
+    fields = readonly_fields = (
         "runner_id", "label", "description", "plugin_author", "plugin_name", "plugin_version", "runner_name",
         "status", "load_error_display", "capabilities_display", "permissions_display", "context_display",
         "config_schema_display", "manifest_sha256", "last_seen_at", "created_at", "updated_at",
-    ]
-    readonly_fields = fields
+    )
 
     @admin.display(description="label")
     def label_display(self, obj: RunnerDescriptor) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -15,9 +17,9 @@ from runners.selectors import runner_descriptor_list
 from runners.services import runner_descriptors_refresh
 
 
-class RunnerOutputSerializer(serializers.ModelSerializer):
+class RunnerOutputSerializer(serializers.ModelSerializer[RunnerDescriptor]):
     plugin = serializers.SerializerMethodField()
-    context = serializers.JSONField(source="context_policy")
+    context = serializers.JSONField(source="context_policy")  # type: ignore[assignment]
 
     class Meta:
         model = RunnerDescriptor
@@ -30,7 +32,7 @@ class RunnerOutputSerializer(serializers.ModelSerializer):
         return {"author": obj.plugin_author, "name": obj.plugin_name, "version": obj.plugin_version}
 
 
-class RunnerListQuerySerializer(serializers.Serializer):
+class RunnerListQuerySerializer(serializers.Serializer[Any]):
     status = serializers.ChoiceField(choices=RunnerDescriptor.Status.choices, required=False)
 
 
