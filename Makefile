@@ -1,0 +1,71 @@
+# LangBot Host developer entry points. `make run` starts the whole stack, `make test` runs the suite.
+# Every target works from a fresh clone: the ones that need Python depend on `venv` first.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+# Records the requirements installed into the venv; it is older than a requirements file only when
+# that file changed since the last install.
+STAMP := $(VENV)/.requirements-installed
+REQUIREMENTS := requirements.txt requirements-dev.txt
+
+PORT ?= 8000
+PYTEST_ARGS ?=
+CELERY_LOGLEVEL ?= INFO
+
+.PHONY: help venv run test lint bench web worker migrate static clean
+
+help:
+	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
+	@echo "make test     run the test suite (extra pytest options: PYTEST_ARGS='-k name -x')"
+	@echo "make lint     ruff, mypy, import-linter and the plugin import check"
+	@echo "make bench    run every benchmark under bench/ and print their tables"
+	@echo "make web      daphne (HTTP + WebSocket) on 0.0.0.0:\$$PORT (default 8000)"
+	@echo "make worker   a Celery worker with its beat schedule and its own plugin runtime"
+	@echo "make migrate  apply database migrations"
+	@echo "make venv     create .venv and install requirements-dev.txt when it changed"
+	@echo "make clean    remove caches and collected static files (keeps var/db.sqlite3 and .venv)"
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(REQUIREMENTS) | $(PY)
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: venv
+	$(PY) scripts/run_stack.py
+
+test: venv
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy .
+	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_plugin_imports.py
+
+bench: venv
+	$(PY) -m bench
+
+migrate: venv
+	$(PY) manage.py migrate --noinput
+
+static: venv
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+
+web: venv static
+	$(VENV)/bin/daphne -b 0.0.0.0 -p $(PORT) langbot_host.asgi:application
+
+worker: venv
+	@mkdir -p var
+	$(VENV)/bin/celery -A langbot_host worker -B --schedule var/celerybeat-schedule --loglevel $(CELERY_LOGLEVEL)
+
+clean:
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
+	rm -rf .mypy_cache .ruff_cache .pytest_cache .hypothesis var/static var/celerybeat-schedule*
