@@ -4,7 +4,7 @@ and WebSocket transports that carry them (DESIGN §3.1, WIRE_CONTRACT.md).
 What belongs here: only the public names; each lives in its own module.
 """
 
-from .connection import CallInfo, Connection, Handler
+from .connection import CallInfo, Connection, Handler, ResponseStream
 from .errors import WireError
 from .framing import MAX_WIRE_MESSAGE_BYTES
 from .memory import MemoryTransport, memory_transport_pair
@@ -19,6 +19,7 @@ __all__ = [
     "FrameTooLarge",
     "Handler",
     "MemoryTransport",
+    "ResponseStream",
     "StdioTransport",
     "Transport",
     "TransportClosed",

@@ -129,12 +129,11 @@ class _StreamInbox:
         self._wake()
 
 
-class _ResponseStream:
-    """The async iterator returned by Connection.stream(). The request is sent on first iteration."""
+class ResponseStream(AsyncIterator[dict[str, Any]]):
+    """The async iterator returned by Connection.stream(). The request is sent on first iteration;
+    `aclose()` (or leaving `async with`) stops consuming early."""
 
-    def __init__(
-        self, connection: Connection, action: str, data: dict[str, Any], timeout: float | None
-    ) -> None:
+    def __init__(self, connection: Connection, action: str, data: dict[str, Any], timeout: float | None) -> None:
         self._connection = connection
         self._action = action
         self._data = data
@@ -144,8 +143,14 @@ class _ResponseStream:
         self._timer: asyncio.TimerHandle | None = None
         self._done = False
 
-    def __aiter__(self) -> _ResponseStream:
+    def __aiter__(self) -> ResponseStream:
         return self
+
+    async def __aenter__(self) -> ResponseStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def __anext__(self) -> dict[str, Any]:
         inbox = self._inbox
@@ -366,16 +371,14 @@ class Connection:
         action: str,
         data: dict[str, Any],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - the per-call timeout is pinned by the contract
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """Send a request and return the `data` of its `end` frame; raise WireError on code 1."""
         seq_id, payload = self._prepare_request(action, data)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[seq_id] = _PendingCall(future)
-        timer = (
-            loop.call_later(timeout, _expire_call, future, action, timeout) if timeout is not None else None
-        )
+        timer = loop.call_later(timeout, _expire_call, future, action, timeout) if timeout is not None else None
         try:
             await self._send(payload)
             return await future
@@ -384,12 +387,10 @@ class Connection:
                 timer.cancel()
             self._pending.pop(seq_id, None)
 
-    def stream(
-        self, action: str, data: dict[str, Any], *, timeout: float | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
+    def stream(self, action: str, data: dict[str, Any], *, timeout: float | None = None) -> ResponseStream:
         """Send a request and iterate the items of its streamed response. `timeout` bounds the whole
         stream. Breaking out of the loop or `aclose()` releases the call; later frames are dropped."""
-        return _ResponseStream(self, action, data, timeout)
+        return ResponseStream(self, action, data, timeout)
 
     # -- receiving ---------------------------------------------------------------------------------
 
@@ -427,9 +428,7 @@ class Connection:
     def _on_response(self, response: Response) -> None:
         seq_id = response.seq_id
         if seq_id is None:
-            logger.warning(
-                "%r: peer reported an error not tied to a call: %s", self, response.message or response.data
-            )
+            logger.warning("%r: peer reported an error not tied to a call: %s", self, response.message or response.data)
             return
         entry = self._pending.get(seq_id)
         if entry is None:

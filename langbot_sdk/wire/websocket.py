@@ -98,9 +98,7 @@ async def connect_websocket(
         ) from exc
     except Exception as exc:
         raise WireError(
-            AgentAPIError(
-                code=ErrorCode.RUNTIME_ERROR, message=f"cannot connect to {url}: {exc}", retryable=True
-            )
+            AgentAPIError(code=ErrorCode.RUNTIME_ERROR, message=f"cannot connect to {url}: {exc}", retryable=True)
         ) from exc
     return WebSocketTransport(websocket, max_frame_bytes=max_frame_bytes)
 
