@@ -81,9 +81,7 @@ def _imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
 def check_file(path: Path) -> list[Violation]:
     """Return the forbidden imports of one Python file (a syntax error is reported as a failure)."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
-    return [
-        Violation(path, line, module) for line, module in _imported_modules(tree) if _is_forbidden(module)
-    ]
+    return [Violation(path, line, module) for line, module in _imported_modules(tree) if _is_forbidden(module)]
 
 
 def python_files(roots: Iterable[Path]) -> Iterator[Path]:

@@ -58,7 +58,8 @@ RUNTIME_ENV_PREFIXES = ("LC_", "LANGBOT_RUNTIME_")
 RUNTIME_ENV_EXCLUDED = frozenset({"LANGBOT_RUNTIME_URL"})
 
 COLORS = ("36", "33", "35", "32", "34", "91", "96", "93")
-LOGIN_RE = re.compile(r"login:\s*(?P<username>\S+)\s*/\s*(?P<password>\S+)")
+# seed_demo prints "admin login: <user> / <password>" (or a note that an existing password is unchanged).
+LOGIN_RE = re.compile(r"login:\s*(?P<login>.+)$")
 
 
 class StackError(Exception):
@@ -158,9 +159,7 @@ class Child:
             preexec_fn=PREEXEC,  # only a prctl call, no Python state touched
         )
         self.pgid = self.process.pid
-        self._reader = threading.Thread(
-            target=self._relay, args=(on_line,), name=f"relay-{name}", daemon=True
-        )
+        self._reader = threading.Thread(target=self._relay, args=(on_line,), name=f"relay-{name}", daemon=True)
         self._reader.start()
 
     def _relay(self, on_line: Callable[[str], None] | None) -> None:
@@ -218,7 +217,7 @@ class Supervisor:
         self.start_timeout = float(env.get("LANGBOT_START_TIMEOUT") or 120)
         self.redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
         self.token = env.get("LANGBOT_RUNTIME_TOKEN") or secrets.token_urlsafe(32)
-        self.login: tuple[str, str] | None = None
+        self.login: str | None = None
 
     # -- signals -------------------------------------------------------------------------------
 
@@ -257,8 +256,7 @@ class Supervisor:
         env = {
             key: value
             for key, value in self.env.items()
-            if (key in RUNTIME_ENV_NAMES or key.startswith(RUNTIME_ENV_PREFIXES))
-            and key not in RUNTIME_ENV_EXCLUDED
+            if (key in RUNTIME_ENV_NAMES or key.startswith(RUNTIME_ENV_PREFIXES)) and key not in RUNTIME_ENV_EXCLUDED
         }
         env["PYTHONUNBUFFERED"] = "1"
         env["LANGBOT_RUNTIME_TOKEN"] = self.token
@@ -340,7 +338,7 @@ class Supervisor:
         def remember_login(text: str) -> None:
             match = LOGIN_RE.search(text)
             if match:
-                self.login = (match["username"], match["password"])
+                self.login = match["login"].strip()
 
         self.manage("migrate", "migrate", "--noinput")
         self.manage("seed", "seed_demo", on_line=remember_login)
@@ -359,9 +357,7 @@ class Supervisor:
             if runtime.returncode is not None:
                 raise StackError(f"the plugin runtime exited with status {runtime.returncode}")
             if time.monotonic() > deadline:
-                raise StackError(
-                    f"the plugin runtime did not listen on 127.0.0.1:{self.runtime_port} within 30 s"
-                )
+                raise StackError(f"the plugin runtime did not listen on 127.0.0.1:{self.runtime_port} within 30 s")
 
     def start_host_processes(self) -> None:
         env = self.host_env()
@@ -406,7 +402,7 @@ class Supervisor:
 
     def print_banner(self, healthy: bool) -> None:
         base = self.probe_base()
-        username, password = self.login or ("admin", self.env.get("LANGBOT_DEMO_PASSWORD") or "admin")
+        login = self.login or f"admin / {self.env.get('LANGBOT_DEMO_PASSWORD') or 'admin'}"
         lines = [
             "",
             "LangBot Host is up" + ("" if healthy else " (but /healthz is not OK yet — see above)"),
@@ -414,7 +410,7 @@ class Supervisor:
             f"  debug chat   {base}/chat/",
             f"  API docs     {base}/api/docs/",
             f"  health       {base}/healthz",
-            f"  demo login   {username} / {password}",
+            f"  demo login   {login}",
             f"  runtime      ws://127.0.0.1:{self.runtime_port} (token shared with web and worker)",
             "Press Ctrl-C to stop everything.",
             "",
@@ -483,6 +479,8 @@ class Supervisor:
             self.ensure_redis()
             self.prepare_database()
             self.start_runtime()
+            # The runner registry lives in the database; fill it from the runtime before serving.
+            self.manage("sync", "sync_runners")
             self.start_host_processes()
             healthy = self.wait_healthy()
             self.print_banner(healthy)
