@@ -119,7 +119,7 @@ async def runtime(spawn_runtime: SpawnRuntime) -> RuntimeUnderTest:
     return await spawn_runtime()
 
 
-GOOD_RUNNER_CODE = '''
+GOOD_RUNNER_CODE = """
 from langbot_sdk.protocol import AgentRunResult
 from langbot_sdk.runner import AgentRunner
 
@@ -127,7 +127,7 @@ from langbot_sdk.runner import AgentRunner
 class Runner(AgentRunner):
     async def run(self, ctx):
         yield AgentRunResult.message_completed(ctx.run_id, "hi from " + ctx.run_id)
-'''
+"""
 
 
 def write_plugin(

@@ -32,7 +32,8 @@ async def test_list_agent_runners_reports_the_qa_runner_with_its_config_form(run
     runners = {runner.id: runner for runner in answer.runners}
     qa = runners[QA_RUNNER_ID]
     assert qa.name == "default"
-    assert qa.capabilities.streaming and qa.capabilities.interrupt
+    assert qa.capabilities.streaming
+    assert qa.capabilities.interrupt
     fields = {item.name: item for item in qa.config_schema}
     assert fields["behaviour"].default == "ok"
     assert {"ok", "stream", "slow", "proxy", "state"} <= {option.name for option in fields["behaviour"].options}
@@ -63,9 +64,7 @@ BROKEN_PLUGINS = {
 
 
 @pytest.mark.parametrize("breakage", sorted(BROKEN_PLUGINS))
-async def test_a_broken_plugin_is_reported_with_its_reason_while_the_others_load(
-    spawn_runtime, tmp_path, breakage
-):
+async def test_a_broken_plugin_is_reported_with_its_reason_while_the_others_load(spawn_runtime, tmp_path, breakage):
     # given a plugins directory with one good and one broken plugin
     overrides, reason_hint = BROKEN_PLUGINS[breakage]
     write_plugin(tmp_path, "good-plugin")

@@ -5,16 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Any
 
 from langbot_sdk.protocol import AgentRunResult
 from tests.sdk.conftest import write_plugin
 
 
-def types_of(results):
+def types_of(results: list[dict[str, Any]]) -> list[str]:
     return [result["type"] for result in results]
 
 
-def assert_well_formed(results, run_id):
+def assert_well_formed(results: list[dict[str, Any]], run_id: str) -> None:
     """Every result belongs to the run, validates, is numbered 1..n and only the last is terminal."""
     for result in results:
         AgentRunResult.coerce(result)
