@@ -81,7 +81,7 @@ class HostChannel(Protocol):
         action: str,
         data: dict[str, Any],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109
+        timeout: float | None = None,
     ) -> dict[str, Any]: ...
 
     def stream(

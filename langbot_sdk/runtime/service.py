@@ -68,7 +68,7 @@ class PluginChannel:
         action: str,
         data: dict[str, Any],
         *,
-        timeout: float | None = None,  # noqa: ASYNC109
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         return await self._connection.call(
             action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout
