@@ -44,11 +44,15 @@ run: venv
 test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# Runs every check even when an earlier one fails, so one CI run shows all findings.
+LINT_CHECKS := "$(VENV)/bin/ruff check ." "$(VENV)/bin/mypy ." "$(VENV)/bin/lint-imports" \
+	"$(PY) scripts/check_plugin_imports.py"
+
 lint: venv
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy .
-	$(VENV)/bin/lint-imports
-	$(PY) scripts/check_plugin_imports.py
+	@failed=""; for check in $(LINT_CHECKS); do \
+		echo "+ $$check"; $$check || failed="$$failed\n  $$check"; \
+	done; \
+	if [ -n "$$failed" ]; then echo -e "lint failed:$$failed"; exit 1; fi
 
 bench: venv
 	$(PY) -m bench
