@@ -212,9 +212,7 @@ class AgentRunAPIProxy:
             raise AgentAPIException(exc.error) from None
         return _parse(result_model, answer, action)
 
-    async def _stream(
-        self, action: Action, fields: dict[str, Any], item_model: type[_DTO]
-    ) -> AsyncIterator[_DTO]:
+    async def _stream(self, action: Action, fields: dict[str, Any], item_model: type[_DTO]) -> AsyncIterator[_DTO]:
         data = self._payload(action, fields)
         timeout = self._timeout(self._stream_timeout)
         channel = self._resolve_channel()
@@ -278,9 +276,7 @@ class AgentRunAPIProxy:
         if api_allowed:
             return
         for artifact in self.ctx.resources.artifacts:
-            if artifact.artifact_id == artifact_id and (
-                not artifact.operations or operation in artifact.operations
-            ):
+            if artifact.artifact_id == artifact_id and (not artifact.operations or operation in artifact.operations):
                 return
         raise _unauthorized(
             f"artifact {operation} is not available to this run", artifact_id=artifact_id, operation=operation
@@ -460,9 +456,7 @@ class HistoryAPI(_Namespace):
     ) -> HistorySearchResult:
         proxy = self._proxy
         resources = proxy.ctx.resources.history
-        proxy._require_api(
-            "history.search", proxy.ctx.context.available_apis.history_search or resources.search
-        )
+        proxy._require_api("history.search", proxy.ctx.context.available_apis.history_search or resources.search)
         if filters is not None:
             proxy._require_conversation(filters.get("conversation_id"))
         fields: dict[str, Any] = {

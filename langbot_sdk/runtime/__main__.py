@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from langbot_sdk.runtime.loader import load_plugins
-from langbot_sdk.runtime.service import RUNTIME_VERSION, RuntimeService
+from langbot_sdk.runtime.service import DEFAULT_CANCEL_GRACE, RUNTIME_VERSION, RuntimeService
 from langbot_sdk.wire import Transport, open_stdio_transport, serve_websocket
 
 logger = logging.getLogger("langbot_sdk.runtime")
@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"bearer token WebSocket clients must present (default: ${TOKEN_ENV}, else none)",
     )
+    parser.add_argument(
+        "--cancel-grace", type=float, default=DEFAULT_CANCEL_GRACE, metavar="SECONDS",
+        help="how long a cancelled or timed-out runner may take to stop before its run is ended without it "
+        f"(default {DEFAULT_CANCEL_GRACE:g})",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     return parser
 
@@ -81,6 +86,7 @@ async def _serve_stdio(service: RuntimeService) -> None:
         for session in list(service.sessions):
             await session.connection.close()
         await serving
+    await _stop_leftover_tasks(service.cancel_grace)
 
 
 async def _serve_websocket(service: RuntimeService, host: str, port: int, token: str | None) -> None:
@@ -105,6 +111,22 @@ async def _serve_websocket(service: RuntimeService, host: str, port: int, token:
         for session in list(service.sessions):
             await session.connection.close()
         await handle.close()
+    await _stop_leftover_tasks(service.cancel_grace)
+
+
+async def _stop_leftover_tasks(grace: float) -> None:
+    """Cancel what is still running; a runner that ignores cancellation must not keep the process alive."""
+    current = asyncio.current_task()
+    tasks = [task for task in asyncio.all_tasks() if task is not current]
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, stuck = await asyncio.wait(tasks, timeout=grace)
+    if stuck:
+        logger.warning("%d task(s) ignored cancellation; exiting without them", len(stuck))
+        logging.shutdown()
+        os._exit(0)
 
 
 def _stop_event() -> asyncio.Event:
@@ -133,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.pathsep.join(map(str, plugin_dirs)),
         failed,
     )
-    service = RuntimeService(registry)
+    service = RuntimeService(registry, cancel_grace=max(0.0, args.cancel_grace))
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
     try:
         if args.listen is not None:

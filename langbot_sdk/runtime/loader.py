@@ -163,9 +163,7 @@ def _load_runners(plugin_path: Path, plugin: PluginManifest, warnings: list[str]
         except Exception as exc:
             raise PluginLoadError(f"{runner_cls.__name__}() failed: {type(exc).__name__}: {exc}") from exc
         loaded.append(
-            LoadedRunner(
-                manifest=manifest, runner=instance, plugin_identity=identity, plugin_path=str(plugin_path)
-            )
+            LoadedRunner(manifest=manifest, runner=instance, plugin_identity=identity, plugin_path=str(plugin_path))
         )
     if not loaded:
         raise PluginLoadError("the plugin declares no AgentRunner component")

@@ -34,11 +34,13 @@ from langbot_sdk.proxy import bind_run_channel, unbind_run_channel
 from langbot_sdk.runtime.loader import LoadedRunner, PluginRegistry
 from langbot_sdk.wire import CallInfo, Connection, Transport
 
-__all__ = ["RUNTIME_VERSION", "HostSession", "PluginChannel", "RuntimeService"]
+__all__ = ["DEFAULT_CANCEL_GRACE", "RUNTIME_VERSION", "HostSession", "PluginChannel", "RuntimeService"]
 
 logger = logging.getLogger("langbot_sdk.runtime")
 
 RUNTIME_VERSION = "0.1.0"
+DEFAULT_CANCEL_GRACE = 5.0
+"""Seconds a cancelled (or timed-out) runner gets to stop before its run is ended without it."""
 _TERMINAL = frozenset({ResultType.RUN_COMPLETED.value, ResultType.RUN_FAILED.value})
 # Keeps a context.invalid result small however broken the request is.
 _MAX_REPORTED_ERRORS = 20
@@ -70,25 +72,63 @@ class PluginChannel:
         *,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        return await self._connection.call(
-            action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout
-        )
+        return await self._connection.call(action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout)
 
     def stream(
         self, action: str, data: dict[str, Any], *, timeout: float | None = None
     ) -> AsyncIterator[dict[str, Any]]:
-        return self._connection.stream(
-            action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout
-        )
+        return self._connection.stream(action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout)
 
 
-@dataclass(eq=False)
 class _ActiveRun:
-    run_id: str
-    runner_id: str
-    task: asyncio.Task[None] | None = None
-    cancel_requested: bool = False
-    cancel_reason: str | None = None
+    """One run in flight: its supervising task and the outbox its results go through, in order.
+
+    The outbox ends with exactly one terminal result followed by the None sentinel; anything emitted
+    after that is dropped, so a runner that ignores cancellation cannot add to a run already ended.
+    """
+
+    __slots__ = (
+        "cancel_reason", "cancel_requested", "finished", "outbox", "run_id", "runner_id", "sequence",
+        "task", "watchdogs",
+    )  # fmt: skip
+
+    def __init__(self, run_id: str, runner_id: str) -> None:
+        self.run_id = run_id
+        self.runner_id = runner_id
+        self.outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+        self.cancel_requested = False
+        self.cancel_reason: str | None = None
+        self.sequence = 0
+        self.finished = False
+        self.watchdogs: list[asyncio.TimerHandle] = []
+
+    def emit(self, result: dict[str, Any]) -> None:
+        if self.finished:
+            return
+        self.sequence += 1
+        result["sequence"] = self.sequence
+        self.outbox.put_nowait(result)
+        if result["type"] in _TERMINAL:
+            self.finish()
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            self.outbox.put_nowait(None)
+        for handle in self.watchdogs:
+            handle.cancel()
+        self.watchdogs.clear()
+
+    def abandon(self, result: dict[str, Any]) -> None:
+        """End the run for the host although its runner has not stopped (it ignored cancellation)."""
+        if self.finished:
+            return
+        logger.warning(
+            "run %s: runner %s did not stop within the grace period; the run is ended without it",
+            self.run_id, self.runner_id,
+        )  # fmt: skip
+        self.emit(result)
 
 
 @dataclass
@@ -96,6 +136,7 @@ class RuntimeService:
     """State shared by every host connection of one runtime process."""
 
     registry: PluginRegistry
+    cancel_grace: float = DEFAULT_CANCEL_GRACE
     started_at: float = field(default_factory=time.monotonic)
     sessions: set[HostSession] = field(default_factory=set)
     _list_response: dict[str, Any] | None = None
@@ -107,9 +148,7 @@ class RuntimeService:
     def list_response(self) -> dict[str, Any]:
         # Plugins are loaded once per process, so the answer never changes; build it once.
         if self._list_response is None:
-            response = ListAgentRunnersResponse(
-                runners=self.registry.manifests, plugins=self.registry.reports
-            )
+            response = ListAgentRunnersResponse(runners=self.registry.manifests, plugins=self.registry.reports)
             self._list_response = response.model_dump(mode="json")
         return self._list_response
 
@@ -157,7 +196,10 @@ class HostSession:
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Bounded: a runner that ignores cancellation must not keep the connection from closing.
+            _, stuck = await asyncio.wait(tasks, timeout=self.service.cancel_grace)
+            if stuck:
+                logger.warning("%d runner task(s) ignored cancellation at connection close", len(stuck))
 
     # -- handlers ----------------------------------------------------------------------------------
 
@@ -182,6 +224,8 @@ class HostSession:
         run.cancel_requested = True
         run.cancel_reason = reason if isinstance(reason, str) else None
         run.task.cancel()
+        failure = _cancelled_failure(run)
+        run.watchdogs.append(asyncio.get_running_loop().call_later(self.service.cancel_grace, run.abandon, failure))
         logger.info("run %s cancelled by the host", run_id)
         return {"cancelled": True}
 
@@ -215,17 +259,23 @@ class HostSession:
             )
             return
 
-        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         run = _ActiveRun(ctx.run_id, request.runner_id)
         self.runs[ctx.run_id] = run
-        run.task = asyncio.create_task(self._supervise(run, loaded, ctx, queue), name=f"run {ctx.run_id}")
+        run.task = asyncio.create_task(self._supervise(run, loaded, ctx), name=f"run {ctx.run_id}")
+        if ctx.runtime.deadline_at is not None:
+            loop = asyncio.get_running_loop()
+            hard_stop = loop.time() + (ctx.runtime.deadline_at - time.time()) + self.service.cancel_grace
+            failure = _timeout_failure(ctx.run_id, ctx.runtime.deadline_at)
+            run.watchdogs.append(loop.call_at(hard_stop, run.abandon, failure))
+        outbox = run.outbox
         try:
-            while (item := await queue.get()) is not None:
+            while (item := await outbox.get()) is not None:
                 yield item
         finally:
             if not run.task.done():
                 # The host stopped listening (connection closed or stream abandoned).
                 run.task.cancel()
+            run.finish()
             if self.runs.get(ctx.run_id) is run:
                 del self.runs[ctx.run_id]
 
@@ -236,31 +286,19 @@ class HostSession:
         run: _ActiveRun,
         loaded: LoadedRunner,
         ctx: AgentRunContext,
-        queue: asyncio.Queue[dict[str, Any] | None],
     ) -> None:
-        """Drive the runner, pushing stamped results to `queue`; exactly one terminal result, then None."""
-        run_id = ctx.run_id
-        sequence = 0
-
-        def emit(result: dict[str, Any]) -> None:
-            nonlocal sequence
-            sequence += 1
-            result["sequence"] = sequence
-            queue.put_nowait(result)
-
+        """Drive the runner, emitting stamped results; exactly one terminal result ends the outbox."""
         channel = PluginChannel(self.connection, loaded.plugin_identity)
-        bind_run_channel(run_id, channel)
+        bind_run_channel(ctx.run_id, channel)
         try:
-            terminal = await self._drive(run, loaded, ctx, emit)
+            terminal = await self._drive(run, loaded, ctx)
             if terminal is not None:
-                emit(terminal)
+                run.emit(terminal)
         finally:
-            unbind_run_channel(run_id, channel)
-            queue.put_nowait(None)
+            unbind_run_channel(ctx.run_id, channel)
+            run.finish()
 
-    async def _drive(
-        self, run: _ActiveRun, loaded: LoadedRunner, ctx: AgentRunContext, emit: Any
-    ) -> dict[str, Any] | None:
+    async def _drive(self, run: _ActiveRun, loaded: LoadedRunner, ctx: AgentRunContext) -> dict[str, Any] | None:
         """Run the runner to its end; return the terminal result still to emit (None if it emitted one)."""
         run_id = ctx.run_id
         deadline_at = ctx.runtime.deadline_at
@@ -274,9 +312,9 @@ class HostSession:
                 try:
                     async for item in results:
                         result = _checked_result(item, run_id)
-                        if run.cancel_requested:
+                        if run.cancel_requested or run.finished:
                             break  # a runner that swallowed the cancellation gets no further say
-                        emit(result)
+                        run.emit(result)
                         if result["type"] in _TERMINAL:
                             return None
                 finally:
@@ -301,8 +339,7 @@ class HostSession:
         except Exception as exc:
             return self._exception_failure(run, exc)
         if run.cancel_requested:
-            details = {"reason": run.cancel_reason} if run.cancel_reason else {}
-            return _failure(run_id, RunFailureCode.CANCELLED, "the run was cancelled", details=details)
+            return _cancelled_failure(run)
         return _stamp(AgentRunResult.run_completed(run_id).model_dump(mode="json", exclude_none=True), run_id)
 
     def _exception_failure(self, run: _ActiveRun, exc: BaseException) -> dict[str, Any]:
@@ -347,9 +384,7 @@ def _checked_result(item: Any, run_id: str) -> dict[str, Any]:
     try:
         size = len(_encode_json(wire))
     except (TypeError, ValueError) as exc:
-        raise _InvalidResultError(
-            f"{result.type} is not JSON-serialisable: {exc}", {"type": result.type}
-        ) from None
+        raise _InvalidResultError(f"{result.type} is not JSON-serialisable: {exc}", {"type": result.type}) from None
     if size > limits.RESULT_EVENT_MAX_BYTES:
         raise _InvalidResultError(
             f"{result.type} is {size} bytes; the limit is {limits.RESULT_EVENT_MAX_BYTES}",
@@ -374,6 +409,11 @@ def _failure(
 ) -> dict[str, Any]:
     result = AgentRunResult.run_failed(run_id, code.value, message, retryable=retryable, details=details)
     return _stamp(result.model_dump(mode="json", exclude_none=True), run_id)
+
+
+def _cancelled_failure(run: _ActiveRun) -> dict[str, Any]:
+    details = {"reason": run.cancel_reason} if run.cancel_reason else {}
+    return _failure(run.run_id, RunFailureCode.CANCELLED, "the run was cancelled", details=details)
 
 
 def _timeout_failure(run_id: str, deadline_at: float | None) -> dict[str, Any]:

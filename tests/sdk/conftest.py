@@ -90,8 +90,9 @@ async def spawn_runtime() -> AsyncIterator[SpawnRuntime]:
     async def spawn(
         plugin_dirs: Sequence[str | Path] = (PLUGINS_DIR,),
         handlers: Mapping[str, Handler] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> RuntimeUnderTest:
-        argv = [sys.executable, "-m", "langbot_sdk.runtime", "--stdio", "--log-level", "WARNING"]
+        argv = [sys.executable, "-m", "langbot_sdk.runtime", "--stdio", "--log-level", "WARNING", *extra_args]
         for plugin_dir in plugin_dirs:
             argv += ["--plugins-dir", str(plugin_dir)]
         transport, process = await spawn_stdio_transport(argv, env=runtime_env(), cwd=str(REPO_ROOT))

@@ -268,3 +268,57 @@ async def test_a_malformed_frame_on_stdin_is_answered_and_the_connection_survive
     # then the runtime is still serving normally
     assert results[0]["data"]["message"]["content"] == "QA_OK:still here"
     assert runtime.process.returncode is None
+
+
+STUBBORN_RUNNER = """
+import asyncio
+
+from langbot_sdk.runner import AgentRunner
+
+
+class Runner(AgentRunner):
+    async def run(self, ctx):
+        while True:
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass  # ignores every cancellation
+        yield
+"""
+
+
+async def test_a_runner_ignoring_cancellation_is_abandoned_after_the_grace_period(
+    spawn_runtime, tmp_path, make_context
+):
+    # given a runner that swallows cancellation, in a runtime with a short grace period
+    write_plugin(tmp_path, "stubborn", code=STUBBORN_RUNNER)
+    runtime = await spawn_runtime(plugin_dirs=[tmp_path], extra_args=["--cancel-grace", "0.2"])
+    runner_id = "plugin:tester/stubborn/main"
+    cancelled_run, timed_out_run = make_context("a"), make_context("b", deadline_at=time.time() + 0.3)
+    collected = asyncio.ensure_future(runtime.run(cancelled_run, runner_id=runner_id))
+    timed_out = asyncio.ensure_future(runtime.run(timed_out_run, runner_id=runner_id))
+
+    # when the host cancels the first run and the second reaches its deadline
+    for _ in range(200):
+        if (await runtime.connection.call("cancel_run", {"run_id": cancelled_run["run_id"]}))["cancelled"]:
+            break
+        await asyncio.sleep(0.01)
+    results = await asyncio.wait_for(collected, timeout=10)
+    timeout_results = await asyncio.wait_for(timed_out, timeout=10)
+
+    # then both runs still end, with cancelled and runner.timeout respectively
+    assert [(r["type"], r["data"]["code"]) for r in results] == [("run.failed", "cancelled")]
+    assert [(r["type"], r["data"]["code"]) for r in timeout_results] == [("run.failed", "runner.timeout")]
+
+
+async def test_the_runtime_exits_cleanly_when_the_host_closes_the_connection(runtime, make_context):
+    # given a runtime with a run in flight
+    pending = asyncio.ensure_future(runtime.run(make_context("qa:slow:30 x")))
+    await asyncio.sleep(0.1)
+
+    # when the host closes its end
+    await runtime.connection.close()
+
+    # then the runtime process exits by itself with status 0
+    assert await asyncio.wait_for(runtime.process.wait(), timeout=10) == 0
+    pending.cancel()
