@@ -57,6 +57,7 @@ RUNTIME_ENV_NAMES = frozenset(
 RUNTIME_ENV_PREFIXES = ("LC_", "LANGBOT_RUNTIME_")
 RUNTIME_ENV_EXCLUDED = frozenset({"LANGBOT_RUNTIME_URL"})
 
+RUNTIME_LISTENING = "langbot runtime listening on ws://"
 COLORS = ("36", "33", "35", "32", "34", "91", "96", "93")
 # seed_demo prints "admin login: <user> / <password>" (or a note that an existing password is unchanged).
 LOGIN_RE = re.compile(r"login:\s*(?P<login>.+)$")
@@ -349,9 +350,17 @@ class Supervisor:
         argv = [sys.executable, "-m", "langbot_sdk.runtime", "--listen", f"127.0.0.1:{self.runtime_port}"]
         for directory in self.plugin_dirs():
             argv += ["--plugins-dir", directory]
-        runtime = self.start("runtime", argv, self.runtime_env())
+        listening = threading.Event()
+
+        def watch_for_listening(text: str) -> None:
+            # The runtime announces its address once it accepts connections; a bare TCP probe instead
+            # would make it log a failed WebSocket handshake.
+            if RUNTIME_LISTENING in text:
+                listening.set()
+
+        runtime = self.start("runtime", argv, self.runtime_env(), on_line=watch_for_listening)
         deadline = time.monotonic() + 30
-        while not _port_open("127.0.0.1", self.runtime_port):
+        while not listening.is_set():
             if self.stop_requested.wait(0.2):
                 raise StackError(f"stopped by {self.stop_reason} during start-up")
             if runtime.returncode is not None:
@@ -374,8 +383,10 @@ class Supervisor:
             env,
         )
 
-    def start(self, name: str, argv: list[str], env: Mapping[str, str]) -> Child:
-        child = Child(name, argv, env, self.console)
+    def start(
+        self, name: str, argv: list[str], env: Mapping[str, str], on_line: Callable[[str], None] | None = None
+    ) -> Child:
+        child = Child(name, argv, env, self.console, on_line)
         self.children.append(child)
         return child
 
@@ -527,14 +538,6 @@ def _port_free(host: str, port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-def _port_open(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _redis_state(url: str) -> str:
