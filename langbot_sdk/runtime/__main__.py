@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from langbot_sdk.runtime.loader import load_plugins
 from langbot_sdk.runtime.service import DEFAULT_CANCEL_GRACE, RUNTIME_VERSION, RuntimeService
@@ -75,8 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _serve_stdio(service: RuntimeService) -> None:
+async def _serve_stdio(build_service: Callable[[], RuntimeService]) -> None:
+    # The wire takes over stdout before any plugin is imported, so import-time prints go to stderr.
     transport = await open_stdio_transport()
+    service = build_service()
     serving = asyncio.create_task(service.serve(transport, name="stdio"))
     stop = _stop_event()
     stopping = asyncio.create_task(stop.wait())
@@ -89,7 +91,10 @@ async def _serve_stdio(service: RuntimeService) -> None:
     await _stop_leftover_tasks(service.cancel_grace)
 
 
-async def _serve_websocket(service: RuntimeService, host: str, port: int, token: str | None) -> None:
+async def _serve_websocket(
+    build_service: Callable[[], RuntimeService], host: str, port: int, token: str | None
+) -> None:
+    service = build_service()
     counter = 0
 
     async def on_transport(transport: Transport) -> None:
@@ -146,23 +151,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     plugin_dirs = args.plugin_dirs or default_plugin_dirs()
-    registry = load_plugins(plugin_dirs)
-    failed = sum(1 for report in registry.reports if report.status == "error")
-    logger.info(
-        "langbot runtime %s: %d runner(s) from %s; %d plugin(s) failed to load",
-        RUNTIME_VERSION,
-        len(registry.runners),
-        os.pathsep.join(map(str, plugin_dirs)),
-        failed,
-    )
-    service = RuntimeService(registry, cancel_grace=max(0.0, args.cancel_grace))
+
+    def build_service() -> RuntimeService:
+        registry = load_plugins(plugin_dirs)
+        failed = sum(1 for report in registry.reports if report.status == "error")
+        logger.info(
+            "langbot runtime %s: %d runner(s) from %s; %d plugin(s) failed to load",
+            RUNTIME_VERSION,
+            len(registry.runners),
+            os.pathsep.join(map(str, plugin_dirs)),
+            failed,
+        )
+        return RuntimeService(registry, cancel_grace=max(0.0, args.cancel_grace))
+
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
     try:
         if args.listen is not None:
             host, port = args.listen
-            asyncio.run(_serve_websocket(service, host, port, token))
+            asyncio.run(_serve_websocket(build_service, host, port, token))
         else:
-            asyncio.run(_serve_stdio(service))
+            asyncio.run(_serve_stdio(build_service))
     except KeyboardInterrupt:
         pass
     return 0

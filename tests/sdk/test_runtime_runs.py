@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from typing import Any
 
@@ -322,3 +323,37 @@ async def test_the_runtime_exits_cleanly_when_the_host_closes_the_connection(run
     # then the runtime process exits by itself with status 0
     assert await asyncio.wait_for(runtime.process.wait(), timeout=10) == 0
     pending.cancel()
+
+
+NOISY_RUNNER = """
+import sys
+
+from langbot_sdk.protocol import AgentRunResult
+from langbot_sdk.runner import AgentRunner
+
+print("noise at import")
+
+
+class Runner(AgentRunner):
+    async def run(self, ctx):
+        print("noise while running")
+        sys.stdout.write("more noise\\n")
+        yield AgentRunResult.message_completed(ctx.run_id, "clean")
+"""
+
+
+async def test_a_runner_printing_to_stdout_does_not_corrupt_the_wire(spawn_runtime, tmp_path, make_context, caplog):
+    # given a plugin that prints at import and while running
+    caplog.set_level(logging.DEBUG, logger="langbot_sdk.wire")
+    write_plugin(tmp_path, "noisy", code=NOISY_RUNNER)
+    runtime = await spawn_runtime(plugin_dirs=[tmp_path])
+
+    # when it runs twice
+    first = await runtime.run(make_context("a"), runner_id="plugin:tester/noisy/main")
+    second = await runtime.run(make_context("b"), runner_id="plugin:tester/noisy/main")
+
+    # then both runs arrive intact
+    assert types_of(first) == types_of(second) == ["message.completed", "run.completed"]
+    assert first[0]["data"]["message"]["content"] == "clean"
+    # and the host never received a line that was not a frame
+    assert not [record for record in caplog.records if "malformed" in record.getMessage()]
