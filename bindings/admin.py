@@ -1,26 +1,33 @@
-"""Admin for workspaces and API keys. A new key's plaintext is shown once, in the success message."""
+"""Admin for workspaces, API keys, bots and bindings.
+
+A new key's plaintext is shown once, in the success message. Superusers see everything and alone may
+create host-wide global bindings; other staff see and edit only the bots and bindings of workspaces they
+belong to. Secrets (bot credentials, secret runner config fields) are only ever shown masked.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from bindings.models import ApiKey, Workspace, WorkspaceMembership
-from bindings.services import api_key_create
+from bindings.forms import CONFIG_FIELD_PREFIX, AgentBindingAdminForm, BotAdminForm, binding_admin_form
+from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
+from bindings.services import api_key_create, binding_save
 
 
-class WorkspaceMembershipInline(admin.TabularInline):
+class WorkspaceMembershipInline(admin.TabularInline[WorkspaceMembership, Workspace]):
     model = WorkspaceMembership
     extra = 0
     autocomplete_fields = ["user"]
 
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin):
+class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
@@ -35,7 +42,7 @@ class WorkspaceAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
     list_display = ["prefix", "workspace", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["workspace"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
@@ -53,3 +60,122 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [*self.readonly_fields, "workspace"] if obj else list(self.readonly_fields)
+
+
+def _member_workspaces(request: HttpRequest) -> QuerySet[Workspace]:
+    return Workspace.objects.filter(memberships__user_id=request.user.pk or 0)
+
+
+@admin.register(Bot)
+class BotAdmin(admin.ModelAdmin[Bot]):
+    form = BotAdminForm
+    list_display = ["bot_id", "workspace", "name", "platform", "enabled", "updated_at"]
+    list_filter = ["platform", "enabled", "workspace"]
+    search_fields = ["bot_id", "name"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Bot]:
+        queryset = super().get_queryset(request).select_related("workspace")
+        if getattr(request.user, "is_superuser", False):
+            return queryset
+        return queryset.filter(workspace__in=_member_workspaces(request))
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "workspace" and not getattr(request.user, "is_superuser", False):
+            kwargs["queryset"] = _member_workspaces(request)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: Bot, form: Any, change: bool) -> None:
+        obj.credentials = form.credentials
+        super().save_model(request, obj, form, change)
+
+
+@admin.register(AgentBinding)
+class AgentBindingAdmin(admin.ModelAdmin[AgentBinding]):
+    list_display = [
+        "binding_id",
+        "workspace",
+        "scope_display",
+        "event_types",
+        "runner_id",
+        "priority",
+        "replies_display",
+        "enabled",
+        "config_validated",
+    ]
+    list_filter = ["enabled", "scope_type", "config_validated", "workspace", "runner_id"]
+    search_fields = ["binding_id", "name", "runner_id", "scope_id"]
+    readonly_fields = ["config_validated", "source", "source_detail", "created_at", "updated_at"]
+
+    @admin.display(description="scope")
+    def scope_display(self, obj: AgentBinding) -> str:
+        return f"{obj.scope_type}:{obj.scope_id}" if obj.scope_id else obj.scope_type
+
+    @admin.display(description="replies", boolean=True)
+    def replies_display(self, obj: AgentBinding) -> bool:
+        return obj.replies
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AgentBinding]:
+        queryset = super().get_queryset(request).select_related("workspace")
+        if getattr(request.user, "is_superuser", False):
+            return queryset
+        # Staff see global bindings (they apply to every workspace) but cannot change them.
+        return queryset.filter(Q(workspace__in=_member_workspaces(request)) | Q(workspace__isnull=True))
+
+    def has_change_permission(self, request: HttpRequest, obj: AgentBinding | None = None) -> bool:
+        if obj is not None and obj.workspace_id is None and not getattr(request.user, "is_superuser", False):
+            return False
+        return super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: AgentBinding | None = None) -> bool:
+        if obj is not None and obj.workspace_id is None and not getattr(request.user, "is_superuser", False):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def _runner_id(self, request: HttpRequest, obj: AgentBinding | None) -> str | None:
+        if request.method == "POST":
+            return request.POST.get("runner_id") or None
+        return request.GET.get("runner_id") or (obj.runner_id if obj else None)
+
+    def get_form(
+        self, request: HttpRequest, obj: AgentBinding | None = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[AgentBinding]]:
+        runner_id = self._runner_id(request, obj)
+        form = binding_admin_form(runner_id=runner_id, user=request.user, instance=obj)
+        if runner_id and request.method != "POST":
+            form.base_fields["runner_id"].initial = runner_id
+        kwargs["form"] = form
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request: HttpRequest, obj: AgentBinding | None = None) -> Any:
+        form = binding_admin_form(runner_id=self._runner_id(request, obj), user=request.user, instance=obj)
+        config_fields = [CONFIG_FIELD_PREFIX + item.name for item in form.config_items]
+        runner_section: list[str] = ["runner_id", *config_fields]
+        fieldsets: list[tuple[str | None, dict[str, Any]]] = [
+            (None, {"fields": ["binding_id", "name", "workspace", "enabled"]}),
+            ("Routing", {"fields": ["scope_type", "scope_id", "event_types", "priority"]}),
+            ("Runner and its config", {"fields": runner_section}),
+            (
+                "Policies",
+                {
+                    "fields": [
+                        "resource_policy",
+                        "state_policy",
+                        "delivery_policy",
+                        "concurrency_policy",
+                        "timeout_seconds",
+                    ]
+                },
+            ),
+        ]
+        if obj is not None:
+            fieldsets.append(("Record", {"fields": self.readonly_fields}))
+        return fieldsets
+
+    def save_model(self, request: HttpRequest, obj: AgentBinding, form: Any, change: bool) -> None:
+        assert isinstance(form, AgentBindingAdminForm)
+        binding_save(
+            values=form.prepared,
+            instance=obj,
+            source=None if change else AgentBinding.Source.ADMIN,
+            source_detail=None if change else f"admin:{request.user}",
+        )

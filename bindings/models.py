@@ -1,12 +1,18 @@
-"""Tenancy and access: workspaces, their members and their API keys.
+"""Tenancy, access and routing data: workspaces, members, API keys, bots and AgentBindings.
 
-Bots and AgentBindings join this module when the bindings issue lands.
+Validation of bindings (runner config against the runner's schema, policies, scope) lives in
+`bindings.services`; these models only hold what was validated there.
 """
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import models
+from django.db.models import Q
+
+from bindings.policies import ConcurrencyPolicy
+from langbot_host.crypto import EncryptedJSONField
 
 
 class Workspace(models.Model):
@@ -14,7 +20,9 @@ class Workspace(models.Model):
 
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, through="WorkspaceMembership", related_name="workspaces")
+    members: models.ManyToManyField[AbstractBaseUser, WorkspaceMembership] = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="WorkspaceMembership", related_name="workspaces"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -57,3 +65,111 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"lbk_{self.prefix}_… ({self.workspace})"
+
+
+class Bot(models.Model):
+    """A chat platform account (or the web/API entry point) that events arrive through."""
+
+    class Platform(models.TextChoices):
+        WEBUI = "webui", "Web UI"
+        API = "api", "API"
+        TELEGRAM = "telegram", "Telegram"
+        DISCORD = "discord", "Discord"
+        SLACK = "slack", "Slack"
+        LARK = "lark", "Lark"
+        DINGTALK = "dingtalk", "DingTalk"
+        WECOM = "wecom", "WeCom"
+        QQ = "qq", "QQ"
+        OTHER = "other", "other"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bots")
+    bot_id = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200, blank=True)
+    platform = models.CharField(max_length=16, choices=Platform.choices, default=Platform.WEBUI)
+    # Platform tokens and signing secrets: encrypted at rest, masked wherever they are shown.
+    credentials = EncryptedJSONField(default=dict)
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workspace", "bot_id"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "bot_id"], name="uniq_bot_per_workspace")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}/{self.bot_id}"
+
+
+class AgentBinding(models.Model):
+    """Which runner handles which events, with what config and policies (HOST_SDK_INFRASTRUCTURE §4.2).
+
+    `runner_config` holds the non-secret config values; the values of the runner's `secret` fields live
+    encrypted in `runner_secrets`. `binding_runner_config_plain()` joins them for the orchestrator.
+    """
+
+    class ScopeType(models.TextChoices):
+        GLOBAL = "global", "global (all workspaces)"
+        WORKSPACE = "workspace", "workspace"
+        BOT = "bot", "bot"
+
+    class Source(models.TextChoices):
+        API = "api"
+        ADMIN = "admin"
+        LEGACY_IMPORT = "legacy_import", "legacy import"
+        SEED = "seed"
+
+    binding_id = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200, blank=True)
+    # Null only for host-wide global bindings, which superusers create in admin.
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bindings", null=True, blank=True)
+    scope_type = models.CharField(max_length=16, choices=ScopeType.choices, default=ScopeType.WORKSPACE)
+    # bot_id for bot scope, the workspace slug for workspace scope, empty for global scope.
+    scope_id = models.CharField(max_length=64, blank=True)
+    event_types = models.JSONField(default=list)
+    runner_id = models.CharField(max_length=255, db_index=True)
+    runner_config = models.JSONField(default=dict, blank=True)
+    runner_secrets = EncryptedJSONField(default=dict)
+    # False when the config was stored without checking it against the runner's schema (a legacy
+    # import or seed while the runner was not known yet); the next edit validates it.
+    config_validated = models.BooleanField(default=True)
+    resource_policy = models.JSONField(default=dict, blank=True)
+    state_policy = models.JSONField(default=dict, blank=True)
+    delivery_policy = models.JSONField(default=dict, blank=True)
+    concurrency_policy = models.CharField(
+        max_length=16,
+        choices=[(p.value, p.value) for p in ConcurrencyPolicy],
+        default=ConcurrencyPolicy.QUEUE.value,
+    )
+    timeout_seconds = models.PositiveIntegerField(default=300)
+    priority = models.IntegerField(default=0)
+    enabled = models.BooleanField(default=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.API)
+    source_detail = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workspace", "binding_id"]
+        indexes = [models.Index(fields=["workspace", "enabled"], name="binding_ws_enabled")]
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "binding_id"], name="uniq_binding_per_workspace"),
+            models.UniqueConstraint(
+                fields=["binding_id"], condition=Q(workspace__isnull=True), name="uniq_global_binding_id"
+            ),
+            models.CheckConstraint(
+                condition=(Q(scope_type="global") & Q(workspace__isnull=True))
+                | (~Q(scope_type="global") & Q(workspace__isnull=False)),
+                name="binding_global_iff_no_workspace",
+            ),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gte=1) & Q(timeout_seconds__lte=3600), name="binding_timeout_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace or '(global)'}/{self.binding_id}"
+
+    @property
+    def replies(self) -> bool:
+        """False for observers (`delivery_policy.enable_reply: false`)."""
+        return bool((self.delivery_policy or {}).get("enable_reply", True))

@@ -1,11 +1,19 @@
-"""Reads for workspaces and API keys."""
+"""Reads for workspaces, API keys, bots and bindings, and the binding resolver (which bindings handle an
+event)."""
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass, field
+from typing import Any
 
-from bindings.models import ApiKey
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q, QuerySet
+
+from bindings.models import AgentBinding, ApiKey, Bot, Workspace
+from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
+from langbot_host.crypto import SECRET_MASK
 
 
 def api_key_by_plaintext(*, key: str) -> ApiKey | None:
@@ -14,9 +22,167 @@ def api_key_by_plaintext(*, key: str) -> ApiKey | None:
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX:
         return None
     _, prefix, secret = parts
-    api_key = (
-        ApiKey.objects.select_related("workspace").filter(prefix=prefix, revoked_at__isnull=True).first()
-    )
+    api_key = ApiKey.objects.select_related("workspace").filter(prefix=prefix, revoked_at__isnull=True).first()
     if api_key is None or not hmac.compare_digest(api_key.secret_sha256, api_key_secret_digest(secret)):
         return None
     return api_key
+
+
+# --- workspaces of a caller ----------------------------------------------------------------------------
+
+
+class WorkspaceChoiceError(Exception):
+    """The caller's workspace cannot be determined; `status` says how to answer (400, 403 or 404)."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def workspace_for_user(*, user: AbstractBaseUser, requested_slug: str | None) -> Workspace:
+    """The workspace a session user acts in: their only one, or `requested_slug` among theirs.
+
+    Superusers may act in any workspace by naming it.
+    """
+    if requested_slug:
+        queryset = Workspace.objects.all()
+        if not getattr(user, "is_superuser", False):
+            queryset = queryset.filter(memberships__user_id=user.pk or 0)
+        workspace = queryset.filter(slug=requested_slug).first()
+        if workspace is None:
+            raise WorkspaceChoiceError(404, "not_found", f"No workspace {requested_slug!r} of yours.")
+        return workspace
+    workspaces = list(Workspace.objects.filter(memberships__user_id=user.pk).order_by("slug")[:2])
+    if not workspaces:
+        raise WorkspaceChoiceError(403, "forbidden", "You are not a member of any workspace.")
+    if len(workspaces) > 1:
+        raise WorkspaceChoiceError(
+            400, "invalid_argument", "You belong to several workspaces: say which with ?workspace=<slug>."
+        )
+    return workspaces[0]
+
+
+# --- bots and bindings ---------------------------------------------------------------------------------
+
+
+def bot_list(*, workspace: Workspace) -> QuerySet[Bot]:
+    return Bot.objects.filter(workspace=workspace).order_by("bot_id")
+
+
+def bot_get(*, workspace: Workspace, bot_id: str) -> Bot | None:
+    return Bot.objects.filter(workspace=workspace, bot_id=bot_id).first()
+
+
+def bot_credentials_masked(bot: Bot) -> dict[str, str]:
+    return dict.fromkeys(bot.credentials or {}, SECRET_MASK)
+
+
+def binding_list(
+    *, workspace: Workspace, enabled: bool | None = None, runner_id: str | None = None
+) -> QuerySet[AgentBinding]:
+    queryset = AgentBinding.objects.filter(workspace=workspace)
+    if enabled is not None:
+        queryset = queryset.filter(enabled=enabled)
+    if runner_id:
+        queryset = queryset.filter(runner_id=runner_id)
+    return queryset.select_related("workspace").order_by("binding_id")
+
+
+def binding_get(*, workspace: Workspace, binding_id: str) -> AgentBinding | None:
+    return AgentBinding.objects.filter(workspace=workspace, binding_id=binding_id).select_related("workspace").first()
+
+
+def binding_runner_config_masked(binding: AgentBinding) -> dict[str, Any]:
+    """The binding's runner config as admin and API show it: secrets replaced by the mask."""
+    return runner_config_masked(plain=binding.runner_config or {}, secrets=binding.runner_secrets or {})
+
+
+# --- resolution ----------------------------------------------------------------------------------------
+
+# The more specific scope answers: a bot's own binding beats its workspace's, which beats a global one.
+SCOPE_SPECIFICITY = {
+    AgentBinding.ScopeType.BOT.value: 3,
+    AgentBinding.ScopeType.WORKSPACE.value: 2,
+    AgentBinding.ScopeType.GLOBAL.value: 1,
+}
+
+
+@dataclass(frozen=True)
+class BindingResolution:
+    """Which bindings handle one event.
+
+    `replying` answers the user; `observers` (`enable_reply: false`) run beside it and never post.
+    `conflict` lists the binding ids tied for replying (same scope level, same priority): then nothing
+    runs at all, not even observers, and the caller records a visible `binding.conflict` error — a
+    half-handled event would hide the misconfiguration.
+    """
+
+    replying: AgentBinding | None = None
+    observers: list[AgentBinding] = field(default_factory=list)
+    conflict: list[str] = field(default_factory=list)
+
+    @property
+    def to_run(self) -> list[AgentBinding]:
+        """Every binding that gets a run, the replying one first."""
+        if self.conflict:
+            return []
+        return [*([self.replying] if self.replying else []), *self.observers]
+
+
+def event_type_matches(pattern: str, event_type: str) -> bool:
+    """`*` matches everything, `message.*` every event type under `message.`, otherwise equality."""
+    if pattern == "*":
+        return True
+    if pattern.endswith(".*"):
+        return event_type.startswith(pattern[:-1])
+    return pattern == event_type
+
+
+def _scope_matches(binding: AgentBinding, *, workspace: Workspace, bot_id: str | None) -> bool:
+    if binding.scope_type == AgentBinding.ScopeType.BOT:
+        return bot_id is not None and binding.workspace_id == workspace.pk and binding.scope_id == bot_id
+    if binding.scope_type == AgentBinding.ScopeType.WORKSPACE:
+        return binding.workspace_id == workspace.pk
+    return binding.scope_type == AgentBinding.ScopeType.GLOBAL
+
+
+def _rank(binding: AgentBinding) -> tuple[int, int, str, bool]:
+    # Sorts best first; the id (then workspace-owned before global) only makes the order deterministic.
+    return (
+        -SCOPE_SPECIFICITY.get(binding.scope_type, 0),
+        -binding.priority,
+        binding.binding_id,
+        binding.workspace_id is None,
+    )
+
+
+def binding_resolve_for_event(*, workspace: Workspace, event_type: str, bot_id: str | None) -> BindingResolution:
+    """Choose the bindings of `workspace` (and host-wide global ones) that handle an event."""
+    candidates = AgentBinding.objects.filter(
+        Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),
+        enabled=True,
+    )
+    matching = sorted(
+        (
+            b
+            for b in candidates
+            if any(event_type_matches(p, event_type) for p in b.event_types or [])
+            and _scope_matches(b, workspace=workspace, bot_id=bot_id)
+        ),
+        key=_rank,
+    )
+    repliers = [b for b in matching if b.replies]
+    observers = [b for b in matching if not b.replies]
+    if not repliers:
+        return BindingResolution(observers=observers)
+    top = repliers[0]
+    tied = [
+        b
+        for b in repliers
+        if SCOPE_SPECIFICITY[b.scope_type] == SCOPE_SPECIFICITY[top.scope_type] and b.priority == top.priority
+    ]
+    if len(tied) > 1:
+        return BindingResolution(conflict=sorted(b.binding_id for b in tied))
+    return BindingResolution(replying=top, observers=observers)

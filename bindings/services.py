@@ -1,14 +1,29 @@
-"""Writes for workspaces and API keys."""
+"""Writes for workspaces, API keys, bots and bindings. Validation of bindings happens here, in one place
+shared by the REST API, admin and management commands."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
 
-from bindings.models import ApiKey, Workspace, WorkspaceMembership
+from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
+from bindings.runner_config import (
+    RunnerConfigError,
+    runner_config_masked,
+    runner_config_split_unvalidated,
+    runner_config_unmask,
+    runner_config_validate,
+)
+from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn
+from langbot_host.crypto import SECRET_MASK
+from runners.models import RunnerDescriptor
+from runners.selectors import runner_descriptor_get
 
 API_KEY_PREFIX = "lbk"
 
@@ -41,3 +56,296 @@ def api_key_create(*, workspace: Workspace, name: str = "") -> tuple[ApiKey, str
         workspace=workspace, name=name, prefix=prefix, secret_sha256=api_key_secret_digest(secret)
     )
     return api_key, f"{API_KEY_PREFIX}_{prefix}_{secret}"
+
+
+# --- bots --------------------------------------------------------------------------------------------
+
+
+class BindingValidationError(Exception):
+    """Field-level problems with a bot or binding: `{"dotted.field": message}`."""
+
+    def __init__(self, fields: dict[str, str]):
+        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
+        self.fields = fields
+
+
+def _free_slug(*, base: str, taken: Callable[[str], bool], fallback: str) -> str:
+    candidate = slugify(base)[:48].strip("-")
+    if candidate and not taken(candidate):
+        return candidate
+    while True:
+        candidate = f"{(slugify(base)[:40].strip('-') or fallback)}-{secrets.token_hex(3)}"
+        if not taken(candidate):
+            return candidate
+
+
+def credentials_merge(*, given: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """Credentials as sent, with masked values replaced by the stored ones; a mask with nothing stored
+    is an error."""
+    merged: dict[str, Any] = {}
+    for key, value in given.items():
+        if value == SECRET_MASK:
+            if key not in stored:
+                raise BindingValidationError(
+                    {f"credentials.{key}": "There is no stored secret to keep; send the value."}
+                )
+            merged[key] = stored[key]
+        else:
+            merged[key] = value
+    return merged
+
+
+@transaction.atomic
+def bot_create(*, workspace: Workspace, spec: BotIn) -> Bot:
+    def taken(bot_id: str) -> bool:
+        return Bot.objects.filter(workspace=workspace, bot_id=bot_id).exists()
+
+    if spec.bot_id is not None and taken(spec.bot_id):
+        raise BindingValidationError({"bot_id": f"A bot {spec.bot_id!r} already exists in this workspace."})
+    bot_id = spec.bot_id or _free_slug(base=spec.name, taken=taken, fallback="bot")
+    return Bot.objects.create(
+        workspace=workspace,
+        bot_id=bot_id,
+        name=spec.name,
+        platform=spec.platform,
+        credentials=credentials_merge(given=spec.credentials, stored={}),
+        enabled=spec.enabled,
+    )
+
+
+@transaction.atomic
+def bot_update(*, bot: Bot, patch: BotPatchIn) -> Bot:
+    given = patch.model_fields_set
+    nulls = {name: "May not be null." for name in given if getattr(patch, name) is None}
+    if nulls:
+        raise BindingValidationError(nulls)
+    if "bot_id" in given and patch.bot_id != bot.bot_id:
+        raise BindingValidationError({"bot_id": "A bot's id cannot be changed."})
+    if patch.name is not None:
+        bot.name = patch.name
+    if patch.platform is not None:
+        bot.platform = patch.platform
+    if patch.enabled is not None:
+        bot.enabled = patch.enabled
+    if patch.credentials is not None:
+        bot.credentials = credentials_merge(given=patch.credentials, stored=bot.credentials or {})
+    bot.save()
+    return bot
+
+
+def bot_delete(*, bot: Bot) -> None:
+    """Delete a bot that no binding is scoped to; bindings would otherwise silently stop matching."""
+    users = list(
+        AgentBinding.objects.filter(
+            workspace=bot.workspace_id, scope_type=AgentBinding.ScopeType.BOT, scope_id=bot.bot_id
+        ).values_list("binding_id", flat=True)
+    )
+    if users:
+        raise BindingValidationError(
+            {"bot_id": f"Bindings are scoped to this bot: {', '.join(sorted(users))}. Delete or re-scope them first."}
+        )
+    bot.delete()
+
+
+# --- bindings ----------------------------------------------------------------------------------------
+
+
+def _scope_fields(*, workspace: Workspace | None, scope: BindingScopeIn) -> dict[str, Any]:
+    if scope.scope_type == "global":
+        if workspace is not None:
+            raise BindingValidationError(
+                {
+                    "scope.scope_type": "A workspace cannot create a global binding; global bindings are "
+                    "host-wide and made by an administrator."
+                }
+            )
+        if scope.scope_id:
+            raise BindingValidationError({"scope.scope_id": "A global binding has no scope id."})
+        return {"scope_type": scope.scope_type, "scope_id": ""}
+    if workspace is None:
+        raise BindingValidationError({"workspace": f"A {scope.scope_type}-scoped binding needs a workspace."})
+    if scope.scope_type == "workspace":
+        if scope.scope_id not in (None, "", workspace.slug):
+            raise BindingValidationError(
+                {"scope.scope_id": f"A workspace-scoped binding is scoped to its own workspace ({workspace.slug})."}
+            )
+        return {"scope_type": scope.scope_type, "scope_id": workspace.slug}
+    if not scope.scope_id:
+        raise BindingValidationError({"scope.scope_id": "A bot-scoped binding needs the bot_id."})
+    if not Bot.objects.filter(workspace=workspace, bot_id=scope.scope_id).exists():
+        raise BindingValidationError({"scope.scope_id": f"There is no bot {scope.scope_id!r} in this workspace."})
+    return {"scope_type": scope.scope_type, "scope_id": scope.scope_id}
+
+
+def _runner_config_fields(*, runner_id: str, config: dict[str, Any], stored_secrets: dict[str, Any]) -> dict[str, Any]:
+    descriptor = runner_descriptor_get(runner_id=runner_id)
+    if descriptor is None or descriptor.status == RunnerDescriptor.Status.MISSING:
+        raise BindingValidationError(
+            {"runner_id": f"Runner {runner_id!r} is not available; install its plugin and refresh the runners."}
+        )
+    # Masks of secrets kept from a schemaless import resolve too, whatever the new schema calls them.
+    config = runner_config_unmask(config=config, stored_secrets=stored_secrets)
+    try:
+        split = runner_config_validate(
+            config_schema=descriptor.config_schema, config=config, stored_secrets=stored_secrets
+        )
+    except RunnerConfigError as exc:
+        raise BindingValidationError(exc.fields) from None
+    return {"runner_config": split.plain, "runner_secrets": split.secrets, "config_validated": True}
+
+
+def binding_prepare(
+    *,
+    workspace: Workspace | None,
+    spec: BindingIn,
+    existing: AgentBinding | None = None,
+    check_runner: bool = True,
+) -> dict[str, Any]:
+    """Validate a whole binding and return the model field values to store.
+
+    `check_runner=False` (an update that leaves runner and config alone) skips the runner lookup, so a
+    binding whose runner went missing can still be disabled or re-prioritised.
+    """
+    if existing is not None and spec.binding_id not in (None, existing.binding_id):
+        raise BindingValidationError({"binding_id": "A binding's id cannot be changed."})
+
+    def taken(binding_id: str) -> bool:
+        others = AgentBinding.objects.filter(workspace=workspace, binding_id=binding_id)
+        if existing is not None:
+            others = others.exclude(pk=existing.pk)
+        return others.exists()
+
+    if existing is None and spec.binding_id is not None and taken(spec.binding_id):
+        raise BindingValidationError({"binding_id": f"A binding {spec.binding_id!r} already exists here."})
+    values: dict[str, Any] = {
+        "binding_id": existing.binding_id
+        if existing
+        else (spec.binding_id or _free_slug(base=spec.name, taken=taken, fallback="binding")),
+        "workspace": workspace,
+        "name": spec.name,
+        **_scope_fields(workspace=workspace, scope=spec.scope),
+        "event_types": list(spec.event_types),
+        "runner_id": spec.runner_id,
+        "resource_policy": spec.resource_policy.model_dump(mode="json"),
+        "state_policy": spec.state_policy.model_dump(mode="json"),
+        "delivery_policy": spec.delivery_policy.model_dump(mode="json"),
+        "concurrency_policy": spec.concurrency_policy.value,
+        "timeout_seconds": spec.timeout_seconds,
+        "priority": spec.priority,
+        "enabled": spec.enabled,
+    }
+    if check_runner:
+        stored = (existing.runner_secrets or {}) if existing else {}
+        values.update(_runner_config_fields(runner_id=spec.runner_id, config=spec.runner_config, stored_secrets=stored))
+    return values
+
+
+def binding_save(
+    *,
+    values: dict[str, Any],
+    instance: AgentBinding | None = None,
+    source: str | None = None,
+    source_detail: str | None = None,
+) -> AgentBinding:
+    """Write prepared values (from `binding_prepare`) to `instance` (new when None or unsaved);
+    a racing duplicate id becomes a field error."""
+    binding = instance if instance is not None else AgentBinding()
+    for name, value in values.items():
+        setattr(binding, name, value)
+    if source is not None:
+        binding.source = source
+    if source_detail is not None:
+        binding.source_detail = source_detail
+    try:
+        with transaction.atomic():
+            binding.save()
+    except IntegrityError as exc:
+        raise BindingValidationError(
+            {"binding_id": f"A binding {values['binding_id']!r} already exists here."}
+        ) from exc
+    return binding
+
+
+def binding_create(
+    *, workspace: Workspace | None, spec: BindingIn, source: str = AgentBinding.Source.API, source_detail: str = ""
+) -> AgentBinding:
+    values = binding_prepare(workspace=workspace, spec=spec)
+    return binding_save(values=values, source=source, source_detail=source_detail)
+
+
+def binding_spec(binding: AgentBinding) -> BindingIn:
+    """A stored binding as input again, its secrets masked (what a client that read it would send)."""
+    return BindingIn.model_validate(
+        {
+            "binding_id": binding.binding_id,
+            "name": binding.name,
+            "scope": {"scope_type": binding.scope_type, "scope_id": binding.scope_id or None},
+            "event_types": binding.event_types,
+            "runner_id": binding.runner_id,
+            "runner_config": runner_config_masked(plain=binding.runner_config, secrets=binding.runner_secrets or {}),
+            "resource_policy": binding.resource_policy,
+            "state_policy": binding.state_policy,
+            "delivery_policy": binding.delivery_policy,
+            "concurrency_policy": binding.concurrency_policy,
+            "timeout_seconds": binding.timeout_seconds,
+            "priority": binding.priority,
+            "enabled": binding.enabled,
+        }
+    )
+
+
+def binding_update(*, binding: AgentBinding, patch: BindingPatchIn) -> AgentBinding:
+    """Apply a PATCH: given keys replace stored ones; runner and config are re-checked when either is given."""
+    given = patch.model_fields_set
+    nulls = {name: "May not be null." for name in given if getattr(patch, name) is None}
+    if nulls:
+        raise BindingValidationError(nulls)
+    merged = binding_spec(binding).model_copy(update={name: getattr(patch, name) for name in given})
+    check_runner = bool(given & {"runner_id", "runner_config"})
+    if check_runner and "runner_config" not in given:
+        # A new runner checks the stored config as it is, secrets included.
+        merged = merged.model_copy(update={"runner_config": binding_runner_config_plain(binding)})
+    values = binding_prepare(workspace=binding.workspace, spec=merged, existing=binding, check_runner=check_runner)
+    return binding_save(values=values, instance=binding)
+
+
+def binding_delete(*, binding: AgentBinding) -> None:
+    binding.delete()
+
+
+def binding_runner_config_plain(binding: AgentBinding) -> dict[str, Any]:
+    """The binding's runner config with secrets decrypted: for the orchestrator, never for display."""
+    return {**(binding.runner_config or {}), **(binding.runner_secrets or {})}
+
+
+@transaction.atomic
+def binding_store_unvalidated(
+    *,
+    workspace: Workspace | None,
+    spec: BindingIn,
+    source: str,
+    source_detail: str,
+) -> AgentBinding:
+    """Store a binding whose runner is not known yet (legacy import, demo seed): scope and policies are
+    checked, the config is kept exactly as given and marked unvalidated; credential-looking keys are
+    still encrypted."""
+    values = binding_prepare(workspace=workspace, spec=spec, check_runner=False)
+    split = runner_config_split_unvalidated(config=spec.runner_config)
+    values.update(runner_config=split.plain, runner_secrets=split.secrets, config_validated=False)
+    return binding_save(values=values, source=source, source_detail=source_detail)
+
+
+def secrets_reencrypt() -> dict[str, int]:
+    """Re-encrypt every stored secret with the current first key (loading decrypts with any key)."""
+    counts: dict[str, int] = {}
+    for label, model, field_name in (
+        ("bot credentials", Bot, "credentials"),
+        ("binding secrets", AgentBinding, "runner_secrets"),
+    ):
+        count = 0
+        with transaction.atomic():
+            for obj in model.objects.select_for_update().only("pk", field_name).iterator(chunk_size=500):
+                obj.save(update_fields=[field_name])
+                count += 1
+        counts[label] = count
+    return counts

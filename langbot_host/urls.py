@@ -8,6 +8,7 @@ from langbot_host.health import healthz
 
 api_v1 = [
     path("", include("runners.urls")),
+    path("", include("bindings.urls")),
 ]
 
 urlpatterns = [

@@ -1,15 +1,66 @@
-"""`python manage.py seed_demo`: the demo workspace and admin login that `make run` prints. Idempotent."""
+"""`python manage.py seed_demo`: the demo workspace, bot, qa-runner binding and admin login that `make run`
+prints. Idempotent: existing objects are kept as they are (an operator may have edited them)."""
 
+import logging
 import os
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from bindings.models import WorkspaceMembership
-from bindings.services import workspace_get_or_create, workspace_member_add
+from bindings.models import AgentBinding, Bot, Workspace, WorkspaceMembership
+from bindings.services import (
+    BindingValidationError,
+    binding_create,
+    binding_store_unvalidated,
+    bot_create,
+    workspace_get_or_create,
+    workspace_member_add,
+)
+from bindings.specs import BindingIn, BindingScopeIn, BotIn
+from runners.models import RunnerDescriptor
+
+logger = logging.getLogger(__name__)
 
 DEMO_USERNAME = "admin"
+DEMO_BOT_ID = "demo-bot"
+DEMO_BINDING_ID = "demo-qa"
+DEMO_RUNNER_ID = "plugin:langbot/qa-runner/default"
+DEMO_RUNNER_CONFIG = {"behaviour": "ok"}
+
+
+def seed_demo_bot_and_binding(workspace: Workspace) -> tuple[Bot, AgentBinding]:
+    bot = Bot.objects.filter(workspace=workspace, bot_id=DEMO_BOT_ID).first() or bot_create(
+        workspace=workspace, spec=BotIn(bot_id=DEMO_BOT_ID, name="Demo bot", platform="webui")
+    )
+    binding = AgentBinding.objects.filter(workspace=workspace, binding_id=DEMO_BINDING_ID).first()
+    if binding is not None:
+        return bot, binding
+    spec = BindingIn(
+        binding_id=DEMO_BINDING_ID,
+        name="Demo: qa-runner",
+        scope=BindingScopeIn(scope_type="bot", scope_id=DEMO_BOT_ID),
+        event_types=["message.received"],
+        runner_id=DEMO_RUNNER_ID,
+        runner_config=DEMO_RUNNER_CONFIG,
+    )
+    known = (
+        RunnerDescriptor.objects.filter(runner_id=DEMO_RUNNER_ID)
+        .exclude(status=RunnerDescriptor.Status.MISSING)
+        .exists()
+    )
+    if known:
+        try:
+            return bot, binding_create(workspace=workspace, spec=spec, source=AgentBinding.Source.SEED)
+        except BindingValidationError as exc:
+            logger.warning("demo binding does not fit the installed qa-runner (%s); storing it unchecked", exc)
+    else:
+        # `make run` seeds before the runtime has reported its runners; the next edit validates it.
+        logger.info("runner %s is not known yet; demo binding stored without config validation", DEMO_RUNNER_ID)
+    binding = binding_store_unvalidated(
+        workspace=workspace, spec=spec, source=AgentBinding.Source.SEED, source_detail="seed_demo"
+    )
+    return bot, binding
 
 
 class Command(BaseCommand):
@@ -26,7 +77,9 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save(update_fields=["password"])
         workspace_member_add(workspace=workspace, user=user, role=WorkspaceMembership.Role.OWNER)
+        bot, binding = seed_demo_bot_and_binding(workspace)
         self.stdout.write(f"demo workspace: {workspace.slug}")
+        self.stdout.write(f"demo bot: {bot.bot_id}; binding: {binding.binding_id} -> {binding.runner_id}")
         if created:
             self.stdout.write(f"admin login: {DEMO_USERNAME} / {password}")
         else:

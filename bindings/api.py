@@ -1,0 +1,289 @@
+"""REST endpoints for bots and bindings (DESIGN §3.2): `/api/v1/bots[/{bot_id}]`,
+`/api/v1/bindings[/{binding_id}]`.
+
+Everything is scoped to the caller's workspace; another workspace's object answers 404. Bodies are
+parsed by the strict pydantic models of `bindings.specs`; validation errors answer 400
+`invalid_argument` with `details.fields` = `{"dotted.field": message}`. Secrets are never returned.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from pydantic import BaseModel, Field, ValidationError
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bindings.access import request_workspace
+from bindings.models import AgentBinding, Bot, Workspace
+from bindings.policies import ConcurrencyPolicy, DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.selectors import (
+    binding_get,
+    binding_list,
+    binding_runner_config_masked,
+    bot_credentials_masked,
+    bot_get,
+    bot_list,
+)
+from bindings.services import (
+    BindingValidationError,
+    binding_create,
+    binding_delete,
+    binding_update,
+    bot_create,
+    bot_delete,
+    bot_update,
+)
+from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn, field_errors
+from langbot_host.api_errors import ApiError
+
+InputModel = TypeVar("InputModel", bound=BaseModel)
+
+WORKSPACE_PARAMETER = OpenApiParameter(
+    "workspace",
+    OpenApiTypes.STR,
+    description="Workspace slug; needed only for a session user who belongs to several workspaces.",
+)
+
+
+# --- output shapes (documentation and serialization) -------------------------------------------------
+
+
+class BindingScopeOut(BaseModel):
+    scope_type: Literal["global", "workspace", "bot"]
+    scope_id: str | None
+
+
+class BindingOut(BaseModel):
+    binding_id: str
+    name: str
+    workspace: str | None
+    scope: BindingScopeOut
+    event_types: list[str]
+    runner_id: str
+    runner_config: dict[str, Any] = Field(description="Secret values are shown as `********`.")
+    config_validated: bool = Field(
+        description="False when the config was stored without checking it against the runner's schema."
+    )
+    resource_policy: ResourcePolicy
+    state_policy: StatePolicy
+    delivery_policy: DeliveryPolicy
+    concurrency_policy: ConcurrencyPolicy
+    timeout_seconds: int
+    priority: int
+    enabled: bool
+    source: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class BindingListOut(BaseModel):
+    items: list[BindingOut]
+
+
+class BotOut(BaseModel):
+    bot_id: str
+    name: str
+    platform: str
+    credentials: dict[str, str] = Field(description="Every value is shown as `********`.")
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+class BotListOut(BaseModel):
+    items: list[BotOut]
+
+
+def binding_out(binding: AgentBinding) -> dict[str, Any]:
+    return {
+        "binding_id": binding.binding_id,
+        "name": binding.name,
+        "workspace": binding.workspace.slug if binding.workspace else None,
+        "scope": {"scope_type": binding.scope_type, "scope_id": binding.scope_id or None},
+        "event_types": binding.event_types,
+        "runner_id": binding.runner_id,
+        "runner_config": binding_runner_config_masked(binding),
+        "config_validated": binding.config_validated,
+        "resource_policy": ResourcePolicy.model_validate(binding.resource_policy).model_dump(mode="json"),
+        "state_policy": StatePolicy.model_validate(binding.state_policy).model_dump(mode="json"),
+        "delivery_policy": DeliveryPolicy.model_validate(binding.delivery_policy).model_dump(mode="json"),
+        "concurrency_policy": binding.concurrency_policy,
+        "timeout_seconds": binding.timeout_seconds,
+        "priority": binding.priority,
+        "enabled": binding.enabled,
+        "source": binding.source,
+        "created_at": binding.created_at.isoformat(),
+        "updated_at": binding.updated_at.isoformat(),
+    }
+
+
+def bot_out(bot: Bot) -> dict[str, Any]:
+    return {
+        "bot_id": bot.bot_id,
+        "name": bot.name,
+        "platform": bot.platform,
+        "credentials": bot_credentials_masked(bot),
+        "enabled": bot.enabled,
+        "created_at": bot.created_at.isoformat(),
+        "updated_at": bot.updated_at.isoformat(),
+    }
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+
+def _parse(model: type[InputModel], data: Any) -> InputModel:
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_argument", "The body must be a JSON object.", {"fields": {}})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(field_errors(exc)) from None
+
+
+def _invalid(fields: dict[str, str]) -> ApiError:
+    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
+
+
+def _binding_or_404(workspace: Workspace, binding_id: str) -> AgentBinding:
+    binding = binding_get(workspace=workspace, binding_id=binding_id)
+    if binding is None:
+        raise ApiError(404, "not_found", f"No binding {binding_id!r} in this workspace.")
+    return binding
+
+
+def _bot_or_404(workspace: Workspace, bot_id: str) -> Bot:
+    bot = bot_get(workspace=workspace, bot_id=bot_id)
+    if bot is None:
+        raise ApiError(404, "not_found", f"No bot {bot_id!r} in this workspace.")
+    return bot
+
+
+# --- bindings ----------------------------------------------------------------------------------------
+
+
+class BindingListApi(APIView):
+    @extend_schema(
+        operation_id="bindings_list",
+        parameters=[
+            WORKSPACE_PARAMETER,
+            OpenApiParameter("enabled", OpenApiTypes.BOOL),
+            OpenApiParameter("runner_id", OpenApiTypes.STR),
+        ],
+        responses=BindingListOut,
+    )
+    def get(self, request: Request) -> Response:
+        workspace = request_workspace(request)
+        enabled_param = request.query_params.get("enabled")
+        enabled = None if enabled_param is None else enabled_param.lower() in ("1", "true", "yes")
+        bindings = binding_list(
+            workspace=workspace, enabled=enabled, runner_id=request.query_params.get("runner_id") or None
+        )
+        return Response({"items": [binding_out(b) for b in bindings]})
+
+    @extend_schema(
+        operation_id="bindings_create",
+        parameters=[WORKSPACE_PARAMETER],
+        request=BindingIn,
+        responses={201: BindingOut, 400: OpenApiResponse(description="`invalid_argument` with details.fields")},
+    )
+    def post(self, request: Request) -> Response:
+        workspace = request_workspace(request)
+        spec = _parse(BindingIn, request.data)
+        try:
+            binding = binding_create(workspace=workspace, spec=spec)
+        except BindingValidationError as exc:
+            raise _invalid(exc.fields) from None
+        return Response(binding_out(binding), status=status.HTTP_201_CREATED)
+
+
+class BindingDetailApi(APIView):
+    @extend_schema(operation_id="bindings_retrieve", parameters=[WORKSPACE_PARAMETER], responses=BindingOut)
+    def get(self, request: Request, binding_id: str) -> Response:
+        return Response(binding_out(_binding_or_404(request_workspace(request), binding_id)))
+
+    @extend_schema(
+        operation_id="bindings_update",
+        parameters=[WORKSPACE_PARAMETER],
+        request=BindingPatchIn,
+        responses={200: BindingOut, 400: OpenApiResponse(description="`invalid_argument` with details.fields")},
+    )
+    def patch(self, request: Request, binding_id: str) -> Response:
+        binding = _binding_or_404(request_workspace(request), binding_id)
+        patch = _parse(BindingPatchIn, request.data)
+        try:
+            binding = binding_update(binding=binding, patch=patch)
+        except BindingValidationError as exc:
+            raise _invalid(exc.fields) from None
+        return Response(binding_out(binding))
+
+    @extend_schema(operation_id="bindings_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})
+    def delete(self, request: Request, binding_id: str) -> Response:
+        binding_delete(binding=_binding_or_404(request_workspace(request), binding_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- bots --------------------------------------------------------------------------------------------
+
+
+class BotListApi(APIView):
+    @extend_schema(operation_id="bots_list", parameters=[WORKSPACE_PARAMETER], responses=BotListOut)
+    def get(self, request: Request) -> Response:
+        return Response({"items": [bot_out(b) for b in bot_list(workspace=request_workspace(request))]})
+
+    @extend_schema(
+        operation_id="bots_create",
+        parameters=[WORKSPACE_PARAMETER],
+        request=BotIn,
+        responses={201: BotOut, 400: OpenApiResponse(description="`invalid_argument` with details.fields")},
+    )
+    def post(self, request: Request) -> Response:
+        workspace = request_workspace(request)
+        spec = _parse(BotIn, request.data)
+        try:
+            bot = bot_create(workspace=workspace, spec=spec)
+        except BindingValidationError as exc:
+            raise _invalid(exc.fields) from None
+        return Response(bot_out(bot), status=status.HTTP_201_CREATED)
+
+
+class BotDetailApi(APIView):
+    @extend_schema(operation_id="bots_retrieve", parameters=[WORKSPACE_PARAMETER], responses=BotOut)
+    def get(self, request: Request, bot_id: str) -> Response:
+        return Response(bot_out(_bot_or_404(request_workspace(request), bot_id)))
+
+    @extend_schema(
+        operation_id="bots_update",
+        parameters=[WORKSPACE_PARAMETER],
+        request=BotPatchIn,
+        responses={200: BotOut, 400: OpenApiResponse(description="`invalid_argument` with details.fields")},
+    )
+    def patch(self, request: Request, bot_id: str) -> Response:
+        bot = _bot_or_404(request_workspace(request), bot_id)
+        patch = _parse(BotPatchIn, request.data)
+        try:
+            bot = bot_update(bot=bot, patch=patch)
+        except BindingValidationError as exc:
+            raise _invalid(exc.fields) from None
+        return Response(bot_out(bot))
+
+    @extend_schema(
+        operation_id="bots_destroy",
+        parameters=[WORKSPACE_PARAMETER],
+        responses={204: None, 409: OpenApiResponse(description="`failed_precondition`: bindings use the bot")},
+    )
+    def delete(self, request: Request, bot_id: str) -> Response:
+        bot = _bot_or_404(request_workspace(request), bot_id)
+        try:
+            bot_delete(bot=bot)
+        except BindingValidationError as exc:
+            raise ApiError(
+                409, "failed_precondition", "Bindings are scoped to this bot.", {"fields": exc.fields}
+            ) from None
+        return Response(status=status.HTTP_204_NO_CONTENT)

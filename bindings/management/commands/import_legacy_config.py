@@ -1,0 +1,51 @@
+"""`python manage.py import_legacy_config FILE [--workspace slug] [--bot bot_id] [--dry-run]`: turn a LangBot
+pipeline config (JSON or YAML) into an AgentBinding of `message.received`."""
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bindings.legacy import LegacyImportError, legacy_config_import, legacy_config_load
+
+
+class Command(BaseCommand):
+    help = (
+        "Import a LangBot pipeline config: `ai.runner.runner` picks the official runner plugin, the `ai.<runner>` "
+        "block becomes the binding's runner config (unchanged). Unknown runners are refused and nothing is written."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", type=Path, help="pipeline config, .json or .yaml")
+        parser.add_argument("--workspace", default="default", help="workspace slug (created if needed)")
+        parser.add_argument("--bot", default=None, help="scope the binding to this bot of the workspace")
+        parser.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
+        parser.add_argument(
+            "--no-validate", action="store_true", help="store the config unchecked even if the runner is installed"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        path: Path = options["file"]
+        try:
+            result = legacy_config_import(
+                data=legacy_config_load(path),
+                workspace_slug=options["workspace"],
+                bot_id=options["bot"],
+                dry_run=options["dry_run"],
+                validate=not options["no_validate"],
+                origin=str(path),
+            )
+        except LegacyImportError as exc:
+            raise CommandError(f"{path}: {exc}; nothing was written") from None
+        binding = result.binding
+        verb = "would create" if result.dry_run else "created"
+        scope = f"bot {binding.scope_id}" if binding.scope_type == "bot" else f"workspace {binding.scope_id}"
+        self.stdout.write(
+            f"{verb} binding {binding.binding_id} ({scope}): message.received -> {binding.runner_id} "
+            f"(from {result.legacy_runner})"
+        )
+        if not result.validated:
+            self.stdout.write(
+                "runner config stored unchecked: the runner's plugin is not installed (or --no-validate); "
+                "it is checked on the next edit of the binding"
+            )

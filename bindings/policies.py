@@ -1,0 +1,78 @@
+"""The policies an AgentBinding carries, as strict pydantic models (unknown keys are errors).
+
+They are stored as JSON on the binding and read back with `*.model_validate(binding.<policy>)`.
+Lists of ids follow one rule everywhere: an empty list allows nothing, `"*"` allows anything the runner
+manifest and the runner config select. Resources are always the intersection of manifest permissions,
+these policies and the runner config's selections (DESIGN §5); these models are only the middle term.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from langbot_sdk.protocol.state import StateScope, StorageArea
+
+WILDCARD = "*"
+
+ResourceName = Annotated[str, StringConstraints(min_length=1, max_length=255, strip_whitespace=True)]
+
+
+class _Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _allows(allowed: list[str], name: str) -> bool:
+    return WILDCARD in allowed or name in allowed
+
+
+class ResourcePolicy(_Policy):
+    """Which host resources runs of the binding may reach."""
+
+    allowed_model_ids: list[ResourceName] = Field(default_factory=list)
+    allowed_tool_names: list[ResourceName] = Field(default_factory=list)
+    allowed_kb_ids: list[ResourceName] = Field(default_factory=list)
+    storage_areas: list[StorageArea] = Field(default_factory=lambda: [StorageArea.PLUGIN, StorageArea.BINDING])
+    """`plugin` and `binding` areas are private to the runner; `workspace` is shared and must be granted."""
+    platform_actions: list[ResourceName] = Field(default_factory=list)
+    require_action_approval: bool = True
+    """Platform actions a runner requests wait for an operator's approval unless this is false."""
+
+    def allows_model(self, model_id: str) -> bool:
+        return _allows(self.allowed_model_ids, model_id)
+
+    def allows_tool(self, tool_name: str) -> bool:
+        return _allows(self.allowed_tool_names, tool_name)
+
+    def allows_kb(self, kb_id: str) -> bool:
+        return _allows(self.allowed_kb_ids, kb_id)
+
+    def allows_platform_action(self, action: str) -> bool:
+        return _allows(self.platform_actions, action)
+
+
+class StatePolicy(_Policy):
+    """Whether runs may keep host-owned state, and in which scopes. Keys stay isolated per runner+binding."""
+
+    enable_state: bool = True
+    state_scopes: list[StateScope] = Field(default_factory=lambda: list(StateScope))
+
+
+class DeliveryPolicy(_Policy):
+    """How results reach the user. `enable_reply: false` makes the binding an observer (DESIGN §4)."""
+
+    enable_streaming: bool = True
+    enable_reply: bool = True
+    max_message_size: int | None = Field(default=None, ge=1, le=1024 * 1024)
+    """Longest reply text (characters) delivered to the platform; None leaves it to the platform adapter."""
+
+
+class ConcurrencyPolicy(StrEnum):
+    """What a message does when a run of the same conversation and binding is still active."""
+
+    QUEUE = "queue"
+    INTERRUPT = "interrupt"
+    REJECT = "reject"
+    PARALLEL = "parallel"

@@ -1,0 +1,77 @@
+"""OpenAPI for the bindings API: the API-key security scheme, and the pydantic models of
+`bindings.*` rendered as OpenAPI 3.0 (drf-spectacular finds both once this module is imported).
+
+Pydantic writes JSON Schema 2020-12, where an optional value is `anyOf: [X, {type: null}]`; OpenAPI 3.0
+has no null type and says `nullable: true` instead, so those schemas are rewritten.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.drainage import set_override
+from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerExtension
+from drf_spectacular.plumbing import ResolvedComponent, build_bearer_security_scheme_object
+from pydantic.json_schema import model_json_schema
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = "bindings.authentication.ApiKeyAuthentication"
+    name = "workspaceApiKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        scheme = dict(build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer"))
+        scheme["description"] = "A workspace API key (`lbk_...`), from admin or `manage.py create_api_key`."
+        return scheme
+
+
+def openapi30(schema: Any) -> Any:
+    """A pydantic JSON Schema with null types expressed as OpenAPI 3.0 `nullable`."""
+    if isinstance(schema, list):
+        return [openapi30(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    result = dict(schema)
+    for keyword in ("anyOf", "oneOf"):
+        options = result.get(keyword)
+        if isinstance(options, list) and {"type": "null"} in options:
+            rest = [option for option in options if option != {"type": "null"}]
+            del result[keyword]
+            if len(rest) == 1 and "$ref" not in rest[0]:
+                result.update(rest[0])
+            else:
+                result[keyword] = rest
+            result["nullable"] = True
+    result = {key: openapi30(value) for key, value in result.items()}
+    if result.get("type") == "null":
+        del result["type"]
+        result["nullable"] = True
+    if "const" in result:
+        result["enum"] = [result.pop("const")]
+    return result
+
+
+class BindingsPydanticModelExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+    target_class = "pydantic.BaseModel"
+    match_subclasses = True
+    # Ahead of drf-spectacular's own pydantic extension, which would emit 3.1-only null types.
+    priority = 1
+
+    @classmethod
+    def _matches(cls, target: Any) -> bool:
+        return super()._matches(target) and getattr(target, "__module__", "").startswith("bindings.")
+
+    def get_name(self, auto_schema: Any, direction: str) -> str:
+        # Nested models are registered under their names from `$defs` (no class at hand there), so the
+        # same model may arrive under two identities; the schemas are equal.
+        set_override(self.target, "suppress_collision_warning", True)
+        return str(self.target.__name__)
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        schema = model_json_schema(self.target, ref_template="#/components/schemas/{model}", mode="serialization")
+        for name, sub_schema in schema.pop("$defs", {}).items():
+            component = ResolvedComponent(  # type: ignore[no-untyped-call]
+                name=name, type=ResolvedComponent.SCHEMA, object=name, schema=openapi30(sub_schema)
+            )
+            auto_schema.registry.register_on_missing(component)
+        return dict(openapi30(schema))

@@ -1,0 +1,115 @@
+"""Input shapes for bots and bindings (DESIGN §3.2), as strict pydantic models shared by API, admin and
+management commands. Unknown keys are errors; error locations become dotted field names
+(`scope.scope_type`, `resource_policy.allowed_model_ids`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+
+from bindings.policies import ConcurrencyPolicy, DeliveryPolicy, ResourcePolicy, StatePolicy
+from langbot_sdk.protocol import RunnerId
+
+SLUG_PATTERN = r"^[-a-zA-Z0-9_]+$"
+Slug = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=SLUG_PATTERN)]
+# `message.received`, `message.*` (a family) or `*` (everything).
+EventTypePattern = Annotated[str, StringConstraints(max_length=128, pattern=r"^(\*|[a-z0-9_]+(\.[a-z0-9_]+)*(\.\*)?)$")]
+
+BOT_PLATFORMS = ("webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "qq", "other")
+TIMEOUT_MAX_SECONDS = 3600
+PRIORITY_LIMIT = 1_000_000
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BindingScopeIn(_Input):
+    scope_type: Literal["global", "workspace", "bot"]
+    scope_id: str | None = Field(default=None, max_length=64)
+    """bot_id for bot scope; the workspace slug for workspace scope (defaults to the caller's)."""
+
+
+class BindingIn(_Input):
+    """A whole binding, as created (or as a PATCH leaves it)."""
+
+    binding_id: Slug | None = None
+    """Generated from the name (or randomly) when omitted; unique per workspace."""
+    name: str = Field(default="", max_length=200)
+    scope: BindingScopeIn = Field(default_factory=lambda: BindingScopeIn(scope_type="workspace"))
+    event_types: list[EventTypePattern] = Field(min_length=1, max_length=64)
+    runner_id: str
+    runner_config: dict[str, Any] = Field(default_factory=dict)
+    resource_policy: ResourcePolicy = Field(default_factory=ResourcePolicy)
+    state_policy: StatePolicy = Field(default_factory=StatePolicy)
+    delivery_policy: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
+    timeout_seconds: int = Field(default=300, ge=1, le=TIMEOUT_MAX_SECONDS)
+    priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
+    """Among replying bindings of the same scope level, the highest priority answers."""
+    enabled: bool = True
+
+    @field_validator("runner_id")
+    @classmethod
+    def _runner_id(cls, value: str) -> str:
+        return str(RunnerId.parse(value))
+
+    @field_validator("event_types")
+    @classmethod
+    def _dedupe(cls, value: list[str]) -> list[str]:
+        return list(dict.fromkeys(value))
+
+
+class BindingPatchIn(_Input):
+    """Any subset of `BindingIn`'s keys. A given key replaces the stored value as a whole (a policy
+    object too); `runner_config` secrets sent back as the mask keep their stored values."""
+
+    binding_id: Slug | None = None
+    name: str | None = Field(default=None, max_length=200)
+    scope: BindingScopeIn | None = None
+    event_types: list[EventTypePattern] | None = None
+    runner_id: str | None = None
+    runner_config: dict[str, Any] | None = None
+    resource_policy: ResourcePolicy | None = None
+    state_policy: StatePolicy | None = None
+    delivery_policy: DeliveryPolicy | None = None
+    concurrency_policy: ConcurrencyPolicy | None = None
+    timeout_seconds: int | None = None
+    priority: int | None = None
+    enabled: bool | None = None
+
+
+class BotIn(_Input):
+    bot_id: Slug | None = None
+    """Generated from the name (or randomly) when omitted; unique per workspace."""
+    name: str = Field(default="", max_length=200)
+    platform: Literal["webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "qq", "other"] = (
+        "webui"
+    )
+    credentials: dict[str, Any] = Field(default_factory=dict)
+    """Write-only: answers show every value as the mask; sending the mask back keeps the stored value;
+    a key left out is removed."""
+    enabled: bool = True
+
+
+class BotPatchIn(_Input):
+    bot_id: Slug | None = None
+    name: str | None = Field(default=None, max_length=200)
+    platform: (
+        Literal["webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "qq", "other"] | None
+    ) = None
+    credentials: dict[str, Any] | None = None
+    enabled: bool | None = None
+
+
+def field_errors(exc: ValidationError, prefix: str = "") -> dict[str, str]:
+    """Pydantic errors as `{"dotted.field": message}`, first message per field."""
+    fields: dict[str, str] = {}
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "non_field_errors")
+        message = "Unknown field." if error["type"] == "extra_forbidden" else error["msg"]
+        fields.setdefault(key, message.removeprefix("Value error, "))
+    return fields

@@ -1,0 +1,12 @@
+"""Routes of the bindings app under `/api/v1/`."""
+
+from django.urls import path
+
+from bindings.api import BindingDetailApi, BindingListApi, BotDetailApi, BotListApi
+
+urlpatterns = [
+    path("bindings", BindingListApi.as_view(), name="binding-list"),
+    path("bindings/<slug:binding_id>", BindingDetailApi.as_view(), name="binding-detail"),
+    path("bots", BotListApi.as_view(), name="bot-list"),
+    path("bots/<slug:bot_id>", BotDetailApi.as_view(), name="bot-detail"),
+]
