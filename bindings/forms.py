@@ -18,6 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, Workspace
+from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.runner_config import config_schema_items
 from bindings.selectors import binding_runner_config_masked, bot_credentials_masked
 from bindings.services import BindingValidationError, binding_prepare, credentials_merge
@@ -184,8 +185,13 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         self.fields["workspace"].help_text = "Empty only for host-wide global bindings (superusers)."
         if instance.pk:
             self.fields["binding_id"].disabled = True
-            for policy in ("resource_policy", "state_policy", "delivery_policy"):
-                self.initial.setdefault(policy, getattr(instance, policy))
+        for policy, model in (
+            ("resource_policy", ResourcePolicy),
+            ("state_policy", StatePolicy),
+            ("delivery_policy", DeliveryPolicy),
+        ):
+            stored = getattr(instance, policy) if instance.pk else {}
+            self.initial[policy] = model.model_validate(stored or {}).model_dump(mode="json")
         masked = binding_runner_config_masked(instance) if instance.pk else {}
         for item in self.config_items:
             name = CONFIG_FIELD_PREFIX + item.name

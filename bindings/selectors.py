@@ -4,6 +4,7 @@ event)."""
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,11 +165,25 @@ def binding_resolve_for_event(*, workspace: Workspace, event_type: str, bot_id: 
         Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),
         enabled=True,
     )
+    return bindings_choose(candidates, workspace=workspace, event_type=event_type, bot_id=bot_id)
+
+
+def bindings_choose(
+    bindings: Iterable[AgentBinding], *, workspace: Workspace, event_type: str, bot_id: str | None
+) -> BindingResolution:
+    """The resolution rules over any set of bindings (the resolver's query only narrows the set).
+
+    Candidates are enabled, belong to the workspace or are global, match the event type and the scope.
+    Among the replying ones the most specific scope wins, then the highest priority; a tie at the top
+    is a conflict. The order of `bindings` never matters.
+    """
     matching = sorted(
         (
             b
-            for b in candidates
-            if any(event_type_matches(p, event_type) for p in b.event_types or [])
+            for b in bindings
+            if b.enabled
+            and (b.workspace_id == workspace.pk or (b.workspace_id is None and b.scope_type == "global"))
+            and any(event_type_matches(p, event_type) for p in b.event_types or [])
             and _scope_matches(b, workspace=workspace, bot_id=bot_id)
         ),
         key=_rank,
@@ -178,11 +193,11 @@ def binding_resolve_for_event(*, workspace: Workspace, event_type: str, bot_id: 
     if not repliers:
         return BindingResolution(observers=observers)
     top = repliers[0]
-    tied = [
-        b
-        for b in repliers
-        if SCOPE_SPECIFICITY[b.scope_type] == SCOPE_SPECIFICITY[top.scope_type] and b.priority == top.priority
-    ]
+    tied = [b for b in repliers if _level(b) == _level(top)]
     if len(tied) > 1:
         return BindingResolution(conflict=sorted(b.binding_id for b in tied))
     return BindingResolution(replying=top, observers=observers)
+
+
+def _level(binding: AgentBinding) -> tuple[int, int]:
+    return SCOPE_SPECIFICITY.get(binding.scope_type, 0), binding.priority

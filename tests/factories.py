@@ -5,7 +5,8 @@ from __future__ import annotations
 import factory
 from django.contrib.auth import get_user_model
 
-from bindings.models import Workspace
+from bindings.models import AgentBinding, Bot, Workspace
+from runners.models import RunnerDescriptor
 
 
 class WorkspaceFactory(factory.django.DjangoModelFactory):
@@ -24,3 +25,50 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     password = factory.PostGenerationMethodCall("set_password", "pw")
+
+
+class BotFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Bot
+
+    workspace = factory.SubFactory(WorkspaceFactory)
+    bot_id = factory.Sequence(lambda n: f"bot-{n}")
+    name = factory.LazyAttribute(lambda o: f"Bot {o.bot_id}")
+    platform = Bot.Platform.WEBUI
+    credentials = factory.LazyFunction(dict)
+
+
+class RunnerDescriptorFactory(factory.django.DjangoModelFactory):
+    """A runner as if the runtime had reported it; `config_schema` is a list of form item dicts."""
+
+    class Meta:
+        model = RunnerDescriptor
+        django_get_or_create = ("runner_id",)
+
+    plugin_author = "tester"
+    plugin_name = factory.Sequence(lambda n: f"plugin-{n}")
+    runner_name = "default"
+    runner_id = factory.LazyAttribute(lambda o: f"plugin:{o.plugin_author}/{o.plugin_name}/{o.runner_name}")
+    plugin_version = "1.0.0"
+    label = factory.LazyAttribute(lambda o: {"en_US": o.plugin_name})
+    config_schema = factory.LazyFunction(list)
+    status = RunnerDescriptor.Status.AVAILABLE
+
+
+class AgentBindingFactory(factory.django.DjangoModelFactory):
+    """A stored binding, written directly (no validation): for tests of readers such as the resolver."""
+
+    class Meta:
+        model = AgentBinding
+
+    workspace = factory.SubFactory(WorkspaceFactory)
+    binding_id = factory.Sequence(lambda n: f"binding-{n}")
+    scope_type = AgentBinding.ScopeType.WORKSPACE
+    scope_id = factory.LazyAttribute(lambda o: o.workspace.slug if o.workspace else "")
+    event_types = factory.LazyFunction(lambda: ["message.received"])
+    runner_id = "plugin:tester/runner/default"
+    runner_config = factory.LazyFunction(dict)
+    runner_secrets = factory.LazyFunction(dict)
+    delivery_policy = factory.LazyFunction(lambda: {"enable_reply": True})
+    priority = 0
+    enabled = True

@@ -1,0 +1,72 @@
+"""REST CRUD of bots: credentials are write-only, stored encrypted and shown masked."""
+
+from __future__ import annotations
+
+import pytest
+
+from bindings.models import Bot
+from langbot_host.crypto import SECRET_MASK
+from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_a_bot_and_see_its_credentials_only_masked(api_client):
+    response = api_client.post(
+        "/api/v1/bots",
+        {"bot_id": "tg", "name": "Telegram", "platform": "telegram", "credentials": {"token": "123:abc"}},
+        format="json",
+    )
+
+    assert response.status_code == 201, response.content
+    assert response.json()["credentials"] == {"token": SECRET_MASK}
+    assert "123:abc" not in api_client.get("/api/v1/bots").content.decode()
+    assert Bot.objects.get().credentials == {"token": "123:abc"}
+
+
+def test_patch_with_the_mask_keeps_credentials_and_a_new_value_replaces_them(api_client):
+    api_client.post("/api/v1/bots", {"bot_id": "tg", "credentials": {"token": "t1", "secret": "s1"}}, format="json")
+
+    api_client.patch("/api/v1/bots/tg", {"credentials": {"token": SECRET_MASK, "secret": "s2"}}, format="json")
+
+    assert Bot.objects.get().credentials == {"token": "t1", "secret": "s2"}
+
+
+def test_a_mask_for_a_credential_never_stored_is_refused(api_client):
+    api_client.post("/api/v1/bots", {"bot_id": "tg"}, format="json")
+
+    response = api_client.patch("/api/v1/bots/tg", {"credentials": {"token": SECRET_MASK}}, format="json")
+
+    assert response.status_code == 400
+    assert "credentials.token" in response.json()["error"]["details"]["fields"]
+
+
+def test_unknown_platform_is_a_field_error(api_client):
+    response = api_client.post("/api/v1/bots", {"bot_id": "x", "platform": "pager"}, format="json")
+
+    assert "platform" in response.json()["error"]["details"]["fields"]
+
+
+def test_another_workspaces_bot_answers_404(api_client):
+    BotFactory(workspace=WorkspaceFactory(), bot_id="theirs")
+
+    assert api_client.get("/api/v1/bots/theirs").status_code == 404
+    assert api_client.delete("/api/v1/bots/theirs").status_code == 404
+
+
+def test_a_bot_that_bindings_use_cannot_be_deleted(api_client, workspace):
+    BotFactory(workspace=workspace, bot_id="helpdesk")
+    AgentBindingFactory(workspace=workspace, binding_id="helpdesk-qa", scope_type="bot", scope_id="helpdesk")
+
+    response = api_client.delete("/api/v1/bots/helpdesk")
+
+    assert response.status_code == 409
+    assert "helpdesk-qa" in response.json()["error"]["details"]["fields"]["bot_id"]
+    assert Bot.objects.filter(bot_id="helpdesk").exists()
+
+
+def test_an_unused_bot_is_deleted(api_client, workspace):
+    BotFactory(workspace=workspace, bot_id="spare")
+
+    assert api_client.delete("/api/v1/bots/spare").status_code == 204
+    assert not Bot.objects.exists()
