@@ -91,10 +91,13 @@ class CancelRunRequest(HostModel):
 
 
 class PingResult(RunnerModel):
-    ok: bool = True
+    """The runtime's answer to ``ping``: liveness plus what a health page wants to show."""
+
+    pong: bool = True
+    version: str | None = None
     protocol_version: str = PROTOCOL_VERSION
-    sdk_version: str | None = None
-    active_runs: int | None = None
+    uptime_s: float | None = None
+    runs_active: int | None = None
 
 
 class HistoryPageRequest(ProxyRequest):

@@ -20,12 +20,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from langbot_sdk.protocol import (
-    PROTOCOL_VERSION,
     Action,
     AgentRunContext,
     AgentRunRequest,
     AgentRunResult,
     ListAgentRunnersResponse,
+    PingResult,
     ResultType,
     RunFailureCode,
     limits,
@@ -207,13 +207,11 @@ class HostSession:
         return self.service.list_response()
 
     async def handle_ping(self, data: dict[str, Any], info: CallInfo) -> dict[str, Any]:
-        return {
-            "pong": True,
-            "version": RUNTIME_VERSION,
-            "protocol_version": PROTOCOL_VERSION,
-            "uptime_s": round(time.monotonic() - self.service.started_at, 3),
-            "runs_active": self.service.runs_active,
-        }
+        return PingResult(
+            version=RUNTIME_VERSION,
+            uptime_s=round(time.monotonic() - self.service.started_at, 3),
+            runs_active=self.service.runs_active,
+        ).model_dump()
 
     async def handle_cancel_run(self, data: dict[str, Any], info: CallInfo) -> dict[str, Any]:
         run_id = data.get("run_id")
