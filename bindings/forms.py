@@ -190,8 +190,8 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             ("state_policy", StatePolicy),
             ("delivery_policy", DeliveryPolicy),
         ):
-            stored = getattr(instance, policy) if instance.pk else {}
-            self.initial[policy] = model.model_validate(stored or {}).model_dump(mode="json")
+            stored_policy = getattr(instance, policy) if instance.pk else {}
+            self.initial[policy] = model.model_validate(stored_policy or {}).model_dump(mode="json")
         masked = binding_runner_config_masked(instance) if instance.pk else {}
         for item in self.config_items:
             name = CONFIG_FIELD_PREFIX + item.name

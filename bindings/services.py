@@ -344,8 +344,31 @@ def secrets_reencrypt() -> dict[str, int]:
     ):
         count = 0
         with transaction.atomic():
-            for obj in model.objects.select_for_update().only("pk", field_name).iterator(chunk_size=500):
+            for obj in model.objects.select_for_update().only("pk", field_name).order_by("pk").iterator(chunk_size=500):
                 obj.save(update_fields=[field_name])
                 count += 1
         counts[label] = count
     return counts
+
+
+def bindings_revalidate_for_runner(*, runner_id: str) -> list[str]:
+    """Check the unvalidated bindings of a runner that has just become known (after a runtime sync).
+
+    A config that fits is stored validated (defaults filled in, secrets split by the schema); one that
+    does not stays as it is and unvalidated — the next edit shows its errors. Returns the ids validated.
+    """
+    validated: list[str] = []
+    for binding in AgentBinding.objects.filter(runner_id=runner_id, config_validated=False):
+        try:
+            values = _runner_config_fields(
+                runner_id=runner_id, config=binding_runner_config_plain(binding), stored_secrets={}
+            )
+        except BindingValidationError:
+            continue
+        # Conditional: an edit that landed meanwhile wins.
+        updated = AgentBinding.objects.filter(
+            pk=binding.pk, config_validated=False, updated_at=binding.updated_at
+        ).update(runner_config=values["runner_config"], runner_secrets=values["runner_secrets"], config_validated=True)
+        if updated:
+            validated.append(binding.binding_id)
+    return validated
