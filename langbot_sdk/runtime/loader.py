@@ -91,12 +91,14 @@ def _plugin_paths(root: Path) -> Iterable[Path]:
 def _load_one(plugin_path: Path, registry: PluginRegistry) -> None:
     author = name = version = None
     warnings: list[str] = []
+    # Ids read from component YAMLs before a later step failed: the host marks those runners `error`.
+    declared_ids: list[str] = []
     try:
         plugin = PluginManifest.model_validate(_read_yaml(plugin_path / MANIFEST_FILE))
         author, name = plugin.metadata.author, plugin.metadata.name
         version = plugin.metadata.version
         warnings.extend(f"{MANIFEST_FILE}: ignored field {path}" for path in plugin.ignored_fields)
-        loaded = _load_runners(plugin_path, plugin, warnings)
+        loaded = _load_runners(plugin_path, plugin, warnings, declared_ids)
         for runner in loaded:
             existing = registry.runners.get(runner.manifest.id)
             if existing is not None:
@@ -114,7 +116,7 @@ def _load_one(plugin_path: Path, registry: PluginRegistry) -> None:
                 version=version,
                 status="error",
                 error=reason,
-                runner_ids=[],
+                runner_ids=declared_ids,
                 warnings=warnings,
             )
         )
@@ -138,7 +140,9 @@ def _load_one(plugin_path: Path, registry: PluginRegistry) -> None:
     logger.info("plugin %s/%s %s loaded: %d runner(s)", author, name, version, len(loaded))
 
 
-def _load_runners(plugin_path: Path, plugin: PluginManifest, warnings: list[str]) -> list[LoadedRunner]:
+def _load_runners(
+    plugin_path: Path, plugin: PluginManifest, warnings: list[str], declared_ids: list[str]
+) -> list[LoadedRunner]:
     identity = plugin.identity
     loaded: list[LoadedRunner] = []
     seen: set[str] = set()
@@ -157,6 +161,7 @@ def _load_runners(plugin_path: Path, plugin: PluginManifest, warnings: list[str]
         if manifest.id in seen:
             raise PluginLoadError(f"duplicate runner id {manifest.id} in {_relative(yaml_path, plugin_path)}")
         seen.add(manifest.id)
+        declared_ids.append(manifest.id)
         runner_cls = _import_runner_class(plugin_path, yaml_path, component)
         try:
             instance = runner_cls()

@@ -75,10 +75,11 @@ async def test_a_broken_plugin_is_reported_with_its_reason_while_the_others_load
     answer = ListAgentRunnersResponse.model_validate(await runtime.connection.call("list_agent_runners", {}))
 
     # then the good runner is offered, and the broken plugin is reported with a reason naming the problem
+    # and the runner id it declared (so the host can mark that runner as failed), without offering it
     assert [runner.id for runner in answer.runners] == ["plugin:tester/good-plugin/main"]
     report = next(r for r in answer.plugins if r.path == str(broken_path))
     assert report.status == "error"
-    assert report.runner_ids == []
+    assert report.runner_ids == ["plugin:tester/broken-plugin/main"]
     assert reason_hint.lower() in (report.error or "").lower()
 
 
