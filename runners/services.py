@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from bindings.services import bindings_revalidate_for_runner
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
 from runners.models import RunnerDescriptor
 from runners.runtime import runtime_link
@@ -116,6 +117,9 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
     gone.update(status=RunnerDescriptor.Status.MISSING, load_error="no longer reported by the plugin runtime")
     for error in result.plugin_errors:
         logger.warning("plugin failed to load: %s", error)
+    # Bindings stored before their runner was known (legacy import, demo seed) get checked now.
+    for runner_id in result.available:
+        bindings_revalidate_for_runner(runner_id=runner_id)
     return result
 
 

@@ -97,3 +97,19 @@ def test_runner_list_rejects_an_unknown_status_filter(api_client):
 
     assert response.status_code == 400
     assert "status" in response.json()["error"]["details"]["fields"]
+
+
+def test_a_binding_stored_before_its_runner_was_known_is_validated_by_the_sync(runtime_plugins, capsys):
+    from bindings.models import AgentBinding
+
+    call_command("seed_demo")
+    assert AgentBinding.objects.get(binding_id="demo-qa").config_validated is False
+    runtime_plugins(PLUGINS_DIR)
+
+    call_command("sync_runners")
+
+    binding = AgentBinding.objects.get(binding_id="demo-qa")
+    assert binding.config_validated is True
+    # the runner's defaults were filled in next to the seeded choice
+    assert binding.runner_config["behaviour"] == "ok"
+    assert binding.runner_config["delta_count"] == 5
