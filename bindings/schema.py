@@ -15,7 +15,7 @@ from drf_spectacular.plumbing import ResolvedComponent, build_bearer_security_sc
 from pydantic.json_schema import model_json_schema
 
 
-class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
     target_class = "bindings.authentication.ApiKeyAuthentication"
     name = "workspaceApiKey"
 
@@ -51,7 +51,7 @@ def openapi30(schema: Any) -> Any:
     return result
 
 
-class BindingsPydanticModelExtension(OpenApiSerializerExtension):  # type: ignore[no-untyped-call]
+class BindingsPydanticModelExtension(OpenApiSerializerExtension):
     target_class = "pydantic.BaseModel"
     match_subclasses = True
     # Ahead of drf-spectacular's own pydantic extension, which would emit 3.1-only null types.
@@ -70,7 +70,7 @@ class BindingsPydanticModelExtension(OpenApiSerializerExtension):  # type: ignor
     def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         schema = model_json_schema(self.target, ref_template="#/components/schemas/{model}", mode="serialization")
         for name, sub_schema in schema.pop("$defs", {}).items():
-            component = ResolvedComponent(  # type: ignore[no-untyped-call]
+            component = ResolvedComponent(
                 name=name, type=ResolvedComponent.SCHEMA, object=name, schema=openapi30(sub_schema)
             )
             auto_schema.registry.register_on_missing(component)

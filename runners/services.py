@@ -118,8 +118,8 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
     for error in result.plugin_errors:
         logger.warning("plugin failed to load: %s", error)
     # Bindings stored before their runner was known (legacy import, demo seed) get checked now.
-    for runner_id in result.available:
-        bindings_revalidate_for_runner(runner_id=runner_id)
+    for available_id in result.available:
+        bindings_revalidate_for_runner(runner_id=available_id)
     return result
 
 

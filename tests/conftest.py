@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,20 +12,20 @@ PLUGINS_DIR = REPO_ROOT / "plugins"
 
 
 @pytest.fixture
-def workspace(db):  # type: ignore[no-untyped-def]
+def workspace(db):
     from tests.factories import WorkspaceFactory
 
-    return WorkspaceFactory()
+    return WorkspaceFactory.create()
 
 
 @pytest.fixture
-def api_client_for(db):  # type: ignore[no-untyped-def]
+def api_client_for(db):
     """Build a DRF client authenticated with a fresh API key of the given workspace."""
     from rest_framework.test import APIClient
 
     from bindings.services import api_key_create
 
-    def build(workspace):  # type: ignore[no-untyped-def]
+    def build(workspace):
         _, key = api_key_create(workspace=workspace)
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -35,12 +35,12 @@ def api_client_for(db):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def api_client(workspace, api_client_for):  # type: ignore[no-untyped-def]
+def api_client(workspace, api_client_for):
     return api_client_for(workspace)
 
 
 @pytest.fixture
-def runtime_plugins(settings) -> Iterator[callable]:  # type: ignore[no-untyped-def,valid-type]
+def runtime_plugins(settings) -> Iterator[Callable[..., None]]:
     """Point the host's runtime link at the given plugin directories (a fresh runtime child each time)."""
     from runners.runtime import runtime_link_reset
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from bindings.models import AgentBinding, Bot, Workspace
 from runners.models import RunnerDescriptor
 
 
-class WorkspaceFactory(factory.django.DjangoModelFactory):
+class WorkspaceFactory(factory.django.DjangoModelFactory[Workspace]):
     class Meta:
         model = Workspace
         django_get_or_create = ("slug",)
@@ -18,7 +19,7 @@ class WorkspaceFactory(factory.django.DjangoModelFactory):
     name = factory.LazyAttribute(lambda o: f"Workspace {o.slug}")
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
@@ -27,7 +28,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.PostGenerationMethodCall("set_password", "pw")
 
 
-class BotFactory(factory.django.DjangoModelFactory):
+class BotFactory(factory.django.DjangoModelFactory[Bot]):
     class Meta:
         model = Bot
 
@@ -38,7 +39,7 @@ class BotFactory(factory.django.DjangoModelFactory):
     credentials = factory.LazyFunction(dict)
 
 
-class RunnerDescriptorFactory(factory.django.DjangoModelFactory):
+class RunnerDescriptorFactory(factory.django.DjangoModelFactory[RunnerDescriptor]):
     """A runner as if the runtime had reported it; `config_schema` is a list of form item dicts."""
 
     class Meta:
@@ -55,7 +56,7 @@ class RunnerDescriptorFactory(factory.django.DjangoModelFactory):
     status = RunnerDescriptor.Status.AVAILABLE
 
 
-class AgentBindingFactory(factory.django.DjangoModelFactory):
+class AgentBindingFactory(factory.django.DjangoModelFactory[AgentBinding]):
     """A stored binding, written directly (no validation): for tests of readers such as the resolver."""
 
     class Meta:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.factories import RunnerDescriptorFactory
 
-EVERY_TYPE_SCHEMA = [
+EVERY_TYPE_SCHEMA: list[dict[str, Any]] = [
     {"name": "greeting", "label": "Greeting", "type": "string", "required": True},
     {"name": "notes", "label": "Notes", "type": "text"},
     {"name": "max_rounds", "label": "Max rounds", "type": "integer", "default": 5},
@@ -30,12 +32,14 @@ EVERY_TYPE_SCHEMA = [
 
 
 @pytest.fixture
-def runner(db):  # type: ignore[no-untyped-def]
-    return RunnerDescriptorFactory(plugin_author="tester", plugin_name="every-type", config_schema=EVERY_TYPE_SCHEMA)
+def runner(db):
+    return RunnerDescriptorFactory.create(
+        plugin_author="tester", plugin_name="every-type", config_schema=EVERY_TYPE_SCHEMA
+    )
 
 
 @pytest.fixture
-def encryption_keys(settings):  # type: ignore[no-untyped-def]
+def encryption_keys(settings):
     """Two fresh Fernet keys, the first one active."""
     from langbot_host.crypto import generate_key
 

@@ -22,7 +22,7 @@ ADD_URL = "/admin/bindings/agentbinding/add/"
 @pytest.fixture
 def admin_client(db) -> Client:
     client = Client()
-    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
+    client.force_login(UserFactory.create(username="root", is_staff=True, is_superuser=True))
     return client
 
 
@@ -137,7 +137,7 @@ def test_the_change_form_shows_secrets_masked_and_the_mask_keeps_them(admin_clie
 
 
 def test_a_superuser_may_create_a_global_binding(admin_client, runner):
-    data = {**form_data(WorkspaceFactory(), runner, scope_type="global"), "workspace": ""}
+    data = {**form_data(WorkspaceFactory.create(), runner, scope_type="global"), "workspace": ""}
 
     response = admin_client.post(ADD_URL, data)
 
@@ -148,16 +148,16 @@ def test_a_superuser_may_create_a_global_binding(admin_client, runner):
 
 
 def test_staff_see_only_bindings_and_bots_of_their_workspaces(runner):
-    mine, theirs = WorkspaceFactory(), WorkspaceFactory()
-    staff = UserFactory(username="staff", is_staff=True)
+    mine, theirs = WorkspaceFactory.create(), WorkspaceFactory.create()
+    staff = UserFactory.create(username="staff", is_staff=True)
     from django.contrib.auth.models import Permission
 
     staff.user_permissions.set(Permission.objects.filter(content_type__app_label="bindings"))
     workspace_member_add(workspace=mine, user=staff)
-    AgentBindingFactory(workspace=mine, binding_id="mine-binding")
-    AgentBindingFactory(workspace=theirs, binding_id="their-binding")
-    BotFactory(workspace=mine, bot_id="mine-bot")
-    BotFactory(workspace=theirs, bot_id="their-bot")
+    AgentBindingFactory.create(workspace=mine, binding_id="mine-binding")
+    AgentBindingFactory.create(workspace=theirs, binding_id="their-binding")
+    BotFactory.create(workspace=mine, bot_id="mine-bot")
+    BotFactory.create(workspace=theirs, bot_id="their-bot")
     client = Client()
     client.force_login(staff)
 
@@ -171,7 +171,7 @@ def test_staff_see_only_bindings_and_bots_of_their_workspaces(runner):
 
 
 def test_bot_credentials_are_masked_in_admin_and_kept_by_the_mask(admin_client, workspace):
-    bot = BotFactory(workspace=workspace, bot_id="tg", credentials={"token": "tg-secret"})
+    bot = BotFactory.create(workspace=workspace, bot_id="tg", credentials={"token": "tg-secret"})
     url = f"/admin/bindings/bot/{bot.pk}/change/"
 
     page = admin_client.get(url)

@@ -95,7 +95,7 @@ def test_a_duplicate_binding_id_is_a_field_error(api_client, runner):
 
 def test_list_shows_only_the_callers_workspace(api_client, api_client_for, runner):
     api_client.post("/api/v1/bindings", body(runner), format="json")
-    other = api_client_for(WorkspaceFactory())
+    other = api_client_for(WorkspaceFactory.create())
     other.post("/api/v1/bindings", body(runner, binding_id="theirs"), format="json")
 
     items = api_client.get("/api/v1/bindings").json()["items"]
@@ -104,7 +104,7 @@ def test_list_shows_only_the_callers_workspace(api_client, api_client_for, runne
 
 
 def test_another_workspaces_binding_answers_404_for_every_method(api_client, api_client_for, runner):
-    api_client_for(WorkspaceFactory()).post("/api/v1/bindings", body(runner, binding_id="theirs"), format="json")
+    api_client_for(WorkspaceFactory.create()).post("/api/v1/bindings", body(runner, binding_id="theirs"), format="json")
 
     for response in (
         api_client.get("/api/v1/bindings/theirs"),
@@ -131,7 +131,7 @@ def test_a_workspace_cannot_create_a_global_binding(api_client, runner):
 
 
 def test_bot_scope_needs_a_bot_of_the_callers_workspace(api_client, runner):
-    foreign_bot = BotFactory(bot_id="elsewhere")
+    foreign_bot = BotFactory.create(bot_id="elsewhere")
 
     response = api_client.post(
         "/api/v1/bindings", body(runner, scope={"scope_type": "bot", "scope_id": foreign_bot.bot_id}), format="json"
@@ -141,7 +141,7 @@ def test_bot_scope_needs_a_bot_of_the_callers_workspace(api_client, runner):
 
 
 def test_bot_scope_with_an_own_bot_is_accepted(api_client, workspace, runner):
-    BotFactory(workspace=workspace, bot_id="helpdesk")
+    BotFactory.create(workspace=workspace, bot_id="helpdesk")
 
     response = api_client.post(
         "/api/v1/bindings", body(runner, scope={"scope_type": "bot", "scope_id": "helpdesk"}), format="json"
@@ -152,7 +152,7 @@ def test_bot_scope_with_an_own_bot_is_accepted(api_client, workspace, runner):
 
 
 def test_workspace_scope_cannot_name_another_workspace(api_client, runner):
-    other = WorkspaceFactory()
+    other = WorkspaceFactory.create()
 
     response = api_client.post(
         "/api/v1/bindings", body(runner, scope={"scope_type": "workspace", "scope_id": other.slug}), format="json"
@@ -261,7 +261,7 @@ def test_switching_runner_checks_the_stored_config_against_the_new_schema(api_cl
     api_client.post("/api/v1/bindings", body(runner), format="json")
     from tests.factories import RunnerDescriptorFactory
 
-    plain_runner = RunnerDescriptorFactory(config_schema=[{"name": "greeting", "label": "G", "type": "string"}])
+    plain_runner = RunnerDescriptorFactory.create(config_schema=[{"name": "greeting", "label": "G", "type": "string"}])
 
     response = api_client.patch("/api/v1/bindings/support", {"runner_id": plain_runner.runner_id}, format="json")
 
@@ -277,7 +277,7 @@ def _session_client(user) -> APIClient:
 def test_a_session_user_acts_in_their_only_workspace(workspace, runner):
     from bindings.services import workspace_member_add
 
-    user = UserFactory()
+    user = UserFactory.create()
     workspace_member_add(workspace=workspace, user=user)
     client = _session_client(user)
 
@@ -290,8 +290,8 @@ def test_a_session_user_acts_in_their_only_workspace(workspace, runner):
 def test_a_session_user_of_several_workspaces_must_name_one(workspace, runner):
     from bindings.services import workspace_member_add
 
-    user = UserFactory()
-    second = WorkspaceFactory()
+    user = UserFactory.create()
+    second = WorkspaceFactory.create()
     workspace_member_add(workspace=workspace, user=user)
     workspace_member_add(workspace=second, user=user)
     client = _session_client(user)
@@ -308,8 +308,8 @@ def test_a_session_user_of_several_workspaces_must_name_one(workspace, runner):
 def test_a_session_user_cannot_name_a_workspace_they_do_not_belong_to(workspace):
     from bindings.services import workspace_member_add
 
-    user = UserFactory()
+    user = UserFactory.create()
     workspace_member_add(workspace=workspace, user=user)
-    stranger = WorkspaceFactory()
+    stranger = WorkspaceFactory.create()
 
     assert _session_client(user).get(f"/api/v1/bindings?workspace={stranger.slug}").status_code == 404

@@ -48,15 +48,15 @@ def test_unknown_platform_is_a_field_error(api_client):
 
 
 def test_another_workspaces_bot_answers_404(api_client):
-    BotFactory(workspace=WorkspaceFactory(), bot_id="theirs")
+    BotFactory.create(workspace=WorkspaceFactory.create(), bot_id="theirs")
 
     assert api_client.get("/api/v1/bots/theirs").status_code == 404
     assert api_client.delete("/api/v1/bots/theirs").status_code == 404
 
 
 def test_a_bot_that_bindings_use_cannot_be_deleted(api_client, workspace):
-    BotFactory(workspace=workspace, bot_id="helpdesk")
-    AgentBindingFactory(workspace=workspace, binding_id="helpdesk-qa", scope_type="bot", scope_id="helpdesk")
+    BotFactory.create(workspace=workspace, bot_id="helpdesk")
+    AgentBindingFactory.create(workspace=workspace, binding_id="helpdesk-qa", scope_type="bot", scope_id="helpdesk")
 
     response = api_client.delete("/api/v1/bots/helpdesk")
 
@@ -66,7 +66,7 @@ def test_a_bot_that_bindings_use_cannot_be_deleted(api_client, workspace):
 
 
 def test_an_unused_bot_is_deleted(api_client, workspace):
-    BotFactory(workspace=workspace, bot_id="spare")
+    BotFactory.create(workspace=workspace, bot_id="spare")
 
     assert api_client.delete("/api/v1/bots/spare").status_code == 204
     assert not Bot.objects.exists()

@@ -125,7 +125,7 @@ def test_a_dry_run_writes_nothing(tmp_path, capsys):
 
 
 def test_bot_option_scopes_the_binding_to_that_bot(tmp_path, workspace):
-    BotFactory(workspace=workspace, bot_id="tg")
+    BotFactory.create(workspace=workspace, bot_id="tg")
 
     call_command(
         "import_legacy_config",
@@ -155,7 +155,7 @@ def test_an_unknown_bot_is_refused(tmp_path, workspace):
 
 
 def test_with_the_runner_installed_the_config_is_validated(tmp_path, workspace):
-    RunnerDescriptorFactory(
+    RunnerDescriptorFactory.create(
         plugin_author="langbot",
         plugin_name="coze-agent",
         runner_name="default",
@@ -190,7 +190,7 @@ def test_a_later_edit_with_the_runner_installed_validates_the_imported_config(tm
         workspace.slug,
     )
     binding = AgentBinding.objects.get()
-    RunnerDescriptorFactory(
+    RunnerDescriptorFactory.create(
         plugin_author="langbot",
         plugin_name="coze-agent",
         runner_name="default",

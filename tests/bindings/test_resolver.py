@@ -20,41 +20,41 @@ def resolve(workspace, bot_id="helpdesk", event_type="message.received"):
 
 @pytest.mark.django_db
 def test_a_bot_binding_beats_a_workspace_binding_with_higher_priority(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="ws", priority=100)
-    AgentBindingFactory(workspace=workspace, binding_id="bot", scope_type="bot", scope_id="helpdesk")
+    AgentBindingFactory.create(workspace=workspace, binding_id="ws", priority=100)
+    AgentBindingFactory.create(workspace=workspace, binding_id="bot", scope_type="bot", scope_id="helpdesk")
 
     assert resolve(workspace).replying.binding_id == "bot"
 
 
 @pytest.mark.django_db
 def test_a_workspace_binding_beats_a_global_one(workspace):
-    AgentBindingFactory(workspace=None, binding_id="global", scope_type="global", scope_id="", priority=9)
-    AgentBindingFactory(workspace=workspace, binding_id="ws")
+    AgentBindingFactory.create(workspace=None, binding_id="global", scope_type="global", scope_id="", priority=9)
+    AgentBindingFactory.create(workspace=workspace, binding_id="ws")
 
     assert resolve(workspace).replying.binding_id == "ws"
 
 
 @pytest.mark.django_db
 def test_global_bindings_apply_to_every_workspace():
-    AgentBindingFactory(workspace=None, binding_id="global", scope_type="global", scope_id="")
+    AgentBindingFactory.create(workspace=None, binding_id="global", scope_type="global", scope_id="")
 
-    assert resolve(WorkspaceFactory()).replying.binding_id == "global"
-    assert resolve(WorkspaceFactory()).replying.binding_id == "global"
+    assert resolve(WorkspaceFactory.create()).replying.binding_id == "global"
+    assert resolve(WorkspaceFactory.create()).replying.binding_id == "global"
 
 
 @pytest.mark.django_db
 def test_within_a_scope_the_highest_priority_replies(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="low", priority=1)
-    AgentBindingFactory(workspace=workspace, binding_id="high", priority=2)
+    AgentBindingFactory.create(workspace=workspace, binding_id="low", priority=1)
+    AgentBindingFactory.create(workspace=workspace, binding_id="high", priority=2)
 
     assert resolve(workspace).replying.binding_id == "high"
 
 
 @pytest.mark.django_db
 def test_a_tie_at_the_top_is_a_conflict_and_nothing_runs(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="a")
-    AgentBindingFactory(workspace=workspace, binding_id="b")
-    AgentBindingFactory(workspace=workspace, binding_id="watcher", delivery_policy={"enable_reply": False})
+    AgentBindingFactory.create(workspace=workspace, binding_id="a")
+    AgentBindingFactory.create(workspace=workspace, binding_id="b")
+    AgentBindingFactory.create(workspace=workspace, binding_id="watcher", delivery_policy={"enable_reply": False})
 
     resolution = resolve(workspace)
 
@@ -66,9 +66,9 @@ def test_a_tie_at_the_top_is_a_conflict_and_nothing_runs(workspace):
 
 @pytest.mark.django_db
 def test_observers_run_beside_the_replying_binding(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="answer")
-    AgentBindingFactory(workspace=workspace, binding_id="audit", delivery_policy={"enable_reply": False})
-    AgentBindingFactory(workspace=workspace, binding_id="audit2", delivery_policy={"enable_reply": False})
+    AgentBindingFactory.create(workspace=workspace, binding_id="answer")
+    AgentBindingFactory.create(workspace=workspace, binding_id="audit", delivery_policy={"enable_reply": False})
+    AgentBindingFactory.create(workspace=workspace, binding_id="audit2", delivery_policy={"enable_reply": False})
 
     resolution = resolve(workspace)
 
@@ -79,7 +79,7 @@ def test_observers_run_beside_the_replying_binding(workspace):
 
 @pytest.mark.django_db
 def test_observers_run_even_without_a_replying_binding(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="audit", delivery_policy={"enable_reply": False})
+    AgentBindingFactory.create(workspace=workspace, binding_id="audit", delivery_policy={"enable_reply": False})
 
     resolution = resolve(workspace)
 
@@ -89,11 +89,13 @@ def test_observers_run_even_without_a_replying_binding(workspace):
 
 @pytest.mark.django_db
 def test_disabled_other_bot_other_event_and_other_workspace_bindings_do_not_run(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="off", enabled=False, priority=5)
-    AgentBindingFactory(workspace=workspace, binding_id="other-bot", scope_type="bot", scope_id="sales")
-    AgentBindingFactory(workspace=workspace, binding_id="other-event", event_types=["message.edited"], priority=5)
-    AgentBindingFactory(workspace=WorkspaceFactory(), binding_id="foreign", priority=5)
-    AgentBindingFactory(workspace=workspace, binding_id="fallback")
+    AgentBindingFactory.create(workspace=workspace, binding_id="off", enabled=False, priority=5)
+    AgentBindingFactory.create(workspace=workspace, binding_id="other-bot", scope_type="bot", scope_id="sales")
+    AgentBindingFactory.create(
+        workspace=workspace, binding_id="other-event", event_types=["message.edited"], priority=5
+    )
+    AgentBindingFactory.create(workspace=WorkspaceFactory.create(), binding_id="foreign", priority=5)
+    AgentBindingFactory.create(workspace=workspace, binding_id="fallback")
 
     resolution = resolve(workspace)
 
@@ -103,15 +105,15 @@ def test_disabled_other_bot_other_event_and_other_workspace_bindings_do_not_run(
 
 @pytest.mark.django_db
 def test_bot_scoped_bindings_do_not_match_events_without_a_bot(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="bot", scope_type="bot", scope_id="helpdesk")
+    AgentBindingFactory.create(workspace=workspace, binding_id="bot", scope_type="bot", scope_id="helpdesk")
 
     assert resolve(workspace, bot_id=None).replying is None
 
 
 @pytest.mark.django_db
 def test_wildcard_event_types_match(workspace):
-    AgentBindingFactory(workspace=workspace, binding_id="all", event_types=["*"])
-    AgentBindingFactory(workspace=workspace, binding_id="family", event_types=["message.*"], priority=1)
+    AgentBindingFactory.create(workspace=workspace, binding_id="all", event_types=["*"])
+    AgentBindingFactory.create(workspace=workspace, binding_id="family", event_types=["message.*"], priority=1)
 
     assert resolve(workspace, event_type="message.received").replying.binding_id == "family"
     assert resolve(workspace, event_type="schedule.tick").replying.binding_id == "all"

@@ -46,7 +46,7 @@ def test_runner_secrets_are_not_stored_in_plaintext(workspace, runner, encryptio
 
 
 def test_bot_credentials_are_not_stored_in_plaintext(encryption_keys):
-    bot = BotFactory(credentials={"token": "tg-token-123"})
+    bot = BotFactory.create(credentials={"token": "tg-token-123"})
 
     raw = raw_column("bindings_bot", "credentials", bot.pk)
 
@@ -59,7 +59,7 @@ def test_old_keys_still_decrypt_and_rotation_moves_every_secret_to_the_first_key
 ):
     old, new = encryption_keys
     binding = make_binding(workspace, runner)
-    bot = BotFactory(credentials={"token": "tg"})
+    bot = BotFactory.create(credentials={"token": "tg"})
 
     settings.LANGBOT_ENCRYPTION_KEYS = [new, old]
     assert binding_runner_config_plain(AgentBinding.objects.get(pk=binding.pk))["api_key"] == "sk-very-secret"
@@ -74,7 +74,7 @@ def test_old_keys_still_decrypt_and_rotation_moves_every_secret_to_the_first_key
 
 
 def test_a_dropped_key_makes_decryption_fail_loudly(settings, encryption_keys):
-    bot = BotFactory(credentials={"token": "tg"})
+    bot = BotFactory.create(credentials={"token": "tg"})
     settings.LANGBOT_ENCRYPTION_KEYS = [encryption_keys[1]]
 
     with pytest.raises(crypto.SecretDecryptionError):

@@ -29,7 +29,7 @@ def test_seed_demo_creates_the_demo_bot_and_binding_before_the_runner_is_known()
 
 
 def test_seed_demo_validates_when_the_qa_runner_is_known():
-    RunnerDescriptorFactory(
+    RunnerDescriptorFactory.create(
         plugin_author="langbot",
         plugin_name="qa-runner",
         runner_name="default",
@@ -55,7 +55,7 @@ def test_an_unchecked_binding_is_validated_once_its_runner_is_known():
     from bindings.services import bindings_revalidate_for_runner
 
     call_command("seed_demo")
-    RunnerDescriptorFactory(
+    RunnerDescriptorFactory.create(
         plugin_author="langbot",
         plugin_name="qa-runner",
         runner_name="default",
