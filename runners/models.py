@@ -1,13 +1,20 @@
-"""Runner descriptors: what the plugin runtime offers, as last synced.
+"""Runner descriptors (what the plugin runtime offers), runs and the run ledger.
 
-Runs and the run ledger join this module with the orchestration issue.
+The database is the source of truth for a run's fate (DESIGN §4): `Run.status` moves only forward,
+by conditional updates, and `RunEvent` rows are the persisted result stream that every client
+(WebSocket, SSE, `?wait=`) replays from.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.db import models
+from django.db.models import Q
+
+from bindings.models import AgentBinding, Bot, Workspace
+from transcripts.models import EventLog
 
 
 class RunnerDescriptor(models.Model):
@@ -58,3 +65,91 @@ def _i18n_text(value: Any, locale: str) -> str:
     if isinstance(value, dict) and value:
         return str(value.get(locale) or value.get("en_US") or next(iter(value.values())))
     return ""
+
+
+class Run(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        COMPLETED = "completed"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        TIMEOUT = "timeout"
+
+    TERMINAL_STATUSES = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMEOUT)
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    run_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs")
+    event = models.ForeignKey(EventLog, on_delete=models.CASCADE, related_name="runs")
+    binding = models.ForeignKey(AgentBinding, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    # Snapshots: the run keeps its identity even if the binding is edited or deleted later.
+    binding_key = models.CharField(max_length=64)
+    runner_id = models.CharField(max_length=255)
+    bot = models.ForeignKey(Bot, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    conversation_id = models.CharField(max_length=255, blank=True)
+    thread_id = models.CharField(max_length=255, blank=True)
+    # Observers run beside the replying binding and never post replies.
+    is_observer = models.BooleanField(default=False)
+
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    status_reason = models.CharField(max_length=200, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    usage = models.JSONField(null=True, blank=True)
+    output = models.TextField(blank=True)
+
+    timeout_seconds = models.PositiveIntegerField(default=300)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    # Frozen at run start (DESIGN §5): every proxy call of this run is checked against it.
+    authorization = models.JSONField(null=True, blank=True)
+    # The lease: one worker owns a running run until `lease_expires_at`, renewed by heartbeat.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_token = models.UUIDField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_seq = models.PositiveIntegerField(default=0)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_reason = models.CharField(max_length=200, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["workspace", "conversation_id", "status"], name="run_conversation_idx"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_lease_idx"),
+            models.Index(fields=["status", "created_at"], name="run_queue_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "running", "completed", "failed", "cancelled", "timeout"]),
+                name="run_status_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL_STATUSES
+
+
+class RunEvent(models.Model):
+    """One persisted result of a run. `seq` is 1..n per run; `id` is the global cursor WebSocket clients
+    resume from."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=64)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="uniq_run_event_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.type}"

@@ -1,0 +1,119 @@
+"""Host facts about conversations: the event log, the transcript projection and host-owned state.
+
+`EventLog` keeps every accepted event as it arrived (normalized envelope, not raw platform payloads,
+which go to artifacts above a size limit). `TranscriptItem` is the conversation view runners page
+through (its auto id is the cursor). `StateEntry` holds the small JSON values of the state API.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from bindings.models import Bot, Workspace
+
+
+class EventLog(models.Model):
+    class Status(models.TextChoices):
+        ACCEPTED = "accepted", "accepted (runs created)"
+        NO_BINDING = "no_binding", "no binding matched"
+        CONFLICT = "conflict", "binding conflict"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="events")
+    # Client-supplied or generated; idempotency key within the workspace.
+    event_id = models.CharField(max_length=200)
+    event_type = models.CharField(max_length=100)
+    source = models.CharField(max_length=32)
+    source_event_type = models.CharField(max_length=100, blank=True)
+    event_time = models.DateTimeField(null=True, blank=True)
+    bot = models.ForeignKey(Bot, on_delete=models.SET_NULL, null=True, blank=True, related_name="events")
+    conversation_id = models.CharField(max_length=255, blank=True)
+    thread_id = models.CharField(max_length=255, blank=True)
+    actor = models.JSONField(null=True, blank=True)
+    subject = models.JSONField(null=True, blank=True)
+    input = models.JSONField(default=dict)
+    input_summary = models.CharField(max_length=500, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    # `{"artifact_id": ..., "size": ...}` when the raw payload was too large to keep inline.
+    raw_ref = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACCEPTED)
+    # A visible, machine-readable problem with routing, e.g. `{"code": "binding.conflict", ...}`.
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workspace", "event_id"], name="uniq_event_per_workspace")]
+        indexes = [models.Index(fields=["workspace", "conversation_id", "id"], name="event_conversation_idx")]
+        verbose_name = "event"
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.event_id}"
+
+
+class TranscriptItem(models.Model):
+    """One message in a conversation's transcript; `id` is the history cursor (monotonic, indexed)."""
+
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+        SYSTEM = "system"
+        TOOL = "tool"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="transcript_items")
+    conversation_id = models.CharField(max_length=255)
+    thread_id = models.CharField(max_length=255, blank=True)
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    contents = models.JSONField(default=list, blank=True)
+    artifacts = models.JSONField(default=list, blank=True)
+    event = models.ForeignKey(
+        EventLog, on_delete=models.SET_NULL, null=True, blank=True, related_name="transcript_items"
+    )
+    # A plain id, not a foreign key: runs live in the runners app, which itself depends on this one.
+    run_id = models.UUIDField(null=True, blank=True)
+    runner_id = models.CharField(max_length=255, blank=True)
+    actor = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["workspace", "conversation_id", "id"], name="transcript_cursor_idx")]
+        constraints = [
+            # A redelivered or retried run can never write its reply twice.
+            models.UniqueConstraint(
+                fields=["run_id"], condition=Q(role="assistant"), name="uniq_assistant_item_per_run"
+            ),
+            models.UniqueConstraint(fields=["event"], condition=Q(role="user"), name="uniq_user_item_per_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:40]}"
+
+
+class StateEntry(models.Model):
+    """A host-owned state value. `scope_key` is the isolated key of DESIGN §5, e.g.
+    `conversation:{runner}:{binding}:{conversation}[:{thread}]`."""
+
+    class Scope(models.TextChoices):
+        CONVERSATION = "conversation"
+        ACTOR = "actor"
+        SUBJECT = "subject"
+        RUNNER = "runner"
+        BINDING = "binding"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="state_entries")
+    scope = models.CharField(max_length=16, choices=Scope.choices)
+    scope_key = models.CharField(max_length=700)
+    key = models.CharField(max_length=255)
+    value = models.JSONField(null=True)
+    size_bytes = models.PositiveIntegerField(default=0)
+    updated_by_run = models.UUIDField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "scope_key", "key"], name="uniq_state_key"),
+        ]
+        verbose_name_plural = "state entries"
+
+    def __str__(self) -> str:
+        return f"{self.scope_key} {self.key}"
