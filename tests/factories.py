@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 
 from bindings.models import AgentBinding, Bot, Workspace
@@ -25,7 +26,7 @@ class UserFactory(factory.django.DjangoModelFactory[User]):
         django_get_or_create = ("username",)
 
     username = factory.Sequence(lambda n: f"user{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pw")
+    password = factory.LazyFunction(lambda: make_password("pw"))
 
 
 class BotFactory(factory.django.DjangoModelFactory[Bot]):
