@@ -143,6 +143,11 @@ LANGBOT_RUNTIME_URL = env.str("LANGBOT_RUNTIME_URL", default="stdio")
 LANGBOT_RUNTIME_TOKEN = env.str("LANGBOT_RUNTIME_TOKEN", default="")
 LANGBOT_RUNTIME_CALL_TIMEOUT = env.float("LANGBOT_RUNTIME_CALL_TIMEOUT", default=30.0)
 
+# Event Gateway: bodies above LANGBOT_MAX_EVENT_BYTES answer 413; a raw platform payload (`data.raw`) above
+# LANGBOT_RAW_INLINE_MAX_BYTES is moved out of the event into an artifact (`raw_ref`).
+LANGBOT_MAX_EVENT_BYTES = env.int("LANGBOT_MAX_EVENT_BYTES", default=1024 * 1024)
+LANGBOT_RAW_INLINE_MAX_BYTES = env.int("LANGBOT_RAW_INLINE_MAX_BYTES", default=64 * 1024)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "bindings.authentication.ApiKeyAuthentication",
