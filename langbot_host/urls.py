@@ -9,6 +9,7 @@ from langbot_host.health import healthz
 api_v1 = [
     path("", include("runners.urls")),
     path("", include("bindings.urls")),
+    path("", include("transcripts.urls")),
 ]
 
 urlpatterns = [

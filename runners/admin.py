@@ -1,18 +1,23 @@
-"""Admin for runner descriptors: read-only, with a "Refresh from runtime" button on the list."""
+"""Admin for runner descriptors (read-only, with a "Refresh from runtime" button on the list) and runs
+(read-only, with their result events inline and a "Cancel selected runs" action)."""
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from langbot_sdk.protocol import AgentAPIException
-from runners.models import RunnerDescriptor
-from runners.services import runner_descriptors_refresh
+from runners.models import Run, RunEvent, RunnerDescriptor
+from runners.services import run_cancel_request, runner_descriptors_refresh
+from transcripts.admin import ConversationFilter, ReadOnlyWorkspaceAdmin, pretty_json, transcript_link
 
 
 @admin.register(RunnerDescriptor)
@@ -89,3 +94,105 @@ class RunnerDescriptorAdmin(admin.ModelAdmin[RunnerDescriptor]):
                 where = error.get("path") or error.get("plugin")
                 messages.error(request, f"Plugin {where} failed to load: {error.get('error')}")
         return HttpResponseRedirect(reverse("admin:runners_runnerdescriptor_changelist"))
+
+
+class RunnerFilter(admin.SimpleListFilter):
+    """Filter by runner, offering the known runners (cheap) rather than a DISTINCT over every run."""
+
+    title = "runner"
+    parameter_name = "runner_id"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        return [(r, r) for r in RunnerDescriptor.objects.order_by("runner_id").values_list("runner_id", flat=True)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(runner_id=value) if value else queryset
+
+
+class RunEventInline(admin.TabularInline[RunEvent, Run]):
+    """The run's persisted results in seq order, read-only."""
+
+    model = RunEvent
+    extra = 0
+    can_delete = False
+    fields = readonly_fields = ("seq", "type", "data_display", "created_at")
+    ordering = ["seq"]
+
+    @admin.display(description="data")
+    def data_display(self, obj: RunEvent) -> SafeString:
+        return pretty_json(obj.data)
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
+    list_display = [
+        "run_id", "status", "status_reason", "binding_key", "runner_id", "conversation", "is_observer",
+        "workspace", "created_at", "finished_at",
+    ]
+    list_filter = ["status", "binding", RunnerFilter, ConversationFilter, "is_observer", "workspace"]
+    search_fields = ["run_id", "conversation_id"]
+    list_select_related = ["workspace", "event"]
+    date_hierarchy = "created_at"
+    actions = ["cancel_runs"]
+    inlines = [RunEventInline]
+    fields = (
+        "run_id", "workspace", "status", "status_reason", "error_display", "binding", "binding_key", "runner_id",
+        "is_observer", "event_link", "conversation", "thread_id", "output", "usage_display", "timeout_seconds",
+        "created_at", "started_at", "finished_at", "deadline_at", "cancel_requested_at", "cancel_reason",
+        "attempts", "last_seq", "lease_owner", "lease_expires_at",
+    )
+    readonly_fields = fields
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Run], search_term: str
+    ) -> tuple[QuerySet[Run], bool]:
+        # `run_id` is a UUID column: an icontains search on it would cast every row to text. Match a
+        # whole id exactly; anything else searches conversation ids only.
+        term = search_term.strip()
+        try:
+            return queryset.filter(run_id=uuid.UUID(term)), False
+        except ValueError:
+            pass
+        if not term:
+            return queryset, False
+        return queryset.filter(conversation_id__icontains=term), False
+
+    @admin.display(description="conversation", ordering="conversation_id")
+    def conversation(self, obj: Run) -> SafeString:
+        return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id)
+
+    @admin.display(description="event")
+    def event_link(self, obj: Run) -> SafeString:
+        url = reverse("admin:transcripts_eventlog_change", args=[obj.event_id])
+        return format_html('<a href="{}">{} ({})</a>', url, obj.event.event_id, obj.event.event_type)
+
+    @admin.display(description="error")
+    def error_display(self, obj: Run) -> SafeString:
+        return pretty_json(obj.error)
+
+    @admin.display(description="usage")
+    def usage_display(self, obj: Run) -> SafeString:
+        return pretty_json(obj.usage)
+
+    @admin.action(description="Cancel selected runs")
+    def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
+        reason = f"cancelled in admin by {request.user}"
+        active = list(queryset.filter(status__in=Run.ACTIVE_STATUSES))
+        outcomes = [run_cancel_request(run=run, reason=reason) for run in active]
+        cancelled = sum(1 for run in outcomes if run.status == Run.Status.CANCELLED)
+        requested = sum(1 for run in outcomes if run.status == Run.Status.RUNNING)
+        skipped = queryset.count() - len(active)
+        parts = [f"{cancelled} cancelled", f"{requested} asked to stop (running)"]
+        if skipped:
+            parts.append(f"{skipped} already finished, left as they were")
+        messages.success(request, "Runs: " + ", ".join(parts) + ".")

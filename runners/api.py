@@ -1,19 +1,31 @@
-"""REST endpoints for runner discovery: `GET /api/v1/runners`, `POST /api/v1/runners/refresh`."""
+"""REST endpoints for runner discovery (`GET /api/v1/runners`, `POST /api/v1/runners/refresh`) and for
+runs (`GET /api/v1/runs`, `GET /api/v1/runs/{run_id}`, `GET /api/v1/runs/{run_id}/events`,
+`POST /api/v1/runs/{run_id}/cancel`).
+
+Runs are scoped to the caller's workspace: another workspace's run, like a malformed run id, answers 404.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from bindings.access import request_workspace
+from bindings.api import WORKSPACE_PARAMETER
+from bindings.specs import field_errors
 from langbot_host.api_errors import ApiError
 from langbot_sdk.protocol import AgentAPIException
-from runners.models import RunnerDescriptor
-from runners.selectors import runner_descriptor_list
+from runners import services as run_services
+from runners.models import Run, RunnerDescriptor
+from runners.selectors import RUN_PAGE_LIMIT_MAX, run_events_page, run_get, run_page, runner_descriptor_list
 from runners.services import runner_descriptors_refresh
 
 
@@ -72,3 +84,210 @@ class RunnerRefreshApi(APIView):
                 "plugin_errors": result.plugin_errors,
             }
         )
+
+
+# --- runs -------------------------------------------------------------------------------------------------
+
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "timeout"]
+
+
+class RunSummaryOut(BaseModel):
+    run_id: str
+    binding_id: str
+    runner_id: str
+    status: RunStatus
+    status_reason: str
+    is_observer: bool
+    error: dict[str, Any] | None
+    output: str = Field(description="The reply text once the run completed; empty before.")
+
+
+class RunOut(BaseModel):
+    run_id: str
+    status: RunStatus
+    status_reason: str
+    error: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    output: str
+    binding_id: str
+    runner_id: str
+    conversation_id: str
+    thread_id: str | None
+    event_id: str
+    is_observer: bool
+    cancel_requested_at: datetime | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    deadline_at: datetime | None
+
+
+class RunPageOut(BaseModel):
+    items: list[RunOut] = Field(description="Newest first.")
+    next_before: int | None = Field(description="Cursor of the next (older) page; null on the last page.")
+
+
+class RunEventOut(BaseModel):
+    seq: int
+    type: str
+    data: dict[str, Any]
+    created_at: datetime
+
+
+class RunEventPageOut(BaseModel):
+    items: list[RunEventOut]
+    has_more: bool
+
+
+class RunCancelIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="cancelled by API request", min_length=1, max_length=200)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def run_summary_out(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": str(run.run_id),
+        "binding_id": run.binding_key,
+        "runner_id": run.runner_id,
+        "status": run.status,
+        "status_reason": run.status_reason,
+        "is_observer": run.is_observer,
+        "error": run.error,
+        "output": run.output,
+    }
+
+
+def run_out(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": str(run.run_id),
+        "status": run.status,
+        "status_reason": run.status_reason,
+        "error": run.error,
+        "usage": run.usage,
+        "output": run.output,
+        "binding_id": run.binding_key,
+        "runner_id": run.runner_id,
+        "conversation_id": run.conversation_id,
+        "thread_id": run.thread_id or None,
+        "event_id": run.event.event_id,
+        "is_observer": run.is_observer,
+        "cancel_requested_at": _iso(run.cancel_requested_at),
+        "created_at": run.created_at.isoformat(),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "deadline_at": _iso(run.deadline_at),
+    }
+
+
+def _invalid(fields: dict[str, str]) -> ApiError:
+    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
+
+
+def _query_int(request: Request, name: str, *, default: int, low: int, high: int | None) -> int:
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise _invalid({name: "Must be an integer."}) from None
+    if number < low or (high is not None and number > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise _invalid({name: f"Must be {bound}."})
+    return number
+
+
+def _run_or_404(request: Request, run_id: str) -> Run:
+    run = run_get(workspace=request_workspace(request), run_id=run_id)
+    if run is None:
+        raise ApiError(404, "not_found", f"No run {run_id!r} in this workspace.")
+    return run
+
+
+class RunListApi(APIView):
+    @extend_schema(
+        operation_id="runs_list",
+        parameters=[
+            WORKSPACE_PARAMETER,
+            OpenApiParameter("conversation_id", OpenApiTypes.STR),
+            OpenApiParameter("status", OpenApiTypes.STR, enum=[s.value for s in Run.Status]),
+            OpenApiParameter("binding_id", OpenApiTypes.STR),
+            OpenApiParameter("before", OpenApiTypes.INT, description="Cursor: `next_before` of the previous page."),
+            OpenApiParameter("limit", OpenApiTypes.INT, description=f"1–{RUN_PAGE_LIMIT_MAX}, default 50."),
+        ],
+        responses=RunPageOut,
+    )
+    def get(self, request: Request) -> Response:
+        workspace = request_workspace(request)
+        params = request.query_params
+        run_status = params.get("status") or None
+        if run_status is not None and run_status not in Run.Status.values:
+            raise _invalid({"status": f"Must be one of: {', '.join(Run.Status.values)}."})
+        before = _query_int(request, "before", default=0, low=1, high=None)
+        page = run_page(
+            workspace=workspace,
+            conversation_id=params.get("conversation_id") or None,
+            status=run_status,
+            binding_id=params.get("binding_id") or None,
+            before=before or None,
+            limit=_query_int(request, "limit", default=50, low=1, high=RUN_PAGE_LIMIT_MAX),
+        )
+        return Response({"items": [run_out(r) for r in page.items], "next_before": page.next_before})
+
+
+class RunDetailApi(APIView):
+    @extend_schema(operation_id="runs_retrieve", parameters=[WORKSPACE_PARAMETER], responses=RunOut)
+    def get(self, request: Request, run_id: str) -> Response:
+        return Response(run_out(_run_or_404(request, run_id)))
+
+
+class RunEventListApi(APIView):
+    @extend_schema(
+        operation_id="runs_events_list",
+        parameters=[
+            WORKSPACE_PARAMETER,
+            OpenApiParameter("after_seq", OpenApiTypes.INT, description="Only results with a larger seq."),
+            OpenApiParameter("limit", OpenApiTypes.INT, description=f"1–{RUN_PAGE_LIMIT_MAX}, default 100."),
+        ],
+        responses=RunEventPageOut,
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        run = _run_or_404(request, run_id)
+        page = run_events_page(
+            run=run,
+            after_seq=_query_int(request, "after_seq", default=0, low=0, high=None),
+            limit=_query_int(request, "limit", default=RUN_PAGE_LIMIT_MAX, low=1, high=RUN_PAGE_LIMIT_MAX),
+        )
+        items = [
+            {"seq": e.seq, "type": e.type, "data": e.data, "created_at": e.created_at.isoformat()} for e in page.items
+        ]
+        return Response({"items": items, "has_more": page.has_more})
+
+
+class RunCancelApi(APIView):
+    @extend_schema(
+        operation_id="runs_cancel",
+        parameters=[WORKSPACE_PARAMETER],
+        request=RunCancelIn,
+        responses={
+            200: RunOut,
+            409: OpenApiResponse(description="`run.finished`: the run already ended"),
+        },
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        run = _run_or_404(request, run_id)
+        body = request.data if request.data else {}
+        try:
+            cancel = RunCancelIn.model_validate(body)
+        except ValidationError as exc:
+            raise _invalid(field_errors(exc)) from None
+        if run.is_terminal:
+            raise ApiError(409, "run.finished", f"The run already ended ({run.status}).", {"status": run.status})
+        run = run_services.run_cancel_request(run=run, reason=cancel.reason)
+        # Re-read with the event for the answer: the service may have returned a bare row.
+        return Response(run_out(_run_or_404(request, str(run.run_id))))

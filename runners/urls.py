@@ -1,10 +1,18 @@
-"""Routes of the runners app under `/api/v1/`."""
+"""Routes of the runners app under `/api/v1/`.
+
+Run ids are matched as plain strings and parsed in the view, so a malformed id answers the API's JSON 404
+rather than the URL resolver's HTML one.
+"""
 
 from django.urls import path
 
-from runners.api import RunnerListApi, RunnerRefreshApi
+from runners.api import RunCancelApi, RunDetailApi, RunEventListApi, RunListApi, RunnerListApi, RunnerRefreshApi
 
 urlpatterns = [
     path("runners", RunnerListApi.as_view(), name="runner-list"),
     path("runners/refresh", RunnerRefreshApi.as_view(), name="runner-refresh"),
+    path("runs", RunListApi.as_view(), name="run-list"),
+    path("runs/<str:run_id>", RunDetailApi.as_view(), name="run-detail"),
+    path("runs/<str:run_id>/events", RunEventListApi.as_view(), name="run-event-list"),
+    path("runs/<str:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
 ]

@@ -1,0 +1,307 @@
+"""REST endpoints of the Event Gateway and the conversation facts (DESIGN §3.2):
+`POST /api/v1/events[?wait=]`, `GET /api/v1/events/{event_id}`,
+`GET /api/v1/conversations/{conversation_id}/transcript`.
+
+The events body is read by `EventJSONParser` with its own size limit (`LANGBOT_MAX_EVENT_BYTES`), so an
+oversize body answers 413 `payload_too_large` instead of tripping Django's upload limit, and malformed
+JSON answers 400 `invalid_json`. Everything is scoped to the caller's workspace.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from django.conf import settings
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from pydantic import BaseModel, Field, ValidationError
+from rest_framework import exceptions, status
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bindings.access import request_workspace
+from bindings.api import WORKSPACE_PARAMETER
+from bindings.specs import field_errors
+from langbot_host.api_errors import ApiError
+from runners import services as run_services
+from runners.api import RunSummaryOut, run_summary_out
+from runners.models import Run
+from runners.selectors import runs_of_event
+from transcripts.envelope import EventEnvelopeIn
+from transcripts.models import EventLog, TranscriptItem
+from transcripts.selectors import PAGE_LIMIT_MAX, event_get, transcript_page
+from transcripts.services import EventRejected, event_ingest
+
+WAIT_MAX_SECONDS = 300
+
+
+# --- output shapes ------------------------------------------------------------------------------------
+
+
+class RoutingErrorOut(BaseModel):
+    code: str = Field(description="`binding.conflict` when replying bindings tie.")
+    message: str
+    details: dict[str, Any]
+
+
+class EventAcceptedOut(BaseModel):
+    event_id: str
+    duplicate: bool = Field(description="True when this event_id was accepted before; the runs are the earlier ones.")
+    status: Literal["accepted", "no_binding", "conflict"]
+    conversation_id: str
+    runs: list[RunSummaryOut]
+    error: RoutingErrorOut | None = Field(default=None, description="Present only when routing failed.")
+
+
+class EventOut(BaseModel):
+    event_id: str
+    event_type: str
+    source: str
+    source_event_type: str | None
+    bot_id: str | None
+    conversation_id: str
+    thread_id: str | None
+    actor: dict[str, Any] | None
+    subject: dict[str, Any] | None
+    input: dict[str, Any]
+    input_summary: str
+    data: dict[str, Any]
+    raw_ref: dict[str, Any] | None = Field(description="`{artifact_id, size, mime_type}` of a raw payload kept apart.")
+    status: Literal["accepted", "no_binding", "conflict"]
+    error: RoutingErrorOut | None
+    event_time: datetime | None
+    created_at: datetime
+    runs: list[RunSummaryOut]
+
+
+class TranscriptItemOut(BaseModel):
+    id: int = Field(description="The cursor: pass the last one as `before` for older items.")
+    role: Literal["user", "assistant", "system", "tool"]
+    content: str
+    contents: list[dict[str, Any]]
+    artifacts: list[dict[str, Any]]
+    thread_id: str | None
+    event_id: str | None
+    run_id: str | None
+    runner_id: str | None
+    actor: dict[str, Any] | None
+    created_at: datetime
+
+
+class TranscriptPageOut(BaseModel):
+    conversation_id: str
+    items: list[TranscriptItemOut] = Field(description="Newest first.")
+    next_before: int | None = Field(description="Cursor of the next (older) page; null at the beginning.")
+
+
+def event_accepted_out(event: EventLog, runs: list[Run], *, duplicate: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "event_id": event.event_id,
+        "duplicate": duplicate,
+        "status": event.status,
+        "conversation_id": event.conversation_id,
+        "runs": [run_summary_out(r) for r in runs],
+    }
+    if event.error:
+        body["error"] = event.error
+    return body
+
+
+def event_out(event: EventLog, runs: list[Run]) -> dict[str, Any]:
+    return {
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "source": event.source,
+        "source_event_type": event.source_event_type or None,
+        "bot_id": event.bot.bot_id if event.bot else None,
+        "conversation_id": event.conversation_id,
+        "thread_id": event.thread_id or None,
+        "actor": event.actor,
+        "subject": event.subject,
+        "input": event.input,
+        "input_summary": event.input_summary,
+        "data": event.data,
+        "raw_ref": event.raw_ref,
+        "status": event.status,
+        "error": event.error,
+        "event_time": event.event_time.isoformat() if event.event_time else None,
+        "created_at": event.created_at.isoformat(),
+        "runs": [run_summary_out(r) for r in runs],
+    }
+
+
+def transcript_item_out(item: TranscriptItem) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "role": item.role,
+        "content": item.content,
+        "contents": item.contents,
+        "artifacts": item.artifacts,
+        "thread_id": item.thread_id or None,
+        "event_id": item.event.event_id if item.event else None,
+        "run_id": str(item.run_id) if item.run_id else None,
+        "runner_id": item.runner_id or None,
+        "actor": item.actor,
+        "created_at": item.created_at.isoformat(),
+    }
+
+
+# --- request parsing -----------------------------------------------------------------------------------
+
+
+def _too_large() -> ApiError:
+    limit = settings.LANGBOT_MAX_EVENT_BYTES
+    return ApiError(
+        413, "payload_too_large", f"The event body exceeds {limit} bytes; send large payloads as artifacts.",
+        {"max_bytes": limit},
+    )
+
+
+class EventJSONParser(JSONParser):
+    """JSON with the gateway's own size cap. It reads at most one byte past the cap, so a huge body costs
+    no memory, and it never goes through `HttpRequest.body` (whose DATA_UPLOAD_MAX_MEMORY_SIZE check
+    would answer with a bare 400)."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        limit = settings.LANGBOT_MAX_EVENT_BYTES
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise _too_large()
+        try:
+            return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise exceptions.ParseError(f"Malformed JSON: {exc}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _declared_length(request: Request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def _invalid(fields: dict[str, str]) -> ApiError:
+    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
+
+
+def _query_int(request: Request, name: str, *, default: int | None, low: int, high: int | None) -> int | None:
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise _invalid({name: "Must be an integer."}) from None
+    if number < low or (high is not None and number > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise _invalid({name: f"Must be {bound}."})
+    return number
+
+
+def _wait_seconds(request: Request) -> float:
+    value = request.query_params.get("wait")
+    if value is None or value == "":
+        return 0.0
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise _invalid({"wait": "Must be a number of seconds."}) from None
+    if not math.isfinite(seconds) or not 0 <= seconds <= WAIT_MAX_SECONDS:
+        raise _invalid({"wait": f"Must be between 0 and {WAIT_MAX_SECONDS} seconds."})
+    return seconds
+
+
+# --- views -----------------------------------------------------------------------------------------------
+
+
+class EventIngestApi(APIView):
+    parser_classes = [EventJSONParser]
+
+    @extend_schema(
+        operation_id="events_create",
+        parameters=[
+            WORKSPACE_PARAMETER,
+            OpenApiParameter(
+                "wait",
+                OpenApiTypes.NUMBER,
+                description=f"Hold the response up to this many seconds (0–{WAIT_MAX_SECONDS}) until the runs end.",
+            ),
+        ],
+        request=EventEnvelopeIn,
+        responses={
+            202: EventAcceptedOut,
+            200: OpenApiResponse(EventAcceptedOut, description="The event_id was seen before (`duplicate: true`)."),
+            400: OpenApiResponse(description="`invalid_argument` with details.fields, or `invalid_json`"),
+            413: OpenApiResponse(description="`payload_too_large`"),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        workspace = request_workspace(request)
+        wait = _wait_seconds(request)
+        if _declared_length(request) > settings.LANGBOT_MAX_EVENT_BYTES:
+            raise _too_large()
+        if not request.content_type and _declared_length(request) > 0:
+            raise exceptions.UnsupportedMediaType("", detail="Send the event as Content-Type: application/json.")
+        body = request.data
+        if not isinstance(body, dict):
+            raise ApiError(400, "invalid_argument", "The body must be a JSON object.", {"fields": {}})
+        try:
+            envelope = EventEnvelopeIn.model_validate(body)
+        except ValidationError as exc:
+            raise _invalid(field_errors(exc)) from None
+        try:
+            result = event_ingest(workspace=workspace, envelope=envelope)
+        except EventRejected as exc:
+            raise _invalid(exc.fields) from None
+        runs = result.runs
+        if wait > 0 and runs:
+            # After commit (event_ingest's transaction is closed): the workers can see the runs.
+            run_services.runs_wait(run_ids=[str(r.run_id) for r in runs], timeout=wait)
+            runs = runs_of_event(event=result.event)
+        return Response(
+            event_accepted_out(result.event, runs, duplicate=result.duplicate),
+            status=status.HTTP_200_OK if result.duplicate else status.HTTP_202_ACCEPTED,
+        )
+
+
+class EventDetailApi(APIView):
+    @extend_schema(operation_id="events_retrieve", parameters=[WORKSPACE_PARAMETER], responses=EventOut)
+    def get(self, request: Request, event_id: str) -> Response:
+        event = event_get(workspace=request_workspace(request), event_id=event_id)
+        if event is None:
+            raise ApiError(404, "not_found", f"No event {event_id!r} in this workspace.")
+        return Response(event_out(event, runs_of_event(event=event)))
+
+
+class ConversationTranscriptApi(APIView):
+    @extend_schema(
+        operation_id="conversations_transcript",
+        parameters=[
+            WORKSPACE_PARAMETER,
+            OpenApiParameter("before", OpenApiTypes.INT, description="Only items older than this cursor."),
+            OpenApiParameter("limit", OpenApiTypes.INT, description=f"1–{PAGE_LIMIT_MAX}, default 50."),
+        ],
+        responses=TranscriptPageOut,
+    )
+    def get(self, request: Request, conversation_id: str) -> Response:
+        workspace = request_workspace(request)
+        before = _query_int(request, "before", default=None, low=1, high=None)
+        limit = _query_int(request, "limit", default=50, low=1, high=PAGE_LIMIT_MAX) or 50
+        page = transcript_page(workspace=workspace, conversation_id=conversation_id, before=before, limit=limit)
+        return Response(
+            {
+                "conversation_id": conversation_id,
+                "items": [transcript_item_out(i) for i in page.items],
+                "next_before": page.next_before,
+            }
+        )

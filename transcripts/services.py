@@ -1,0 +1,210 @@
+"""Writes for host facts: accepting an event at the gateway (`event_ingest`).
+
+`event_ingest` is the whole of `POST /api/v1/events` below the HTTP layer, in one transaction: the
+EventLog row (idempotent on the workspace's `event_id`), the user's transcript item, the binding
+resolution and one queued run per chosen binding. Runs are sent to workers by `run_create` on commit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from artifacts.models import Artifact
+from artifacts.selectors import artifacts_by_id
+from artifacts.services import artifact_create_from_bytes
+from bindings.models import Bot, Workspace
+from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
+from runners import services as run_services
+from runners.models import Run
+from transcripts.envelope import EventEnvelopeIn
+from transcripts.models import EventLog, TranscriptItem
+
+SUMMARY_TEXT_CHARS = 200
+CONVERSATION_ID_MAX = 255
+
+
+class EventRejected(Exception):
+    """The envelope is well-formed but refers to things the workspace does not have; `fields` maps the
+    dotted field to the message, like the API's `details.fields`."""
+
+    def __init__(self, fields: dict[str, str]):
+        super().__init__(", ".join(f"{k}: {v}" for k, v in fields.items()))
+        self.fields = fields
+
+
+@dataclass
+class EventIngestResult:
+    event: EventLog
+    runs: list[Run] = field(default_factory=list)
+    duplicate: bool = False
+
+
+def conversation_id_derive(*, event_id: str, bot_id: str | None, data: dict[str, Any], actor_id: str | None) -> str:
+    """The conversation of an event that names none (README "Conversations").
+
+    With a bot and a chat (`data.chat_id`, else the actor's id) it is `bot:<bot_id>:<chat>`, so every
+    message of one chat on one bot lands in one conversation; otherwise the event opens its own one-off
+    conversation `evt:<event_id>`.
+    """
+    chat = data.get("chat_id")
+    if chat is None or isinstance(chat, bool | dict | list) or str(chat) == "":
+        chat = actor_id
+    if bot_id and chat:
+        derived = f"bot:{bot_id}:{chat}"
+        if len(derived) > CONVERSATION_ID_MAX:
+            # Still deterministic for very long chat ids, and within the column.
+            derived = f"bot:{bot_id}:sha256:{hashlib.sha256(str(chat).encode()).hexdigest()}"
+        return derived
+    return f"evt:{event_id}"
+
+
+def input_summary(*, text: str | None, contents: list[dict[str, Any]], attachment_count: int) -> str:
+    """A one-line preview for lists and admin: the first 200 characters of the text, and the attachments."""
+    preview = text or next((str(c.get("text")) for c in contents if c.get("type") == "text" and c.get("text")), "")
+    preview = " ".join(preview.split())[:SUMMARY_TEXT_CHARS]
+    if attachment_count:
+        note = f"[{attachment_count} attachment{'s' if attachment_count != 1 else ''}]"
+        preview = f"{preview} {note}" if preview else note
+    return preview
+
+
+def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIngestResult:
+    """Record the event and create its runs, or return what an earlier delivery of the same `event_id`
+    created (`duplicate=True`). Raises `EventRejected` for a bot or attachment the workspace lacks."""
+    bot = _bot_of_workspace(workspace, envelope.bot_id)
+    attachments = _attachments_of_workspace(workspace, envelope)
+    event_id = envelope.event_id_or_new()
+    conversation_id = envelope.conversation_id or conversation_id_derive(
+        event_id=event_id,
+        bot_id=bot.bot_id if bot else None,
+        data=envelope.data,
+        actor_id=envelope.actor.actor_id if envelope.actor else None,
+    )
+    data = dict(envelope.data)
+    raw = data.pop("raw", None) if "raw" in data else None
+    raw_bytes = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode() if raw is not None else b""
+    raw_inline = raw is not None and len(raw_bytes) <= settings.LANGBOT_RAW_INLINE_MAX_BYTES
+    if raw_inline:
+        data["raw"] = raw
+    contents = [c.model_dump(mode="json", exclude_none=True) for c in envelope.input.contents]
+    input_json = {
+        "text": envelope.input.text,
+        "contents": contents,
+        "attachments": [a.as_ref() for a in attachments],
+        **({"message_chain": envelope.input.message_chain} if envelope.input.message_chain is not None else {}),
+    }
+
+    with transaction.atomic():
+        # Resolved before the insert so the row is written once, with its final status.
+        resolution = binding_resolve_for_event(
+            workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
+        )
+        status, error = _routing_outcome(resolution)
+        try:
+            # A savepoint: losing the race for the (workspace, event_id) unique constraint must leave the
+            # outer transaction usable so the winner's row can be read.
+            with transaction.atomic():
+                event = EventLog.objects.create(
+                    workspace=workspace,
+                    event_id=event_id,
+                    event_type=envelope.event_type,
+                    source=envelope.source.value,
+                    source_event_type=envelope.source_event_type or "",
+                    event_time=envelope.event_time,
+                    bot=bot,
+                    conversation_id=conversation_id,
+                    thread_id=envelope.thread_id or "",
+                    actor=envelope.actor.model_dump(mode="json") if envelope.actor else None,
+                    subject=envelope.subject.model_dump(mode="json") if envelope.subject else None,
+                    input=input_json,
+                    input_summary=input_summary(
+                        text=envelope.input.text, contents=contents, attachment_count=len(attachments)
+                    ),
+                    data=data,
+                    status=status,
+                    error=error,
+                )
+        except IntegrityError:
+            existing = EventLog.objects.filter(workspace=workspace, event_id=event_id).first()
+            if existing is None:  # not the idempotency constraint: a genuine error
+                raise
+            return EventIngestResult(event=existing, runs=list(existing.runs.order_by("id")), duplicate=True)
+
+        if raw is not None and not raw_inline:
+            artifact = artifact_create_from_bytes(
+                workspace=workspace,
+                data=raw_bytes,
+                name=f"raw-{event_id}.json",
+                mime_type="application/json",
+                conversation_id=conversation_id,
+                source=Artifact.Source.RAW_EVENT,
+                event=event,
+            )
+            event.raw_ref = {"artifact_id": str(artifact.artifact_id), "size": artifact.size, "mime_type": "application/json"}
+            EventLog.objects.filter(pk=event.pk).update(raw_ref=event.raw_ref)
+
+        if envelope.is_message and not envelope.input.is_empty:
+            TranscriptItem.objects.create(
+                workspace=workspace,
+                conversation_id=conversation_id,
+                thread_id=envelope.thread_id or "",
+                role=TranscriptItem.Role.USER,
+                content=envelope.input.text or "",
+                contents=contents,
+                artifacts=input_json["attachments"],
+                event=event,
+                actor=event.actor,
+            )
+
+        runs = [
+            run_services.run_create(event=event, binding=binding, observer=binding is not resolution.replying)
+            for binding in resolution.to_run
+        ]
+    return EventIngestResult(event=event, runs=runs)
+
+
+def _routing_outcome(resolution: BindingResolution) -> tuple[str, dict[str, Any] | None]:
+    if resolution.conflict:
+        return EventLog.Status.CONFLICT, {
+            "code": "binding.conflict",
+            "message": (
+                "Several replying bindings tie for this event (same scope, same priority); nothing ran. "
+                "Give one of them a higher priority or disable the others."
+            ),
+            "details": {"binding_ids": list(resolution.conflict)},
+        }
+    if not resolution.to_run:
+        return EventLog.Status.NO_BINDING, None
+    return EventLog.Status.ACCEPTED, None
+
+
+def _bot_of_workspace(workspace: Workspace, bot_id: str | None) -> Bot | None:
+    if bot_id is None:
+        return None
+    bot = bot_get(workspace=workspace, bot_id=bot_id)
+    if bot is None:
+        raise EventRejected({"bot_id": f"No bot {bot_id!r} in this workspace."})
+    if not bot.enabled:
+        raise EventRejected({"bot_id": f"Bot {bot_id!r} is disabled."})
+    return bot
+
+
+def _attachments_of_workspace(workspace: Workspace, envelope: EventEnvelopeIn) -> list[Artifact]:
+    given = [a.artifact_id for a in envelope.input.attachments]
+    if not given:
+        return []
+    found = artifacts_by_id(workspace=workspace, artifact_ids=given)
+    missing = {
+        f"input.attachments.{index}.artifact_id": f"No artifact {artifact_id!r} in this workspace."
+        for index, artifact_id in enumerate(given)
+        if artifact_id not in found
+    }
+    if missing:
+        raise EventRejected(missing)
+    return [found[artifact_id] for artifact_id in given]
