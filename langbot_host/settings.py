@@ -170,6 +170,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several resources have a `status` field with its own set of values; name each set after its owner.
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": ["queued", "running", "completed", "failed", "cancelled", "timeout"],
+        "EventStatusEnum": ["accepted", "no_binding", "conflict"],
+        "RunnerStatusEnum": "runners.models.RunnerDescriptor.Status",
+    },
 }
 
 LOGGING = {
