@@ -103,7 +103,13 @@ class RunnerFilter(admin.SimpleListFilter):
     parameter_name = "runner_id"
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
-        return [(r, r) for r in RunnerDescriptor.objects.order_by("runner_id").values_list("runner_id", flat=True)]
+        known = list(RunnerDescriptor.objects.order_by("runner_id").values_list("runner_id", flat=True))
+        selected = self.value()
+        # A filter without choices is dropped by the changelist, so a runner that has since disappeared
+        # (or a link to one) must still be offered.
+        if selected and selected not in known:
+            known.insert(0, selected)
+        return [(r, r) for r in known]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

@@ -36,7 +36,7 @@ from runners.selectors import runs_of_event
 from transcripts.envelope import EventEnvelopeIn
 from transcripts.models import EventLog, TranscriptItem
 from transcripts.selectors import PAGE_LIMIT_MAX, event_get, transcript_page
-from transcripts.services import EventRejected, event_ingest
+from transcripts.services import EventRefusedError, event_ingest
 
 WAIT_MAX_SECONDS = 300
 
@@ -261,7 +261,7 @@ class EventIngestApi(APIView):
             raise _invalid(field_errors(exc)) from None
         try:
             result = event_ingest(workspace=workspace, envelope=envelope)
-        except EventRejected as exc:
+        except EventRefusedError as exc:
             raise _invalid(exc.fields) from None
         runs = result.runs
         if wait > 0 and runs:

@@ -29,7 +29,7 @@ SUMMARY_TEXT_CHARS = 200
 CONVERSATION_ID_MAX = 255
 
 
-class EventRejected(Exception):
+class EventRefusedError(Exception):
     """The envelope is well-formed but refers to things the workspace does not have; `fields` maps the
     dotted field to the message, like the API's `details.fields`."""
 
@@ -76,7 +76,7 @@ def input_summary(*, text: str | None, contents: list[dict[str, Any]], attachmen
 
 def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIngestResult:
     """Record the event and create its runs, or return what an earlier delivery of the same `event_id`
-    created (`duplicate=True`). Raises `EventRejected` for a bot or attachment the workspace lacks."""
+    created (`duplicate=True`). Raises `EventRefusedError` for a bot or attachment the workspace lacks."""
     bot = _bot_of_workspace(workspace, envelope.bot_id)
     attachments = _attachments_of_workspace(workspace, envelope)
     event_id = envelope.event_id_or_new()
@@ -146,7 +146,11 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
                 source=Artifact.Source.RAW_EVENT,
                 event=event,
             )
-            event.raw_ref = {"artifact_id": str(artifact.artifact_id), "size": artifact.size, "mime_type": "application/json"}
+            event.raw_ref = {
+                "artifact_id": str(artifact.artifact_id),
+                "size": artifact.size,
+                "mime_type": artifact.mime_type,
+            }
             EventLog.objects.filter(pk=event.pk).update(raw_ref=event.raw_ref)
 
         if envelope.is_message and not envelope.input.is_empty:
@@ -189,9 +193,9 @@ def _bot_of_workspace(workspace: Workspace, bot_id: str | None) -> Bot | None:
         return None
     bot = bot_get(workspace=workspace, bot_id=bot_id)
     if bot is None:
-        raise EventRejected({"bot_id": f"No bot {bot_id!r} in this workspace."})
+        raise EventRefusedError({"bot_id": f"No bot {bot_id!r} in this workspace."})
     if not bot.enabled:
-        raise EventRejected({"bot_id": f"Bot {bot_id!r} is disabled."})
+        raise EventRefusedError({"bot_id": f"Bot {bot_id!r} is disabled."})
     return bot
 
 
@@ -206,5 +210,5 @@ def _attachments_of_workspace(workspace: Workspace, envelope: EventEnvelopeIn) -
         if artifact_id not in found
     }
     if missing:
-        raise EventRejected(missing)
+        raise EventRefusedError(missing)
     return [found[artifact_id] for artifact_id in given]
