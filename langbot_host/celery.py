@@ -2,14 +2,47 @@
 
 Tasks only carry ids and wake workers; the database owns every run's state (DESIGN §4), so results
 are ignored, tasks are acknowledged late and each worker process prefetches a single message.
+
+Runs execute on an asyncio loop inside each worker process (`runners.orchestrator.worker`); the worker
+signals below start that loop with the worker and end its runs cleanly when the worker stops. Run
+workers with the thread pool, e.g. `celery -A langbot_host worker --pool threads --concurrency 8 -B`:
+the task threads only claim runs and hand them to the loop, the loop holds the runs.
 """
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "langbot_host.settings")
 
 app = Celery("langbot_host")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_ready.connect
+def _start_run_loop(sender: Any = None, **kwargs: Any) -> None:
+    # Prefork children start their own loop (below); the parent process never runs runs.
+    pool = getattr(sender, "pool", None)
+    if pool is not None and type(pool).__module__.endswith("prefork"):
+        return
+    from runners.orchestrator.worker import orchestrator_start
+
+    orchestrator_start()
+
+
+@worker_process_init.connect
+def _start_child_run_loop(**kwargs: Any) -> None:
+    from runners.orchestrator.worker import orchestrator_start
+
+    orchestrator_start()
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def _stop_run_loop(**kwargs: Any) -> None:
+    from runners.orchestrator.worker import orchestrator_shutdown
+
+    orchestrator_shutdown()

@@ -82,6 +82,14 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"}
     )
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("LANGBOT_DB_POOL", default=True):
+    # Worker loops and threads open many short database sessions; a pool makes them cheap.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("LANGBOT_DB_POOL_MIN", default=2),
+        "max_size": env.int("LANGBOT_DB_POOL_MAX", default=20),
+        "timeout": env.float("LANGBOT_DB_POOL_TIMEOUT", default=10.0),
+    }
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -127,7 +135,28 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+# Lets a test session or a second deployment on the same broker keep its own queue.
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (DESIGN §4).
+    "runs-sweep": {"task": "runners.tasks.runs_sweep", "schedule": env.float("LANGBOT_SWEEP_SECONDS", default=5.0)},
+}
+
+# Run execution in workers (runners.orchestrator): in-flight runs per worker process, the lease a worker
+# holds on each run and how often it renews them, the grace given to runs at worker shutdown.
+LANGBOT_WORKER_MAX_RUNS = env.int("LANGBOT_WORKER_MAX_RUNS", default=1000)
+LANGBOT_WORKER_DB_THREADS = env.int("LANGBOT_WORKER_DB_THREADS", default=8)
+LANGBOT_WORKER_SHUTDOWN_GRACE = env.float("LANGBOT_WORKER_SHUTDOWN_GRACE", default=10.0)
+LANGBOT_LEASE_SECONDS = env.float("LANGBOT_LEASE_SECONDS", default=15.0)
+LANGBOT_LEASE_RENEW_SECONDS = env.float("LANGBOT_LEASE_RENEW_SECONDS", default=5.0)
+# The host's own deadline fires this long after `deadline_at`, so the runtime's timeout result wins.
+LANGBOT_RUN_DEADLINE_GRACE = env.float("LANGBOT_RUN_DEADLINE_GRACE", default=2.0)
+# After `cancel_run`, how long the host waits for the runner's `cancelled` result before ending it.
+LANGBOT_RUN_CANCEL_GRACE = env.float("LANGBOT_RUN_CANCEL_GRACE", default=7.0)
+LANGBOT_QUEUED_STALE_SECONDS = env.float("LANGBOT_QUEUED_STALE_SECONDS", default=30.0)
+LANGBOT_SWEEP_BATCH = env.int("LANGBOT_SWEEP_BATCH", default=500)
+LANGBOT_RUN_CANCEL_CHANNEL = env.str("LANGBOT_RUN_CANCEL_CHANNEL", default="langbot:runs:cancel")
 
 # Secrets in runner config are encrypted with the first key; older keys still decrypt (rotation).
 LANGBOT_ENCRYPTION_KEYS = env.list("LANGBOT_ENCRYPTION_KEYS", default=[])

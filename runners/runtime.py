@@ -66,6 +66,14 @@ class RuntimeLink:
         self._connect_lock: asyncio.Lock | None = None
         self._child: asyncio.subprocess.Process | None = None
 
+    def register_handlers(self, handlers: Mapping[str, Handler]) -> None:
+        """Serve these runtime → host actions on this link (now and on every reconnect)."""
+        self.handlers.update(handlers)
+        connection = self._connection
+        if connection is not None and not connection.closed:
+            for action, handler in handlers.items():
+                connection.register(action, handler)
+
     # -- the loop thread ---------------------------------------------------------------------------
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

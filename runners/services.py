@@ -1,20 +1,36 @@
-"""Writes for runner discovery: syncing RunnerDescriptor rows from what the plugin runtime reports."""
+"""Writes of the runners app: syncing RunnerDescriptor rows from what the plugin runtime reports, and the
+run lifecycle services other apps call — `run_create` (with the binding's concurrency policy),
+`run_cancel_request`, `runs_wait`, `runs_sweep` — plus the dispatch of queued runs to workers.
+
+What happens inside a worker (claim, context, the runtime call, results) lives in `runners.orchestrator`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
+from bindings.models import AgentBinding
+from bindings.policies import ConcurrencyPolicy
 from bindings.services import bindings_revalidate_for_runner
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
-from runners.models import RunnerDescriptor
+from runners.models import Run, RunnerDescriptor
+from runners.orchestrator.cancel import cancel_notify
+from runners.publish import RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.runtime import runtime_link
+from transcripts.models import EventLog
 
 logger = logging.getLogger(__name__)
 
@@ -127,3 +143,262 @@ def runner_descriptors_refresh() -> RunnerSyncResult:
     """Ask the plugin runtime for its runners and sync the descriptors. Raises `RuntimeUnavailable`."""
     data = runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {})
     return runner_descriptors_sync(report=ListAgentRunnersResponse.model_validate(data))
+
+
+# --- runs ---------------------------------------------------------------------------------------------
+
+INTERRUPT_REASON = "interrupted by a newer message"
+REJECT_REASON = "rejected"
+_TERMINAL = frozenset(Run.TERMINAL_STATUSES)
+
+
+def _same_conversation_active(*, workspace_id: int, binding_id: int, conversation_id: str) -> QuerySet[Run]:
+    return Run.objects.filter(
+        workspace_id=workspace_id,
+        conversation_id=conversation_id,
+        binding_id=binding_id,
+        status__in=Run.ACTIVE_STATUSES,
+    )
+
+
+def _conversation_lock(*, binding: AgentBinding, conversation_id: str) -> None:
+    """Serialize run creation of one binding+conversation until the transaction ends (PostgreSQL only),
+    so two concurrent messages cannot both see an idle conversation under `reject`/`interrupt`."""
+    if connection.vendor != "postgresql":
+        return  # SQLite takes the write lock for the whole transaction anyway.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [binding.pk, conversation_id])
+
+
+def run_dispatch(*, run_id: str) -> None:
+    """Wake a worker for a queued run. A lost message is not fatal: `runs_sweep` re-sends stale runs."""
+    from runners.tasks import run_execute
+
+    try:
+        run_execute.delay(run_id)
+    except Exception:
+        logger.warning("could not send run %s to the broker; the sweeper will re-send it", run_id, exc_info=True)
+
+
+def run_dispatch_on_commit(*, run_id: str) -> None:
+    transaction.on_commit(lambda: run_dispatch(run_id=run_id))
+
+
+def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run:
+    """Create the run of `binding` for `event` inside the caller's transaction, applying the binding's
+    concurrency policy for the event's conversation (DESIGN §4):
+
+    - `queue` (default): the run stays queued until earlier active runs of the same binding and
+      conversation have ended (the worker will not claim it before; the run that ends sends the next);
+    - `interrupt`: earlier active runs get a cancel request ("interrupted by a newer message");
+    - `reject`: while an earlier run is active, the new run is created already `failed`
+      (`status_reason` "rejected", error `conversation.busy`) and never runs;
+    - `parallel`: no check.
+
+    Events without a conversation have nothing to collide with and always run. The worker is woken
+    once the transaction commits.
+    """
+    conversation_id = event.conversation_id or ""
+    policy = ConcurrencyPolicy(binding.concurrency_policy)
+    run = Run(
+        workspace_id=event.workspace_id,
+        event=event,
+        binding=binding,
+        binding_key=binding.binding_id,
+        runner_id=binding.runner_id,
+        bot_id=event.bot_id,
+        conversation_id=conversation_id,
+        thread_id=event.thread_id or "",
+        is_observer=observer,
+        timeout_seconds=binding.timeout_seconds,
+    )
+    checks = conversation_id and policy in (ConcurrencyPolicy.REJECT, ConcurrencyPolicy.INTERRUPT)
+    if checks:
+        _conversation_lock(binding=binding, conversation_id=conversation_id)
+        active = _same_conversation_active(
+            workspace_id=event.workspace_id, binding_id=binding.pk, conversation_id=conversation_id
+        )
+        if policy is ConcurrencyPolicy.REJECT and active.exists():
+            now = timezone.now()
+            run.status = Run.Status.FAILED
+            run.status_reason = REJECT_REASON
+            run.error = {
+                "code": "conversation.busy",
+                "message": "another run of this binding is active in the conversation",
+                "retryable": True,
+                "details": {"concurrency_policy": policy.value},
+            }
+            run.finished_at = now
+            run.save()
+            run_status_publish_on_commit(run=run)
+            return run
+        if policy is ConcurrencyPolicy.INTERRUPT:
+            for earlier in active.order_by("id"):
+                run_cancel_request(run=earlier, reason=INTERRUPT_REASON)
+    run.save()
+    run_dispatch_on_commit(run_id=str(run.run_id))
+    return run
+
+
+def run_cancel_request(*, run: Run, reason: str) -> Run:
+    """Cancel a run. Queued → `cancelled` at once; running → `cancel_requested_at` is set and the owning
+    worker is told to send `cancel_run` (the run ends `cancelled` when the runner stops); terminal →
+    unchanged. Idempotent: a second request changes nothing. Returns the run as stored now."""
+    reason = (reason or "cancelled")[:200]
+    now = timezone.now()
+    with transaction.atomic():
+        cancelled = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
+            status=Run.Status.CANCELLED,
+            status_reason=reason,
+            cancel_requested_at=now,
+            cancel_reason=reason,
+            finished_at=now,
+        )
+        if cancelled:
+            run.refresh_from_db()
+            run_status_publish_on_commit(run=run)
+            # A queued run may have been the one later runs of its conversation were waiting behind.
+            run_dispatch_next_on_commit(run=run)
+            return run
+        requested = Run.objects.filter(
+            pk=run.pk, status=Run.Status.RUNNING, cancel_requested_at__isnull=True
+        ).update(cancel_requested_at=now, cancel_reason=reason)
+        if requested:
+            run_id = str(run.run_id)
+            transaction.on_commit(lambda: cancel_notify(run_id=run_id, reason=reason))
+        run.refresh_from_db()
+    return run
+
+
+def run_next_queued(*, run: Run) -> Run | None:
+    """The oldest queued run waiting behind `run` under the `queue` policy, if any."""
+    if not run.conversation_id or run.binding_id is None:
+        return None
+    return (
+        Run.objects.filter(
+            workspace_id=run.workspace_id,
+            conversation_id=run.conversation_id,
+            binding_id=run.binding_id,
+            status=Run.Status.QUEUED,
+        )
+        .order_by("id")
+        .only("run_id")
+        .first()
+    )
+
+
+def run_dispatch_next_on_commit(*, run: Run) -> None:
+    following = run_next_queued(run=run)
+    if following is not None:
+        run_dispatch_on_commit(run_id=str(following.run_id))
+
+
+def runs_wait(*, run_ids: list[str], timeout: float) -> None:
+    """Block until every run is terminal or `timeout` seconds pass.
+
+    Subscribes to each run's channel-layer group first, then reads the runs' status once (so a status
+    committed in between is never missed), then only listens — it never polls the database.
+    """
+    if not run_ids or timeout <= 0:
+        return
+    async_to_sync(_runs_wait)([str(r) for r in run_ids], float(timeout))
+
+
+def _runs_still_active(run_ids: list[str]) -> set[str]:
+    rows = Run.objects.filter(run_id__in=run_ids).exclude(status__in=Run.TERMINAL_STATUSES)
+    return {str(r) for r in rows.values_list("run_id", flat=True)}
+
+
+async def _runs_wait(run_ids: list[str], timeout: float) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    channel = await layer.new_channel()
+    groups = [run_group(run_id) for run_id in run_ids]
+    try:
+        for group in groups:
+            await layer.group_add(group, channel)
+        pending = await sync_to_async(_runs_still_active)(run_ids)
+        while pending:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), remaining)
+            except TimeoutError:
+                return
+            if message.get("type") == RUN_STATUS and message.get("status") in _TERMINAL:
+                pending.discard(str(message.get("run_id")))
+    finally:
+        for group in groups:
+            try:
+                await layer.group_discard(group, channel)
+            except Exception:
+                logger.debug("group_discard of %s failed", group, exc_info=True)
+
+
+@dataclass
+class SweepResult:
+    lost: list[str] = field(default_factory=list)
+    redispatched: list[str] = field(default_factory=list)
+
+
+def runs_sweep(*, now: Any = None) -> SweepResult:
+    """Fail runs whose lease expired (`worker_lost`, retryable) and re-send runs queued for too long.
+
+    Each lost run is failed by its own conditional update, so a worker that renews at the same moment
+    either keeps the run or loses it — never both. Runs still waiting behind an earlier active run of
+    their conversation (the `queue` policy) are not re-sent: that run's end sends them.
+    """
+    now = now or timezone.now()
+    result = SweepResult()
+    expired = list(
+        Run.objects.filter(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("pk", flat=True)[: settings.LANGBOT_SWEEP_BATCH]
+    )
+    for pk in expired:
+        with transaction.atomic():
+            failed = Run.objects.filter(pk=pk, status=Run.Status.RUNNING, lease_expires_at__lt=now).update(
+                status=Run.Status.FAILED,
+                status_reason="worker_lost",
+                error={
+                    "code": "worker_lost",
+                    "message": "the worker running this run stopped renewing its lease",
+                    "retryable": True,
+                    "details": {},
+                },
+                finished_at=now,
+                lease_expires_at=None,
+            )
+            if not failed:
+                continue
+            run = Run.objects.get(pk=pk)
+            run_status_publish_on_commit(run=run)
+            run_dispatch_next_on_commit(run=run)
+            result.lost.append(str(run.run_id))
+    if result.lost:
+        logger.warning("swept %d run(s) whose worker was lost: %s", len(result.lost), ", ".join(result.lost))
+
+    stale_before = now - timedelta(seconds=settings.LANGBOT_QUEUED_STALE_SECONDS)
+    earlier_active = Run.objects.filter(
+        workspace_id=OuterRef("workspace_id"),
+        conversation_id=OuterRef("conversation_id"),
+        binding_id=OuterRef("binding_id"),
+        status__in=Run.ACTIVE_STATUSES,
+        id__lt=OuterRef("id"),
+    ).exclude(conversation_id="")
+    stale = (
+        Run.objects.filter(status=Run.Status.QUEUED, created_at__lt=stale_before)
+        .exclude(Exists(earlier_active))
+        .order_by("id")
+        .values_list("run_id", flat=True)[: settings.LANGBOT_SWEEP_BATCH]
+    )
+    for run_id in stale:
+        run_dispatch(run_id=str(run_id))
+        result.redispatched.append(str(run_id))
+    if result.redispatched:
+        logger.info("re-sent %d run(s) left queued", len(result.redispatched))
+    return result

@@ -1,0 +1,307 @@
+"""The context builder: the event-first `AgentRunContext` of one run (PROTOCOL_V1 §4,
+AGENT_CONTEXT_PROTOCOL §2–§3) and the run session frozen beside it.
+
+Inlined: the current event, its input, conversation/actor/subject, delivery, the authorized resources,
+context handles, the enabled state scopes and the binding config. Not inlined: history. A runner whose
+context policy asks for a recent tail (`bootstrap: recent_tail`, or `ownership: host_bootstrap`) gets
+the most recent transcript items, at most `max_inline_events` of them and `max_inline_bytes` in total
+(both must be > 0 for anything to be inlined).
+
+Cursors: `context.latest_cursor` is the id of the newest TranscriptItem of the conversation *before*
+the current input (the user item written for this event), i.e. where a runner starts paging backwards;
+`transcript_seq` is the id of that current input item, `event_seq` the EventLog id of the event. No
+count of the conversation is taken: every query here is an indexed lookup with a LIMIT, so building a
+context costs the same for 10 or 100,000 prior items.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from pydantic import ValidationError
+
+from bindings.models import AgentBinding
+from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.services import binding_runner_config_plain
+from langbot_sdk.protocol import (
+    ActorContext,
+    AgentEventContext,
+    AgentInput,
+    AgentRunContext,
+    AgentRunnerManifest,
+    AgentRunRequest,
+    AgentRunState,
+    AgentRuntimeContext,
+    AgentTrigger,
+    BootstrapContext,
+    ContentElement,
+    ContextAccess,
+    ConversationContext,
+    DeliveryContext,
+    InlineContextPolicy,
+    Message,
+    RawEventRef,
+    SubjectContext,
+)
+from runners.models import Run, RunnerDescriptor
+from runners.orchestrator.resources import resources_build
+from runners.orchestrator.scope import RunScope
+from runners.orchestrator.session import RunSession
+from runners.orchestrator.state import state_snapshot
+from transcripts.models import EventLog, TranscriptItem
+
+logger = logging.getLogger(__name__)
+
+TRIGGER_SOURCES = frozenset({"platform", "webui", "api", "scheduler", "system", "pipeline_adapter"})
+STREAMING_SURFACES = frozenset({"webui", "api"})
+# Hard host caps on a bootstrap, whatever a manifest asks for.
+BOOTSTRAP_MAX_EVENTS = 100
+BOOTSTRAP_MAX_BYTES = 1024 * 1024
+
+
+@dataclass
+class BuiltContext:
+    context: AgentRunContext
+    session: RunSession
+    request: dict[str, Any]
+
+
+@functools.lru_cache(maxsize=256)
+def _manifest(runner_id: str, digest: str, raw: str) -> AgentRunnerManifest:
+    return AgentRunnerManifest.model_validate_json(raw)
+
+
+def descriptor_manifest(descriptor: RunnerDescriptor) -> AgentRunnerManifest:
+    """The runner's manifest as last synced; parsed once per manifest version."""
+    raw = json.dumps(descriptor.manifest, sort_keys=True)
+    return _manifest(descriptor.runner_id, descriptor.manifest_sha256, raw)
+
+
+def _epoch(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def _lenient(model: Any, data: Any) -> Any:
+    if not isinstance(data, dict) or not data:
+        return None
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        logger.warning("ignored an invalid %s in an event: %r", model.__name__, data)
+        return None
+
+
+def _identity(data: Any, type_key: str, id_key: str) -> str:
+    if not isinstance(data, dict) or not data.get(id_key):
+        return ""
+    return f"{data.get(type_key) or 'unknown'}:{data[id_key]}"
+
+
+def _event_context(event: EventLog) -> AgentEventContext:
+    raw_ref = None
+    if isinstance(event.raw_ref, dict) and event.raw_ref:
+        raw_ref = RawEventRef(
+            source=event.source,
+            artifact_id=str(event.raw_ref.get("artifact_id") or "") or None,
+            size=event.raw_ref.get("size") if isinstance(event.raw_ref.get("size"), int) else None,
+            mime_type=event.raw_ref.get("mime_type"),
+        )
+    return AgentEventContext(
+        event_id=event.event_id,
+        event_type=event.event_type,
+        event_time=_epoch(event.event_time or event.created_at),
+        source=event.source,
+        source_event_type=event.source_event_type or None,
+        raw_ref=raw_ref,
+        data=event.data or {},
+    )
+
+
+def _input(event: EventLog) -> AgentInput:
+    try:
+        return AgentInput.model_validate(event.input or {})
+    except ValidationError:
+        text = (event.input or {}).get("text") if isinstance(event.input, dict) else None
+        return AgentInput(text=text if isinstance(text, str) else None)
+
+
+def _message(item: TranscriptItem) -> Message:
+    content: str | list[ContentElement] = item.content
+    if item.contents:
+        try:
+            content = [ContentElement.model_validate(part) for part in item.contents]
+        except ValidationError:
+            content = item.content
+    return Message(role=item.role, content=content)
+
+
+def _item_bytes(item: TranscriptItem) -> int:
+    size = len(item.content.encode("utf-8"))
+    if item.contents:
+        size += len(json.dumps(item.contents, ensure_ascii=False).encode("utf-8"))
+    return size
+
+
+def _bootstrap(history: Any, *, max_events: int, max_bytes: int) -> tuple[BootstrapContext | None, InlineContextPolicy]:
+    max_events = min(max_events, BOOTSTRAP_MAX_EVENTS)
+    max_bytes = min(max_bytes, BOOTSTRAP_MAX_BYTES)
+    if max_events <= 0 or max_bytes <= 0:
+        return None, InlineContextPolicy(mode="current_event", reason="the runner's inline limits are 0")
+    # One extra row tells whether older items exist, without counting the conversation.
+    newest_first = list(history.order_by("-id")[: max_events + 1])
+    complete = len(newest_first) <= max_events
+    kept: list[TranscriptItem] = []
+    used = 0
+    for item in newest_first[:max_events]:
+        size = _item_bytes(item)
+        if used + size > max_bytes:
+            complete = False
+            break
+        kept.append(item)
+        used += size
+    kept.reverse()
+    policy = InlineContextPolicy(
+        mode="recent_tail",
+        delivered_count=len(kept),
+        messages_complete=complete,
+        reason=f"runner asked for a recent tail of at most {max_events} items / {max_bytes} bytes",
+    )
+    return BootstrapContext(messages=[_message(item) for item in kept]), policy
+
+
+def context_build(
+    *, run: Run, event: EventLog, binding: AgentBinding, descriptor: RunnerDescriptor, deadline_at: datetime
+) -> BuiltContext:
+    """Build the run context and its session. Raises `ValueError` when the binding or manifest cannot
+    be turned into a context (the run then fails with `context.invalid`)."""
+    manifest = descriptor_manifest(descriptor)
+    config = binding_runner_config_plain(binding)
+    try:
+        resource_policy = ResourcePolicy.model_validate(binding.resource_policy or {})
+        state_policy = StatePolicy.model_validate(binding.state_policy or {})
+        delivery_policy = DeliveryPolicy.model_validate(binding.delivery_policy or {})
+    except ValidationError as exc:
+        raise ValueError(f"binding {binding.binding_id} has an invalid policy: {exc}") from exc
+    resources, apis = resources_build(
+        permissions=manifest.permissions,
+        context_policy=manifest.context,
+        schema=manifest.config_schema,
+        config=config,
+        resource_policy=resource_policy,
+        state_policy=state_policy,
+    )
+    workspace = run.workspace
+    bot = run.bot
+    run_id = str(run.run_id)
+    scope = RunScope(
+        workspace_id=run.workspace_id,
+        workspace=workspace.slug,
+        runner_id=run.runner_id,
+        binding_id=run.binding_key,
+        bot_id=bot.bot_id if bot is not None else "",
+        conversation_id=run.conversation_id,
+        thread_id=run.thread_id,
+        actor_id=_identity(event.actor, "actor_type", "actor_id"),
+        subject_id=_identity(event.subject, "subject_type", "subject_id"),
+    )
+    session = RunSession(
+        run_id=run_id,
+        run_pk=run.pk,
+        lease_token="",
+        plugin_identity=f"{descriptor.plugin_author}/{descriptor.plugin_name}",
+        scope=scope,
+        resources=resources,
+        available_apis=apis,
+        state_enabled=resources.state.enabled,
+        state_scopes=frozenset(str(s) for s in resources.state.scopes),
+    )
+
+    # Context handles: the current input's transcript item and the newest item before it.
+    current_item = None
+    latest_cursor = None
+    bootstrap: BootstrapContext | None = None
+    inline = InlineContextPolicy(mode="current_event")
+    if run.conversation_id:
+        current_item = (
+            TranscriptItem.objects.filter(event_id=event.pk, role=TranscriptItem.Role.USER)
+            .values_list("id", flat=True)
+            .first()
+        )
+        history = TranscriptItem.objects.filter(workspace_id=run.workspace_id, conversation_id=run.conversation_id)
+        if current_item is not None:
+            history = history.filter(id__lt=current_item)
+        latest_cursor = history.order_by("-id").values_list("id", flat=True).first()
+        policy = manifest.context
+        wants_tail = policy.bootstrap in ("recent_tail", "summary_tail") or (
+            policy.ownership == "host_bootstrap" and policy.bootstrap != "none"
+        )
+        if wants_tail and latest_cursor is not None:
+            bootstrap, inline = _bootstrap(
+                history, max_events=policy.max_inline_events, max_bytes=policy.max_inline_bytes
+            )
+
+    state = AgentRunState()
+    if session.state_enabled:
+        keys = {s: k for s in session.state_scopes if (k := scope.state_key(s)) is not None}
+        state = AgentRunState.model_validate(state_snapshot(workspace_id=run.workspace_id, scope_keys=keys))
+
+    surface = bot.platform if bot is not None else event.source
+    replies = not run.is_observer and delivery_policy.enable_reply
+    delivery = DeliveryContext(
+        surface=surface,
+        reply_target=(
+            {"conversation_id": run.conversation_id, "thread_id": run.thread_id or None, "bot_id": scope.bot_id or None}
+            if replies
+            else None
+        ),
+        supports_streaming=delivery_policy.enable_streaming and surface in STREAMING_SURFACES,
+        max_message_size=delivery_policy.max_message_size,
+        platform_capabilities={"reply": replies},
+    )
+    context = AgentRunContext(
+        run_id=run_id,
+        trigger=AgentTrigger(
+            type=event.event_type,
+            source=event.source if event.source in TRIGGER_SOURCES else "platform",
+            timestamp=_epoch(event.created_at),
+        ),
+        event=_event_context(event),
+        conversation=ConversationContext(
+            conversation_id=run.conversation_id or None,
+            thread_id=run.thread_id or None,
+            bot_id=scope.bot_id or None,
+            workspace_id=workspace.slug,
+        ),
+        actor=_lenient(ActorContext, event.actor),
+        subject=_lenient(SubjectContext, event.subject),
+        input=_input(event),
+        delivery=delivery,
+        resources=resources,
+        context=ContextAccess(
+            conversation_id=run.conversation_id or None,
+            thread_id=run.thread_id or None,
+            latest_cursor=str(latest_cursor) if latest_cursor is not None else None,
+            event_seq=event.pk,
+            transcript_seq=current_item,
+            has_history_before=latest_cursor is not None,
+            inline_policy=inline,
+            available_apis=apis,
+        ),
+        state=state,
+        runtime=AgentRuntimeContext(
+            trace_id=run_id,
+            deadline_at=deadline_at.timestamp(),
+            timezone=settings.TIME_ZONE,
+        ),
+        config=config,
+        bootstrap=bootstrap,
+        metadata={"binding_id": run.binding_key, "observer": run.is_observer},
+    )
+    request = AgentRunRequest(runner_id=descriptor.runner_id, runner_name=descriptor.runner_name, context=context)
+    return BuiltContext(context=context, session=session, request=request.model_dump(mode="json"))

@@ -1,0 +1,347 @@
+"""One run on the worker's loop: the runtime call, the result pipeline and the ways a run is stopped.
+
+Two coroutines per run. The reader drains the `run_agent` stream into an inbox. The writer takes what
+is in the inbox, normalizes it (`normalizer.py`), persists it (`ledger.py`, fenced by the lease) and
+only then publishes it (`publish.py`). Consecutive text deltas wait at most `DELTA_COALESCE_SECONDS`
+to be merged; anything else flushes them first, so the order of a run's events never changes.
+
+A run ends exactly once, by the first terminal result the writer takes: the runner's own, or one the
+host puts into the inbox — host deadline (`runner.timeout`), a cancel the runner did not answer within
+the cancel grace (`cancelled`), worker shutdown (`worker_shutdown`, retryable), a stream that ended
+without a terminal result (`runner.invalid_result`) or a lost runtime connection (`runtime_error`,
+retryable). A lost lease ends it without any write at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+
+from langbot_sdk.protocol import (
+    Action,
+    AgentAPIError,
+    AgentAPIException,
+    ArtifactCreatedPayload,
+    ErrorCode,
+    ResultType,
+    RunFailedPayload,
+    RunFailureCode,
+    StateUpdatedPayload,
+)
+from runners.orchestrator.admission import ClaimedRun
+from runners.orchestrator.ledger import (
+    ArtifactOutput,
+    AssistantReply,
+    Batch,
+    LeaseLostError,
+    StateUpdate,
+    ledger_append,
+    ledger_finish,
+)
+from runners.orchestrator.normalizer import Accepted, ResultNormalizer, delta_merge, delta_text, message_of, outcome_of
+from runners.publish import run_events_publish_committed, run_status_publish_committed
+
+if TYPE_CHECKING:
+    from runners.orchestrator.worker import Orchestrator
+
+logger = logging.getLogger(__name__)
+
+DELTA_COALESCE_SECONDS = 0.05
+CANCEL_CALL_TIMEOUT = 5.0
+DELTA = ResultType.MESSAGE_DELTA.value
+
+
+@dataclass
+class _StreamEnded:
+    error: AgentAPIError | None
+
+
+@dataclass
+class _HostTerminal:
+    accepted: Accepted
+
+
+class _LeaseLostMarker:
+    pass
+
+
+_LOST = _LeaseLostMarker()
+
+
+def host_failure(code: str, message: str, *, retryable: bool = False, **details: Any) -> Accepted:
+    """A `run.failed` result the host produces on the runner's behalf."""
+    payload = RunFailedPayload(code=code, message=message, retryable=retryable, details=details)
+    return Accepted(type=ResultType.RUN_FAILED.value, data=payload.model_dump(mode="json"), payload=payload)
+
+
+class RunExecution:
+    def __init__(self, orchestrator: Orchestrator, claimed: ClaimedRun) -> None:
+        self.orchestrator = orchestrator
+        self.run = claimed.run
+        self.session = claimed.built.session
+        self.request = claimed.built.request
+        self.run_id = self.session.run_id
+        self.lease_token = claimed.lease_token
+        self.last_seq = claimed.run.last_seq
+        self.deadline_at = claimed.run.deadline_at.timestamp() if claimed.run.deadline_at else time.time()
+        self.normalizer = ResultNormalizer(self.run_id)
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.task: asyncio.Task[None] | None = None
+        self.finished = False
+        self.cancel_reason: str | None = None
+        self._stopping = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self._completed: tuple[str, list[dict[str, Any]]] | None = None
+        self._delta_text: list[str] = []
+
+    # -- stop requests (called on the loop) -----------------------------------------------------
+
+    def request_cancel(self, reason: str) -> None:
+        """A cancel request for this run: tell the runtime, and end the run ourselves if the runner has
+        not answered within the cancel grace."""
+        if self.finished or self.cancel_reason is not None:
+            return
+        self.cancel_reason = reason
+        self._send_cancel(reason)
+        failure = host_failure(RunFailureCode.CANCELLED.value, "the run was cancelled", reason=reason)
+        self._later(settings.LANGBOT_RUN_CANCEL_GRACE, failure)
+
+    def deadline_reached(self) -> None:
+        if self.finished:
+            return
+        self._send_cancel("deadline")
+        self._inject(
+            host_failure(
+                RunFailureCode.RUNNER_TIMEOUT.value,
+                "the run reached its deadline",
+                retryable=True,
+                deadline_at=self.deadline_at,
+            )
+        )
+
+    def shutdown(self) -> None:
+        if self.finished:
+            return
+        self._send_cancel("worker shutdown")
+        self._inject(host_failure("worker_shutdown", "the worker shut down during the run", retryable=True))
+
+    def lease_lost(self) -> None:
+        if self.finished:
+            return
+        logger.warning("run %s: lease lost; stopping without further writes", self.run_id)
+        self._send_cancel("lease lost")
+        self.inbox.put_nowait(_LOST)
+
+    def _inject(self, accepted: Accepted) -> None:
+        if not self.finished:
+            self.inbox.put_nowait(_HostTerminal(accepted))
+
+    def _later(self, delay: float, accepted: Accepted) -> None:
+        loop = asyncio.get_running_loop()
+        self._timers.append(loop.call_later(max(0.0, delay), self._inject, accepted))
+
+    def _send_cancel(self, reason: str) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self.orchestrator.spawn(self._cancel_call(reason))
+
+    async def _cancel_call(self, reason: str) -> None:
+        try:
+            await self.orchestrator.link.call(
+                Action.CANCEL_RUN, {"run_id": self.run_id, "reason": reason}, timeout=CANCEL_CALL_TIMEOUT
+            )
+        except AgentAPIException as exc:
+            logger.info("run %s: cancel_run not delivered: %s", self.run_id, exc)
+
+    # -- the run ------------------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        loop = asyncio.get_running_loop()
+        grace = settings.LANGBOT_RUN_DEADLINE_GRACE
+        self._timers.append(loop.call_later(max(0.0, self.deadline_at + grace - time.time()), self.deadline_reached))
+        await run_status_publish_committed(run=self.run)
+        reader = loop.create_task(self._read(), name=f"run-reader {self.run_id}")
+        try:
+            await self._write()
+        finally:
+            self.finished = True
+            for timer in self._timers:
+                timer.cancel()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+
+    async def _read(self) -> None:
+        try:
+            connection = await self.orchestrator.link.connection()
+            async with connection.stream(Action.RUN_AGENT, self.request) as stream:
+                async for item in stream:
+                    self.inbox.put_nowait(item)
+            self.inbox.put_nowait(_StreamEnded(None))
+        except asyncio.CancelledError:
+            raise
+        except AgentAPIException as exc:
+            self.inbox.put_nowait(_StreamEnded(exc.error))
+        except Exception as exc:
+            logger.exception("run %s: the runtime stream failed", self.run_id)
+            error = AgentAPIError(code=ErrorCode.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}", retryable=True)
+            self.inbox.put_nowait(_StreamEnded(error))
+
+    async def _next(self, timeout: float | None) -> Any:
+        if timeout is None:
+            return await self.inbox.get()
+        async with asyncio.timeout(timeout):
+            return await self.inbox.get()
+
+    async def _write(self) -> None:
+        loop = asyncio.get_running_loop()
+        deltas: list[dict[str, Any]] = []
+        deltas_since = 0.0
+        while True:
+            timeout = max(0.0, deltas_since + DELTA_COALESCE_SECONDS - loop.time()) if deltas else None
+            try:
+                first = await self._next(timeout)
+            except TimeoutError:
+                batch = Batch(events=[(DELTA, d) for d in deltas])
+                deltas.clear()
+                if not await self._append(batch):
+                    return
+                continue
+            items = [first]
+            while not self.inbox.empty():
+                items.append(self.inbox.get_nowait())
+
+            batch = Batch()
+            terminal: Accepted | None = None
+            for item in items:
+                if item is _LOST:
+                    return
+                if isinstance(item, _HostTerminal):
+                    terminal = item.accepted
+                    break
+                if isinstance(item, _StreamEnded):
+                    terminal = self._stream_end_failure(item.error)
+                    break
+                accepted = self.normalizer.accept(item)
+                if accepted is None:
+                    continue
+                if accepted.type == DELTA:
+                    self._delta_text.append(delta_text(accepted.data))
+                    merged = delta_merge(deltas[-1], accepted.data) if deltas else None
+                    if merged is not None:
+                        deltas[-1] = merged
+                    else:
+                        if not deltas:
+                            deltas_since = loop.time()
+                        deltas.append(accepted.data)
+                    continue
+                batch.events += [(DELTA, d) for d in deltas]
+                deltas.clear()
+                if accepted.is_terminal:
+                    terminal = accepted
+                    break
+                self._absorb(accepted, batch)
+
+            if terminal is not None:
+                batch.events += [(DELTA, d) for d in deltas]
+                batch.events.append((terminal.type, terminal.data))
+                await self._finish(batch, terminal)
+                return
+            if batch and not await self._append(batch):
+                return
+
+    def _stream_end_failure(self, error: AgentAPIError | None) -> Accepted:
+        if error is None:
+            return host_failure(
+                RunFailureCode.RUNNER_INVALID_RESULT.value,
+                "the result stream ended without run.completed or run.failed",
+            )
+        return host_failure(
+            ErrorCode.RUNTIME_ERROR.value, f"the plugin runtime failed the run: {error.message}", retryable=True,
+            runtime_code=error.code,
+        )  # fmt: skip
+
+    def _absorb(self, accepted: Accepted, batch: Batch) -> None:
+        payload = accepted.payload
+        if isinstance(payload, StateUpdatedPayload):
+            scope_key = (
+                self.session.scope.state_key(payload.scope) if self.session.state_allows(payload.scope) else None
+            )
+            if scope_key is None:
+                logger.warning(
+                    "run %s: dropped state.updated for scope %s (not authorized)", self.run_id, payload.scope
+                )
+                return
+            batch.state.append(StateUpdate(str(payload.scope), scope_key, payload.key, payload.value))
+            return
+        if isinstance(payload, ArtifactCreatedPayload):
+            batch.artifacts.append(
+                ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, payload.artifact_id)
+            )
+            return
+        if accepted.type == ResultType.MESSAGE_COMPLETED.value:
+            self._completed = message_of(accepted)
+        batch.events.append((accepted.type, accepted.data))
+
+    async def _append(self, batch: Batch) -> bool:
+        try:
+            rows = await self.orchestrator.db(
+                ledger_append,
+                run=self.run,
+                lease_token=self.lease_token,
+                last_seq=self.last_seq,
+                batch=batch,
+                lease_seconds=settings.LANGBOT_LEASE_SECONDS,
+            )
+        except LeaseLostError:
+            self.lease_lost()
+            return False
+        except Exception:
+            # The database is unreachable: stop the runner and let the lease decide the run's fate.
+            logger.exception("run %s: could not persist results; abandoning the run", self.run_id)
+            self._send_cancel("host could not persist results")
+            return False
+        self.last_seq += len(batch.events)
+        await run_events_publish_committed(run=self.run, events=rows)
+        return True
+
+    async def _finish(self, batch: Batch, terminal: Accepted) -> None:
+        outcome = outcome_of(terminal, cancel_reason=self.cancel_reason)
+        streamed = "".join(self._delta_text)
+        reply: AssistantReply | None = None
+        if self._completed is not None:
+            output = self._completed[0]
+            reply = AssistantReply(*self._completed)
+        else:
+            output = streamed
+            if outcome.status == "completed" and streamed:
+                reply = AssistantReply(streamed, [])
+        try:
+            rows = await self.orchestrator.db(
+                ledger_finish,
+                run=self.run,
+                lease_token=self.lease_token,
+                last_seq=self.last_seq,
+                batch=batch,
+                outcome=outcome,
+                output=output,
+                reply=reply,
+            )
+        except LeaseLostError:
+            self.lease_lost()
+            return
+        except Exception:
+            logger.exception("run %s: could not persist its end; the lease will expire", self.run_id)
+            return
+        self.finished = True
+        self.last_seq += len(batch.events)
+        await run_events_publish_committed(run=self.run, events=rows)
+        await run_status_publish_committed(run=self.run)
+        logger.info(
+            "run %s %s%s", self.run_id, outcome.status, f" ({outcome.status_reason})" if outcome.status_reason else ""
+        )

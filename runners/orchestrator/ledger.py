@@ -1,0 +1,179 @@
+"""Writes of a running run (synchronous; the execution calls them through the loop's database executor).
+
+Every write is fenced by the lease: the same transaction first updates the run row on
+`(pk, lease_token, status=running)` — advancing `last_seq` and renewing the lease — and rolls back with
+`LeaseLostError` when that matched nothing, so a worker that lost its run writes nothing more. RunEvents are
+inserted in bulk with host-assigned `seq` values; state updates and artifacts go to their own stores and
+are never RunEvents (they are not delivered to clients). The final write also stores the outcome and
+the assistant transcript item (at most one per run: a duplicate is ignored by the unique constraint).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from bindings.models import Workspace
+from runners.models import Run, RunEvent
+from runners.orchestrator.normalizer import Outcome
+from runners.orchestrator.state import state_write
+from runners.services import run_dispatch_next_on_commit
+from transcripts.models import TranscriptItem
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseLostError(Exception):
+    """The run is no longer this worker's (lease expired and swept, or ended elsewhere)."""
+
+
+@dataclass
+class StateUpdate:
+    scope: str
+    scope_key: str
+    key: str
+    value: Any
+
+
+@dataclass
+class ArtifactOutput:
+    name: str
+    mime_type: str
+    content_base64: str | None
+    artifact_id: str | None
+
+
+@dataclass
+class Batch:
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    state: list[StateUpdate] = field(default_factory=list)
+    artifacts: list[ArtifactOutput] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.state or self.artifacts)
+
+
+@dataclass
+class AssistantReply:
+    text: str
+    parts: list[dict[str, Any]]
+
+
+def _side_effects(run: Run, batch: Batch) -> None:
+    for update in batch.state:
+        state_write(
+            workspace_id=run.workspace_id,
+            scope=update.scope,
+            scope_key=update.scope_key,
+            key=update.key,
+            value=update.value,
+            run_id=str(run.run_id),
+        )
+    for artifact in batch.artifacts:
+        _artifact_store(run, artifact)
+
+
+def _artifact_store(run: Run, artifact: ArtifactOutput) -> None:
+    if artifact.content_base64 is None:
+        logger.info("run %s announced existing artifact %s (%s)", run.run_id, artifact.artifact_id, artifact.name)
+        return
+    try:
+        from artifacts.services import artifact_create_from_bytes
+    except ImportError:  # pragma: no cover - the artifacts app always ships with the host
+        logger.warning("run %s produced artifact %s but no artifact store is installed", run.run_id, artifact.name)
+        return
+    stored = artifact_create_from_bytes(
+        workspace=Workspace(pk=run.workspace_id),
+        data=base64.b64decode(artifact.content_base64),
+        name=artifact.name,
+        mime_type=artifact.mime_type,
+        conversation_id=run.conversation_id,
+        source="runner",
+        event=None,
+        run_id=run.run_id,
+    )
+    logger.info("run %s stored artifact %s (%s, %d bytes)", run.run_id, stored.artifact_id, stored.name, stored.size)
+
+
+def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
+    rows = [RunEvent(run_id=run.pk, seq=first_seq + i, type=type_, data=data) for i, (type_, data) in enumerate(events)]
+    return RunEvent.objects.bulk_create(rows) if rows else []
+
+
+def ledger_append(*, run: Run, lease_token: str, last_seq: int, batch: Batch, lease_seconds: float) -> list[RunEvent]:
+    """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
+    now = timezone.now()
+    with transaction.atomic():
+        held = Run.objects.filter(pk=run.pk, lease_token=lease_token, status=Run.Status.RUNNING).update(
+            last_seq=last_seq + len(batch.events), lease_expires_at=now + timedelta(seconds=lease_seconds)
+        )
+        if not held:
+            raise LeaseLostError()
+        _side_effects(run, batch)
+        return _event_rows(run, last_seq + 1, batch.events)
+
+
+def ledger_finish(
+    *,
+    run: Run,
+    lease_token: str,
+    last_seq: int,
+    batch: Batch,
+    outcome: Outcome,
+    output: str,
+    reply: AssistantReply | None,
+) -> list[RunEvent]:
+    """Persist the last results and end the run with `outcome` — one transaction, fenced by the lease."""
+    now = timezone.now()
+    with transaction.atomic():
+        ended = Run.objects.filter(pk=run.pk, lease_token=lease_token, status=Run.Status.RUNNING).update(
+            status=outcome.status,
+            status_reason=outcome.status_reason,
+            error=outcome.error,
+            usage=outcome.usage,
+            output=output,
+            last_seq=last_seq + len(batch.events),
+            finished_at=now,
+            lease_expires_at=None,
+        )
+        if not ended:
+            raise LeaseLostError()
+        _side_effects(run, batch)
+        rows = _event_rows(run, last_seq + 1, batch.events)
+        if reply is not None and run.conversation_id and not run.is_observer:
+            TranscriptItem.objects.bulk_create(
+                [
+                    TranscriptItem(
+                        workspace_id=run.workspace_id,
+                        conversation_id=run.conversation_id,
+                        thread_id=run.thread_id,
+                        role=TranscriptItem.Role.ASSISTANT,
+                        content=reply.text,
+                        contents=reply.parts,
+                        event_id=run.event_id,
+                        run_id=run.run_id,
+                        runner_id=run.runner_id,
+                    )
+                ],
+                ignore_conflicts=True,
+            )
+        run_dispatch_next_on_commit(run=run)
+    run.status, run.status_reason, run.error = outcome.status, outcome.status_reason, outcome.error
+    run.usage, run.output, run.finished_at = outcome.usage, output, now
+    return rows
+
+
+def leases_renew(*, tokens: dict[int, str], lease_seconds: float) -> dict[int, tuple[bool, str]]:
+    """Renew the leases this worker holds in one update; returns, for each run still held, whether a
+    cancel was requested (and why). A run missing from the answer is lost."""
+    now = timezone.now()
+    held = Run.objects.filter(pk__in=list(tokens), lease_token__in=list(tokens.values()), status=Run.Status.RUNNING)
+    held.update(lease_expires_at=now + timedelta(seconds=lease_seconds))
+    rows = held.values_list("pk", "lease_token", "cancel_requested_at", "cancel_reason")
+    return {pk: (requested is not None, reason) for pk, token, requested, reason in rows if str(token) == tokens[pk]}

@@ -1,0 +1,120 @@
+"""The resource builder: what one run may use = manifest permissions ∩ binding resource policy ∩ the
+runner config's selections (DESIGN §5), as `AgentResources` plus the context APIs it opens.
+
+Models, tools and knowledge bases have no providers yet: a resource appears only when the runner's
+config selects it (model / knowledge-base selector fields) or the policy names it (tools — there is no
+tool selector), the policy allows it and the manifest asks for that kind of access. Calls to them answer
+`not_found` until providers exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from bindings.policies import WILDCARD, ResourcePolicy, StatePolicy
+from langbot_sdk.protocol import (
+    AgentResources,
+    AgentRunnerContextPolicy,
+    AgentRunnerPermissions,
+    ContextAPICapabilities,
+    DynamicFormItemSchema,
+    DynamicFormItemType,
+    HistoryResource,
+    KnowledgeBaseResource,
+    ModelResource,
+    StateResource,
+    StorageResource,
+    ToolResource,
+)
+
+
+def _selected_ids(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    if isinstance(value, list):
+        return [item for item in value if isinstance(item, str) and item.strip()]
+    return []
+
+
+def config_selections(
+    schema: Iterable[DynamicFormItemSchema], config: dict[str, Any]
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (model id, model kind) pairs and knowledge base ids the runner config selects, in order."""
+    models: list[tuple[str, str]] = []
+    kbs: list[str] = []
+    for item in schema:
+        value = config.get(item.name, item.default)
+        if item.type is DynamicFormItemType.MODEL_SELECTOR:
+            models += [(model_id, item.model_kind or "llm") for model_id in _selected_ids(value)]
+        elif item.type is DynamicFormItemType.KNOWLEDGE_BASE_SELECTOR:
+            kbs += _selected_ids(value)
+    return list(dict.fromkeys(models)), list(dict.fromkeys(kbs))
+
+
+def resources_build(
+    *,
+    permissions: AgentRunnerPermissions,
+    context_policy: AgentRunnerContextPolicy,
+    schema: list[DynamicFormItemSchema],
+    config: dict[str, Any],
+    resource_policy: ResourcePolicy,
+    state_policy: StatePolicy,
+) -> tuple[AgentResources, ContextAPICapabilities]:
+    selected_models, selected_kbs = config_selections(schema, config)
+
+    models: list[ModelResource] = []
+    if permissions.models:
+        for model_id, kind in selected_models:
+            if resource_policy.allows_model(model_id):
+                models.append(ModelResource(model_id=model_id, kind=kind, operations=list(permissions.models)))
+
+    tools: list[ToolResource] = []
+    if permissions.tools:
+        for name in dict.fromkeys(resource_policy.allowed_tool_names):
+            if name != WILDCARD:
+                tools.append(ToolResource(tool_name=name, operations=list(permissions.tools)))
+
+    kbs: list[KnowledgeBaseResource] = []
+    if permissions.knowledge_bases:
+        for kb_id in selected_kbs:
+            if resource_policy.allows_kb(kb_id):
+                kbs.append(KnowledgeBaseResource(kb_id=kb_id, operations=list(permissions.knowledge_bases)))
+
+    areas = [area for area in resource_policy.storage_areas if area.value in permissions.storage]
+    state = StateResource(
+        enabled=state_policy.enable_state and bool(state_policy.state_scopes),
+        scopes=list(state_policy.state_scopes) if state_policy.enable_state else [],
+    )
+    history = HistoryResource(
+        page="page" in permissions.history and context_policy.supports_history_pull,
+        search="search" in permissions.history and context_policy.supports_history_search,
+        event_get="get" in permissions.events,
+        event_page="page" in permissions.events,
+    )
+    platform_actions = [a for a in permissions.platform_api if resource_policy.allows_platform_action(a)]
+    platform: dict[str, Any] = {}
+    if platform_actions:
+        platform = {"actions": platform_actions, "require_action_approval": resource_policy.require_action_approval}
+
+    resources = AgentResources(
+        models=models,
+        tools=tools,
+        knowledge_bases=kbs,
+        storage=StorageResource(areas=areas),
+        state=state,
+        history=history,
+        platform_capabilities=platform,
+    )
+    artifact_pull = context_policy.supports_artifact_pull
+    apis = ContextAPICapabilities(
+        history_page=history.page,
+        history_search=history.search,
+        event_get=history.event_get,
+        event_page=history.event_page,
+        artifact_metadata="metadata" in permissions.artifacts and artifact_pull,
+        artifact_read="read" in permissions.artifacts and artifact_pull,
+        state=state.enabled,
+        storage=bool(areas),
+    )
+    return resources, apis

@@ -1,0 +1,67 @@
+"""The run session: the authorization snapshot frozen when a run starts (DESIGN §5) and the check every
+proxy call goes through.
+
+The snapshot is stored on `Run.authorization` (for audit and for any process that has to check a call)
+and held in memory by the worker that runs the run. A run id is accepted only while its run is
+`running`; once the run ends, its session is gone and every call answers `unauthorized`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from langbot_sdk.protocol import AgentResources, ContextAPICapabilities, StateScope
+from runners.models import Run
+from runners.orchestrator.scope import RunScope
+
+
+@dataclass
+class RunSession:
+    run_id: str
+    run_pk: int
+    lease_token: str
+    plugin_identity: str
+    scope: RunScope
+    resources: AgentResources
+    available_apis: ContextAPICapabilities
+    state_enabled: bool
+    state_scopes: frozenset[str] = field(default_factory=frozenset)
+
+    def authorization(self) -> dict[str, Any]:
+        """The snapshot as stored on `Run.authorization`."""
+        return {
+            "resources": self.resources.model_dump(mode="json"),
+            "available_apis": self.available_apis.model_dump(mode="json"),
+            "scope": self.scope.as_dict(),
+            "state_policy": {"enable_state": self.state_enabled, "state_scopes": sorted(self.state_scopes)},
+            "plugin_identity": self.plugin_identity,
+        }
+
+    @classmethod
+    def from_authorization(cls, *, run_id: str, run_pk: int, lease_token: str, data: dict[str, Any]) -> RunSession:
+        policy = data.get("state_policy") or {}
+        return cls(
+            run_id=run_id,
+            run_pk=run_pk,
+            lease_token=lease_token,
+            plugin_identity=str(data.get("plugin_identity") or ""),
+            scope=RunScope.from_dict(data.get("scope") or {}),
+            resources=AgentResources.model_validate(data.get("resources") or {}),
+            available_apis=ContextAPICapabilities.model_validate(data.get("available_apis") or {}),
+            state_enabled=bool(policy.get("enable_state")),
+            state_scopes=frozenset(policy.get("state_scopes") or ()),
+        )
+
+    def state_allows(self, scope: StateScope | str) -> bool:
+        return self.state_enabled and str(scope) in self.state_scopes
+
+
+def run_session_active(run_id: str) -> Run | None:
+    """The run if it is running now (the only time its run id is accepted by the proxy), else None."""
+    try:
+        key = uuid.UUID(str(run_id))
+    except ValueError:
+        return None
+    return Run.objects.filter(run_id=key, status=Run.Status.RUNNING).first()

@@ -1,0 +1,203 @@
+"""The per-process run orchestrator of a Celery worker (DESIGN §4, recommended execution model).
+
+One `Orchestrator` per worker process owns: the asyncio loop thread and the one multiplexed runtime
+connection of `runners.runtime.RuntimeLink`, the proxy handlers registered on that connection, a
+database executor for the loop, the runs in flight (bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease
+heartbeat and the cancel listener.
+
+`run_admit` (called by the `run_execute` task thread) waits for a free slot — a full process stops
+taking messages, which pushes back on the queue — claims the run (`admission.run_claim`), hands its
+coroutine to the loop and returns: from then on the lease, not the Celery ack, owns the run's fate.
+
+Worker shutdown stops admitting (new deliveries are rejected back to the queue), gives the runs in
+flight `LANGBOT_WORKER_SHUTDOWN_GRACE` seconds, then ends the rest `failed`/`worker_shutdown`
+(retryable) after sending `cancel_run` — a run is never left `running` by a clean stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from celery.exceptions import Reject
+from django.conf import settings
+
+from runners.orchestrator.admission import run_claim
+from runners.orchestrator.cancel import CancelListener
+from runners.orchestrator.db import DatabaseExecutor
+from runners.orchestrator.execution import RunExecution
+from runners.orchestrator.ledger import leases_renew
+from runners.orchestrator.proxy import proxy_handlers
+from runners.orchestrator.session import RunSession
+from runners.runtime import RuntimeLink, runtime_link
+
+logger = logging.getLogger(__name__)
+
+_SLOT_WAIT_SECONDS = 1.0
+
+
+class Orchestrator:
+    def __init__(self, link: RuntimeLink) -> None:
+        self.link = link
+        self.loop = link.loop
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.db = DatabaseExecutor(settings.LANGBOT_WORKER_DB_THREADS)
+        self.max_runs = settings.LANGBOT_WORKER_MAX_RUNS
+        self.slots = threading.BoundedSemaphore(self.max_runs)
+        self.executions: dict[str, RunExecution] = {}
+        self.admitting = True
+        self._background: set[asyncio.Task[Any]] = set()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self._listener: CancelListener | None = None
+        link.register_handlers(proxy_handlers(sessions=self.session_of, db=self.db))
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=60)
+
+    # -- loop side ------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._heartbeat = asyncio.get_running_loop().create_task(self._beat(), name="run-lease-heartbeat")
+        self._listener = CancelListener(self._on_cancel)
+        self._listener.start()
+        try:
+            await self.link.connection()
+        except Exception:
+            logger.warning("plugin runtime not reachable yet; runs will retry the connection", exc_info=True)
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def session_of(self, run_id: str) -> tuple[RunSession, float] | None:
+        execution = self.executions.get(run_id)
+        if execution is None or execution.finished:
+            return None
+        return execution.session, execution.deadline_at
+
+    def _on_cancel(self, run_id: str, reason: str) -> None:
+        execution = self.executions.get(run_id)
+        if execution is not None:
+            execution.request_cancel(reason)
+
+    async def _beat(self) -> None:
+        """Renew the leases of every run held here in one update; act on lost leases and cancels."""
+        while True:
+            await asyncio.sleep(settings.LANGBOT_LEASE_RENEW_SECONDS)
+            held = {e.run.pk: e for e in self.executions.values() if not e.finished}
+            if not held:
+                continue
+            try:
+                rows = await self.db(
+                    leases_renew,
+                    tokens={pk: e.lease_token for pk, e in held.items()},
+                    lease_seconds=settings.LANGBOT_LEASE_SECONDS,
+                )
+            except Exception:
+                logger.warning("lease renewal failed; retrying at the next beat", exc_info=True)
+                continue
+            for pk, execution in held.items():
+                row = rows.get(pk)
+                if row is None:
+                    execution.lease_lost()
+                elif row[0]:
+                    execution.request_cancel(row[1] or "cancelled")
+
+    async def _run(self, execution: RunExecution) -> None:
+        self.executions[execution.run_id] = execution
+        execution.task = asyncio.current_task()
+        try:
+            await execution.execute()
+        except Exception:
+            logger.exception("run %s: execution failed", execution.run_id)
+        finally:
+            self.executions.pop(execution.run_id, None)
+            self.slots.release()
+
+    async def _shutdown(self, grace: float) -> None:
+        tasks = [e.task for e in self.executions.values() if e.task is not None]
+        if tasks:
+            logger.info("worker stopping: %d run(s) in flight get %.0fs to finish", len(tasks), grace)
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for execution in list(self.executions.values()):
+                execution.shutdown()
+            if pending:
+                await asyncio.wait(pending, timeout=10)
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
+        if self._listener is not None:
+            await self._listener.stop()
+        if self._background:
+            await asyncio.wait(list(self._background), timeout=2)
+
+    # -- task-thread side -----------------------------------------------------------------------
+
+    def admit(self, run_id: str) -> None:
+        if not self.admitting:
+            raise Reject("worker is shutting down", requeue=True)
+        while not self.slots.acquire(timeout=_SLOT_WAIT_SECONDS):
+            if not self.admitting:
+                raise Reject("worker is shutting down", requeue=True)
+        handed = False
+        try:
+            claimed = run_claim(run_id=run_id, owner=self.owner, lease_seconds=settings.LANGBOT_LEASE_SECONDS)
+            if claimed is None:
+                return
+            execution = RunExecution(self, claimed)
+            asyncio.run_coroutine_threadsafe(self._run(execution), self.loop)
+            handed = True
+        finally:
+            if not handed:
+                self.slots.release()
+
+    def shutdown(self) -> None:
+        self.admitting = False
+        grace = settings.LANGBOT_WORKER_SHUTDOWN_GRACE
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(grace), self.loop).result(
+                timeout=grace + settings.LANGBOT_RUN_CANCEL_GRACE + 15
+            )
+        except Exception:
+            logger.exception("worker shutdown did not finish cleanly")
+        self.db.shutdown()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.executions)
+
+
+_orchestrator: Orchestrator | None = None
+_orchestrator_pid: int | None = None
+_lock = threading.Lock()
+
+
+def orchestrator() -> Orchestrator:
+    """This process's orchestrator, started on first use (and again in a forked child)."""
+    global _orchestrator, _orchestrator_pid
+    with _lock:
+        if _orchestrator is None or _orchestrator_pid != os.getpid():
+            _orchestrator = Orchestrator(runtime_link())
+            _orchestrator_pid = os.getpid()
+        return _orchestrator
+
+
+def orchestrator_start() -> None:
+    orchestrator()
+
+
+def orchestrator_shutdown() -> None:
+    global _orchestrator
+    with _lock:
+        current, _orchestrator = _orchestrator, None
+    if current is not None and _orchestrator_pid == os.getpid():
+        current.shutdown()
+        current.link.close()
+
+
+def run_admit(*, run_id: str) -> None:
+    """Claim `run_id` and start it on this process's loop; a no-op when it is not claimable."""
+    orchestrator().admit(run_id)
