@@ -87,11 +87,12 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
         actor_id=envelope.actor.actor_id if envelope.actor else None,
     )
     data = dict(envelope.data)
-    raw = data.pop("raw", None) if "raw" in data else None
+    raw = data.get("raw")
     raw_bytes = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode() if raw is not None else b""
-    raw_inline = raw is not None and len(raw_bytes) <= settings.LANGBOT_RAW_INLINE_MAX_BYTES
-    if raw_inline:
-        data["raw"] = raw
+    # A large raw platform payload leaves the event (PROTOCOL_V1 §4.4): it goes to an artifact below.
+    raw_to_artifact = len(raw_bytes) > settings.LANGBOT_RAW_INLINE_MAX_BYTES
+    if raw_to_artifact:
+        del data["raw"]
     contents = [c.model_dump(mode="json", exclude_none=True) for c in envelope.input.contents]
     input_json = {
         "text": envelope.input.text,
@@ -136,7 +137,7 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
                 raise
             return EventIngestResult(event=existing, runs=list(existing.runs.order_by("id")), duplicate=True)
 
-        if raw is not None and not raw_inline:
+        if raw_to_artifact:
             artifact = artifact_create_from_bytes(
                 workspace=workspace,
                 data=raw_bytes,
