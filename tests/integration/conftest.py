@@ -1,0 +1,238 @@
+"""Real processes for run execution tests: a Celery worker subprocess (thread pool, its own plugin
+runtime over stdio) against pytest-django's PostgreSQL test database and a Redis broker.
+
+The worker consumes a queue private to this test session, so other test sessions or a `make run` on
+the same Redis never take its messages. Tests use `django_db(transaction=True)` so the worker sees
+committed rows. Skipped (with the reason) when the database is not PostgreSQL or Redis is down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections, transaction
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Short leases so a killed worker is noticed within seconds.
+LEASE_SECONDS = 3.0
+RENEW_SECONDS = 1.0
+
+
+def _services_missing() -> str | None:
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        return "integration tests need PostgreSQL (set DATABASE_URL=postgres://...)"
+    try:
+        redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        return f"integration tests need Redis at REDIS_URL ({exc})"
+    return None
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    missing = _services_missing()
+    for item in items:
+        if "tests/integration" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=missing))
+
+
+def _database_url() -> str:
+    db = connections["default"].settings_dict
+    auth = quote(db["USER"] or "")
+    if db.get("PASSWORD"):
+        auth += ":" + quote(db["PASSWORD"])
+    host = db.get("HOST") or "127.0.0.1"
+    port = db.get("PORT") or 5432
+    return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL to the worker and its runtime child: nothing gets to clean up."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(10)
+
+    def stop(self, timeout: float = 30) -> None:
+        """A warm shutdown, as a process manager would ask for it: SIGTERM to the worker only."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="session")
+def celery_queue() -> Iterator[str]:
+    from langbot_host.celery import app
+
+    queue = f"langbot-test-{uuid.uuid4().hex[:12]}"
+    previous = app.conf.task_default_queue
+    app.conf.task_default_queue = queue
+    yield queue
+    app.conf.task_default_queue = previous
+    try:
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(queue)
+    except redis.RedisError:
+        pass
+
+
+@pytest.fixture(scope="session")
+def start_worker(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start a worker subprocess; every worker started is stopped at the end of the session."""
+    started: list[WorkerProcess] = []
+
+    def start(**extra_env: str) -> WorkerProcess:
+        log_path = tmp_path_factory.mktemp("worker") / "worker.log"
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
+            "DATABASE_URL": _database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
+            "LANGBOT_PLUGIN_DIRS": os.pathsep.join(settings.LANGBOT_PLUGIN_DIRS),
+            "LANGBOT_RUNTIME_URL": "stdio",
+            "LANGBOT_LEASE_SECONDS": str(LEASE_SECONDS),
+            "LANGBOT_LEASE_RENEW_SECONDS": str(RENEW_SECONDS),
+            "LANGBOT_RUN_DEADLINE_GRACE": "1",
+            "LANGBOT_RUN_CANCEL_GRACE": "3",
+            "LANGBOT_WORKER_SHUTDOWN_GRACE": "2",
+            "LANGBOT_DB_POOL_MAX": "12",
+            **extra_env,
+        }
+        argv = [
+            sys.executable, "-m", "celery", "-A", "langbot_host", "worker", "--pool", "threads",
+            "--concurrency", "4", "--without-heartbeat", "--without-gossip", "--without-mingle",
+            "--loglevel", "INFO", "--hostname", f"test-{uuid.uuid4().hex[:6]}@%h",
+        ]  # fmt: skip
+        log = log_path.open("wb")
+        process = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        worker = WorkerProcess(process, log_path)
+        started.append(worker)
+        deadline = time.monotonic() + 60
+        while " ready." not in worker.log():
+            if process.poll() is not None or time.monotonic() > deadline:
+                worker.kill()
+                pytest.fail(f"celery worker did not start:\n{worker.log()[-4000:]}")
+            time.sleep(0.1)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def worker(start_worker) -> WorkerProcess:
+    """The worker shared by the tests that do not stop it."""
+    return start_worker()
+
+
+@pytest.fixture(scope="session")
+def qa_report(django_db_setup) -> Any:
+    """The plugin runtime's runner report, asked once per session."""
+    from langbot_sdk.protocol import Action, ListAgentRunnersResponse
+    from runners.runtime import runtime_link
+
+    return ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
+
+
+QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
+
+
+@pytest.fixture
+def qa_binding(transactional_db, qa_report) -> Callable[..., Any]:
+    """Make a binding of the qa-runner (descriptors synced from the real runtime's report)."""
+    from runners.services import runner_descriptors_sync
+    from tests.factories import AgentBindingFactory, WorkspaceFactory
+
+    runner_descriptors_sync(report=qa_report)
+    workspace = WorkspaceFactory.create()
+
+    def make(**fields: Any) -> Any:
+        fields.setdefault("workspace", workspace)
+        fields.setdefault("runner_id", QA_RUNNER_ID)
+        return AgentBindingFactory.create(**fields)
+
+    return make
+
+
+_event_counter = iter(range(1, 10**9))
+
+
+def post_message(binding: Any, text: str, *, conversation_id: str = "conv-1", actor_id: str = "user-1") -> Any:
+    """What the gateway does for one message event: EventLog + user transcript item + run, one transaction."""
+    from runners.services import run_create
+    from transcripts.models import EventLog, TranscriptItem
+
+    with transaction.atomic():
+        event = EventLog.objects.create(
+            workspace=binding.workspace,
+            event_id=f"evt-{uuid.uuid4().hex[:8]}-{next(_event_counter)}",
+            event_type="message.received",
+            source="api",
+            conversation_id=conversation_id,
+            actor={"actor_type": "user", "actor_id": actor_id},
+            input={"text": text},
+            input_summary=text[:100],
+        )
+        TranscriptItem.objects.create(
+            workspace=binding.workspace,
+            conversation_id=conversation_id,
+            role=TranscriptItem.Role.USER,
+            content=text,
+            event=event,
+            actor=event.actor,
+        )
+        return run_create(event=event, binding=binding, observer=not binding.replies)
+
+
+def wait_terminal(run: Any, timeout: float = 30) -> Any:
+    from runners.services import runs_wait
+
+    runs_wait(run_ids=[str(run.run_id)], timeout=timeout)
+    run.refresh_from_db()
+    return run
+
+
+def wait_status(run: Any, status: str, timeout: float = 15) -> Any:
+    """Wait until a run reaches a non-terminal status (e.g. `running`); polling is fine in a test."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run.refresh_from_db()
+        if run.status == status:
+            return run
+        time.sleep(0.05)
+    raise AssertionError(f"run {run.run_id} is {run.status}, not {status}")
