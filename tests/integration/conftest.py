@@ -8,6 +8,7 @@ committed rows. Skipped (with the reason) when the database is not PostgreSQL or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -71,24 +72,18 @@ class WorkerProcess:
 
     def kill(self) -> None:
         """SIGKILL to the worker and its runtime child: nothing gets to clean up."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(10)
 
     def stop(self, timeout: float = 30) -> None:
         """A warm shutdown, as a process manager would ask for it: SIGTERM to the worker only."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture(scope="session")
@@ -100,10 +95,8 @@ def celery_queue() -> Iterator[str]:
     app.conf.task_default_queue = queue
     yield queue
     app.conf.task_default_queue = previous
-    try:
+    with contextlib.suppress(redis.RedisError):
         redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(queue)
-    except redis.RedisError:
-        pass
 
 
 @pytest.fixture(scope="session")

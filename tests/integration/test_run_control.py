@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 
@@ -83,7 +84,8 @@ def test_interrupt_policy_cancels_the_active_run_for_the_newer_message(worker, q
     first, second = wait_terminal(first, timeout=15), wait_terminal(second, timeout=15)
     assert first.status == Run.Status.CANCELLED
     assert first.status_reason == "interrupted by a newer message"
-    assert second.status == Run.Status.COMPLETED and second.output == "QA_OK:two"
+    assert second.status == Run.Status.COMPLETED
+    assert second.output == "QA_OK:two"
 
 
 def test_reject_policy_refuses_a_message_while_a_run_is_active(worker, qa_binding):
@@ -96,7 +98,8 @@ def test_reject_policy_refuses_a_message_while_a_run_is_active(worker, qa_bindin
     run_cancel_request(run=first, reason="cleanup")
     assert wait_terminal(first).status == Run.Status.CANCELLED
     second.refresh_from_db()
-    assert second.started_at is None and RunEvent.objects.filter(run=second).count() == 0
+    assert second.started_at is None
+    assert RunEvent.objects.filter(run=second).count() == 0
 
 
 def test_the_same_task_delivered_twice_executes_once(worker, qa_binding):
@@ -157,7 +160,7 @@ def test_runs_left_queued_too_long_are_sent_again(worker, qa_binding, settings):
         conversation_id="conv-lost",
     )
     # when the sweeper runs after the stale threshold
-    result = runs_sweep(now=timezone.now() + timezone.timedelta(seconds=settings.LANGBOT_QUEUED_STALE_SECONDS + 1))
+    result = runs_sweep(now=timezone.now() + timedelta(seconds=settings.LANGBOT_QUEUED_STALE_SECONDS + 1))
     # then the run is sent again and executes
     assert str(run.run_id) in result.redispatched
     assert wait_terminal(run).status == Run.Status.COMPLETED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -35,7 +36,9 @@ def test_ok_run_completes_with_its_reply_in_the_ledger_and_transcript(worker, qa
     assert run.last_seq == 2
     [item] = _assistant_items(run)
     assert item.content == "QA_OK:hello"
-    assert run.attempts == 1 and run.lease_expires_at is None and run.finished_at is not None
+    assert run.attempts == 1
+    assert run.lease_expires_at is None
+    assert run.finished_at is not None
 
 
 def test_stream_run_persists_ordered_deltas_that_add_up_to_the_reply(worker, qa_binding):
@@ -87,10 +90,9 @@ def test_slow_runner_past_its_deadline_ends_in_timeout_and_is_stopped(worker, qa
     binding = qa_binding(timeout_seconds=1)
     run = wait_terminal(post_message(binding, "qa:slow:3 zz"), timeout=20)
     assert run.status == Run.Status.TIMEOUT
-    assert run.error["code"] == "runner.timeout" and run.error["retryable"] is True
+    assert run.error["code"] == "runner.timeout"
+    assert run.error["retryable"] is True
     # The runner was stopped: its late reply never reaches the ledger or the transcript.
-    import time
-
     time.sleep(3)
     assert [e.type for e in _events(run)] == ["run.failed"]
     assert _assistant_items(run) == []
@@ -131,7 +133,8 @@ def test_state_behaviour_round_trips_through_the_state_store(worker, qa_binding)
     entry = StateEntry.objects.get(key="qa.counter", scope_key__contains="conv-1")
     assert entry.value == 2
     assert entry.scope == "conversation"
-    assert entry.scope_key.startswith("conversation:") and binding.binding_id in entry.scope_key
+    assert entry.scope_key.startswith("conversation:")
+    assert binding.binding_id in entry.scope_key
     # state.updated is stored, not delivered.
     assert "state.updated" not in [e.type for e in _events(second)]
 
@@ -145,7 +148,7 @@ def test_proxy_report_shows_state_working_and_other_apis_refused(worker, qa_bind
     others = {name: r for name, r in report.items() if not name.startswith("state.")}
     assert others
     for name, result in others.items():
-        assert result["ok"] is False and result["code"] in {"not_found", "unauthorized"}, name
+        assert (result["ok"], result["code"] in {"not_found", "unauthorized"}) == (False, True), name
     assert report["storage.get"]["code"] == "not_found"  # authorized area, no provider yet
 
 
