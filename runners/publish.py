@@ -17,6 +17,7 @@ a conversation; channel group names allow only a short ASCII alphabet, hence the
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Iterable
@@ -69,17 +70,25 @@ def run_status_message(run: Run) -> dict[str, Any]:
     }
 
 
+async def _send_group(layer: Any, group: str, messages: list[dict[str, Any]]) -> None:
+    for message in messages:
+        try:
+            await layer.group_send(group, message)
+        except Exception:
+            # Publishing is best effort: the rows are committed and clients replay them on resume.
+            logger.warning("publish to %s failed", group, exc_info=True)
+
+
 async def _send(groups: list[str], messages: Iterable[dict[str, Any]]) -> None:
+    """Send `messages` to every group: in order within a group, the groups concurrently."""
     layer = get_channel_layer()
     if layer is None:
         return
-    for message in messages:
-        for group in groups:
-            try:
-                await layer.group_send(group, message)
-            except Exception:
-                # Publishing is best effort: the rows are committed and clients replay them on resume.
-                logger.warning("publish to %s failed", group, exc_info=True)
+    batch = list(messages)
+    if len(groups) == 1:
+        await _send_group(layer, groups[0], batch)
+    else:
+        await asyncio.gather(*(_send_group(layer, group, batch) for group in groups))
 
 
 def _send_sync(groups: list[str], messages: list[dict[str, Any]]) -> None:

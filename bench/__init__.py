@@ -1,0 +1,1 @@
+"""Benchmarks of LangBot Host (`make bench`); see README.md."""

@@ -1,0 +1,239 @@
+"""Shared set-up of the host benchmarks: a fresh PostgreSQL database, a Celery worker subprocess with its
+own plugin runtime, a workspace bound to the qa-runner, and a driver that ingests events through the
+gateway service (`transcripts.services.event_ingest`, i.e. without HTTP) and waits for each run's
+terminal `run.status` on the channel layer — the same path `?wait=`, SSE and WebSocket clients use.
+
+Measured "host overhead" = from calling the gateway service to receiving the run's terminal status:
+EventLog + transcript + resolver + run row, broker, claim + context build, runtime round trip,
+result persistence and publication. The qa `ok` runner itself takes microseconds.
+
+Needs DATABASE_URL=postgres://... and Redis at REDIS_URL; prints a message and exits 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
+
+
+def environment_or_exit() -> dict[str, str]:
+    """The environment of the bench database; exits 0 with a message when services are missing."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        print("skipped: set DATABASE_URL=postgres://... (host benchmarks need PostgreSQL and Redis)")
+        sys.exit(0)
+    import redis
+
+    redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    try:
+        redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
+    except redis.RedisError as exc:
+        print(f"skipped: Redis at {redis_url} is not reachable ({exc})")
+        sys.exit(0)
+    parts = urlsplit(url)
+    bench_url = urlunsplit(parts._replace(path=f"{parts.path.rstrip('/') or '/langbot'}_bench"))
+    return {
+        "DATABASE_URL": bench_url,
+        "REDIS_URL": redis_url,
+        "CELERY_BROKER_URL": os.environ.get("CELERY_BROKER_URL", redis_url),
+        "CELERY_TASK_DEFAULT_QUEUE": f"langbot-bench-{uuid.uuid4().hex[:8]}",
+        "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
+        "LOG_LEVEL": "WARNING",
+        "LANGBOT_DB_POOL_MAX": os.environ.get("LANGBOT_DB_POOL_MAX", "40"),
+    }
+
+
+def recreate_database(url: str) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, check=True)
+
+
+@contextmanager
+def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Fresh database, Django set up in this process, one worker subprocess (stopped on exit)."""
+    env = environment_or_exit()
+    os.environ.update(env)
+    recreate_database(env["DATABASE_URL"])
+    import django
+
+    django.setup()
+    from langbot_host.celery import app
+
+    app.conf.task_default_queue = env["CELERY_TASK_DEFAULT_QUEUE"]
+    log = open(REPO / "var" / "bench-worker.log", "wb")  # noqa: SIM115
+    argv = [
+        sys.executable, "-m", "celery", "-A", "langbot_host", "worker", "--pool", "threads", "--concurrency", "8",
+        "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+    ]  # fmt: skip
+    worker = subprocess.Popen(
+        argv, cwd=REPO, env={**os.environ, **(worker_env or {})}, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _setup_binding()
+        yield worker
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+        from runners.runtime import runtime_link_reset
+
+        runtime_link_reset()
+
+
+def _setup_binding() -> None:
+    from langbot_sdk.protocol import Action, ListAgentRunnersResponse
+    from runners.runtime import runtime_link
+    from runners.services import runner_descriptors_sync
+    from tests.factories import AgentBindingFactory, WorkspaceFactory
+
+    report = ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
+    runner_descriptors_sync(report=report)
+    workspace = WorkspaceFactory.create(slug="bench")
+    AgentBindingFactory.create(workspace=workspace, binding_id="bench", runner_id=QA_RUNNER_ID)
+
+
+class Driver:
+    """Ingests events and resolves a future per run when its terminal status arrives."""
+
+    def __init__(self) -> None:
+        from channels.layers import get_channel_layer
+
+        self.layer = get_channel_layer()
+        self.waiters: dict[str, asyncio.Future[str]] = {}
+        self.channel = ""
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.channel = await self.layer.new_channel()
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        terminal = {"completed", "failed", "cancelled", "timeout"}
+        while True:
+            message = await self.layer.receive(self.channel)
+            if message.get("type") == "run.status" and message.get("status") in terminal:
+                future = self.waiters.pop(str(message["run_id"]), None)
+                if future is not None and not future.done():
+                    future.set_result(message["status"])
+
+    async def run_one(self, text: str, conversation: str) -> tuple[float, str]:
+        """Seconds from the gateway call to the terminal status, and that status."""
+        from asgiref.sync import sync_to_async
+
+        started = time.perf_counter()
+        # Subscribe, then read the status once: a run that ended in between is not missed.
+        run_id, _ = await sync_to_async(_ingest, thread_sensitive=False)(text, conversation)
+        future = asyncio.get_running_loop().create_future()
+        self.waiters[run_id] = future
+        await self.layer.group_add(f"run.{run_id}", self.channel)
+        now_status = await sync_to_async(_status, thread_sensitive=False)(run_id)
+        if now_status in {"completed", "failed", "cancelled", "timeout"}:
+            self.waiters.pop(run_id, None)
+            result = now_status
+        else:
+            result = await future
+        elapsed = time.perf_counter() - started
+        await self.layer.group_discard(f"run.{run_id}", self.channel)
+        return elapsed, result
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+
+
+def _ingest(text: str, conversation: str) -> tuple[str, str]:
+    from django.db import close_old_connections
+
+    from bindings.models import Workspace
+    from transcripts.envelope import EventEnvelopeIn
+    from transcripts.services import event_ingest
+
+    try:
+        envelope = EventEnvelopeIn.model_validate({"conversation_id": conversation, "input": {"text": text}})
+        result = event_ingest(workspace=Workspace.objects.get(slug="bench"), envelope=envelope)
+        [run] = result.runs
+        return str(run.run_id), run.status
+    finally:
+        close_old_connections()
+
+
+def _status(run_id: str) -> str:
+    from django.db import close_old_connections
+
+    from runners.models import Run
+
+    try:
+        return Run.objects.filter(run_id=run_id).values_list("status", flat=True).get()
+    finally:
+        close_old_connections()
+
+
+async def run_many(driver: Driver, count: int, concurrency: int, text: str) -> tuple[list[float], dict[str, int]]:
+    latencies: list[float] = []
+    statuses: dict[str, int] = {}
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(count):
+        queue.put_nowait(i)
+
+    async def client() -> None:
+        while not queue.empty():
+            i = queue.get_nowait()
+            elapsed, status = await driver.run_one(text, f"bench-{uuid.uuid4().hex[:8]}-{i}")
+            latencies.append(elapsed)
+            statuses[status] = statuses.get(status, 0) + 1
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return latencies, statuses
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def print_table(rows: list[tuple[str, str, str]]) -> None:
+    widths = [max(len(r[i]) for r in [("metric", "value", "target"), *rows]) for i in range(3)]
+    header = ("metric", "value", "target")
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def ms(value: float) -> str:
+    return f"{value * 1000:.1f} ms"
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def ensure_threads(n: int) -> None:
+    """Enough executor threads for the bench's sync_to_async(thread_sensitive=False) calls."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=n))
