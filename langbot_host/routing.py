@@ -2,4 +2,10 @@
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from runners.consumers import ChatConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/v1/chat/", ChatConsumer.as_asgi()),
+]

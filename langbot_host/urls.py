@@ -5,6 +5,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
+from runners.chat import chat_urlpatterns
 
 api_v1 = [
     path("", include("runners.urls")),
@@ -18,6 +19,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("chat/", include(chat_urlpatterns)),
 ]
 
 admin.site.site_header = "LangBot Host"

@@ -7,6 +7,8 @@ rather than the URL resolver's HTML one.
 from django.urls import path
 
 from runners.api import RunCancelApi, RunDetailApi, RunEventListApi, RunListApi, RunnerListApi, RunnerRefreshApi
+from runners.sse import run_stream
+from runners.tickets import WsTicketApi
 
 urlpatterns = [
     path("runners", RunnerListApi.as_view(), name="runner-list"),
@@ -15,4 +17,6 @@ urlpatterns = [
     path("runs/<str:run_id>", RunDetailApi.as_view(), name="run-detail"),
     path("runs/<str:run_id>/events", RunEventListApi.as_view(), name="run-event-list"),
     path("runs/<str:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
+    path("runs/<str:run_id>/stream", run_stream, name="run-stream"),
+    path("ws-tickets", WsTicketApi.as_view(), name="ws-ticket-create"),
 ]

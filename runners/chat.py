@@ -1,0 +1,232 @@
+"""The web debug chat: its page (`/chat/`, login at `/chat/login/`) and the two writes the chat WebSocket
+makes on a caller's behalf — a chat message becomes a `message.received` event through the Event Gateway
+(`event_ingest`, source `webui`), and a cancel goes to `run_cancel_request`.
+
+`binding_id` on a chat message does not bypass the resolver: for a bot-scoped binding it picks that bot,
+and in every case the message is refused (`binding.not_routed`, nothing ingested) unless the resolver
+would hand it to that binding — so the chat shows exactly what the same message from a platform would do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.db.models import Max, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.urls import Resolver404, path, resolve, reverse_lazy
+from django.views.decorators.csrf import ensure_csrf_cookie
+from pydantic import ValidationError
+
+from bindings.models import AgentBinding, Workspace
+from bindings.selectors import WorkspaceChoiceError, binding_resolve_for_event, bot_list, workspace_for_user
+from bindings.specs import field_errors
+from runners.api import run_summary_out
+from runners.models import Run
+from runners.selectors import run_get
+from runners.services import run_cancel_request
+from transcripts.envelope import AttachmentIn, EventEnvelopeIn, EventSource
+from transcripts.models import EventLog
+from transcripts.services import EventRefusedError, event_ingest
+
+CANCEL_REASON = "cancelled from the web chat"
+RECENT_CONVERSATIONS = 30
+
+
+@dataclass(frozen=True)
+class ChatCaller:
+    workspace_id: int
+    principal: str  # `user:<pk>` or `api-key:<prefix>`
+    display_name: str
+
+
+class ChatRefusedError(Exception):
+    """A chat request the host will not carry out; `code` and `message` go to the client as an `error`."""
+
+    def __init__(self, code: str, message: str, **details: Any):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+@dataclass
+class ChatSubmission:
+    event_id: str
+    conversation_id: str
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+
+def _binding_of(workspace: Workspace, binding_id: str) -> AgentBinding:
+    binding = (
+        AgentBinding.objects.filter(binding_id=binding_id)
+        .filter(Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL))
+        .order_by("workspace_id")
+        .first()
+    )
+    if binding is None:
+        raise ChatRefusedError("not_found", f"No binding {binding_id!r} in this workspace.")
+    return binding
+
+
+def chat_message_submit(
+    *,
+    caller: ChatCaller,
+    conversation_id: str,
+    text: str,
+    attachments: list[AttachmentIn],
+    binding_id: str | None = None,
+    bot_id: str | None = None,
+) -> ChatSubmission:
+    """Ingest one chat message as a gateway event and describe the runs it started as `run.status`
+    messages. Raises `ChatRefusedError` for invalid input or a binding that would not receive it."""
+    workspace = Workspace.objects.get(pk=caller.workspace_id)
+    if binding_id is not None:
+        binding = _binding_of(workspace, binding_id)
+        if binding.scope_type == AgentBinding.ScopeType.BOT:
+            if bot_id is not None and bot_id != binding.scope_id:
+                raise ChatRefusedError(
+                    "invalid_argument", f"Binding {binding_id!r} belongs to bot {binding.scope_id!r}, not {bot_id!r}."
+                )
+            bot_id = binding.scope_id
+        resolution = binding_resolve_for_event(workspace=workspace, event_type="message.received", bot_id=bot_id)
+        if binding.pk not in {b.pk for b in resolution.to_run}:
+            chosen = resolution.replying.binding_id if resolution.replying else None
+            raise ChatRefusedError(
+                "binding.not_routed",
+                f"A message{f' to bot {bot_id!r}' if bot_id else ''} would not reach binding {binding_id!r}"
+                + (f"; {chosen!r} answers it." if chosen else "."),
+                replying_binding_id=chosen,
+            )
+    try:
+        envelope = EventEnvelopeIn.model_validate(
+            {
+                "source": EventSource.WEBUI,
+                "bot_id": bot_id,
+                "conversation_id": conversation_id,
+                "actor": {"actor_type": "user", "actor_id": caller.principal, "actor_name": caller.display_name},
+                "input": {"text": text or None, "attachments": [a.model_dump(exclude_none=True) for a in attachments]},
+            }
+        )
+    except ValidationError as exc:
+        fields = field_errors(exc)
+        raise ChatRefusedError("invalid_argument", "The message has invalid fields.", fields=fields) from None
+    try:
+        result = event_ingest(workspace=workspace, envelope=envelope)
+    except EventRefusedError as exc:
+        raise ChatRefusedError("invalid_argument", str(exc), fields=exc.fields) from None
+    event = result.event
+    submission = ChatSubmission(event_id=event.event_id, conversation_id=event.conversation_id)
+    for run in result.runs:
+        summary = run_summary_out(run)
+        submission.statuses.append(
+            {
+                "type": "run.status",
+                "run_id": summary["run_id"],
+                "status": summary["status"],
+                "status_reason": summary["status_reason"],
+                "binding_id": summary["binding_id"],
+                "runner_id": summary["runner_id"],
+                "is_observer": summary["is_observer"],
+                "conversation_id": event.conversation_id,
+                "event_id": event.event_id,
+            }
+        )
+    if event.status == EventLog.Status.NO_BINDING:
+        submission.error = {"code": "no_binding", "message": "No binding handles this message; nothing ran."}
+    elif event.error:
+        submission.error = {"code": event.error.get("code", "error"), "message": event.error.get("message", "")}
+    return submission
+
+
+def chat_run_cancel(*, caller: ChatCaller, run_id: str) -> dict[str, Any]:
+    """Ask a run of the caller's workspace to stop; returns its `run.status` as stored now."""
+    workspace = Workspace.objects.get(pk=caller.workspace_id)
+    run = run_get(workspace=workspace, run_id=run_id)
+    if run is None:
+        raise ChatRefusedError("not_found", f"No run {run_id!r} in this workspace.")
+    if run.is_terminal:
+        raise ChatRefusedError("run.finished", f"The run already ended ({run.status}).", status=run.status)
+    run = run_cancel_request(run=run, reason=CANCEL_REASON)
+    return {"type": "run.status", "run_id": str(run.run_id), "status": run.status, "status_reason": run.status_reason}
+
+
+# --- the page ----------------------------------------------------------------------------------------
+
+
+def chat_conversations_recent(*, workspace: Workspace, limit: int = RECENT_CONVERSATIONS) -> list[dict[str, Any]]:
+    """The workspace's most recently active conversations, newest first, with the last input's preview."""
+    latest = list(
+        EventLog.objects.filter(workspace=workspace)
+        .exclude(conversation_id="")
+        .values("conversation_id")
+        .annotate(last_id=Max("id"))
+        .order_by("-last_id")[:limit]
+    )
+    previews = dict(
+        EventLog.objects.filter(id__in=[row["last_id"] for row in latest]).values_list("id", "input_summary")
+    )
+    return [{"conversation_id": row["conversation_id"], "preview": previews.get(row["last_id"], "")} for row in latest]
+
+
+def _artifact_upload_available() -> bool:
+    # Attachments need the artifacts upload API (`POST /api/v1/artifacts`); the page hides them without it.
+    try:
+        resolve("/api/v1/artifacts")
+    except Resolver404:
+        return False
+    return True
+
+
+def _page_config(request: HttpRequest, workspace: Workspace) -> dict[str, Any]:
+    bindings = AgentBinding.objects.filter(
+        Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL), enabled=True
+    ).order_by("binding_id")
+    return {
+        "workspace": workspace.slug,
+        "user": request.user.get_username(),
+        "ws_path": "/ws/v1/chat/",
+        "api": "/api/v1",
+        "attachments": _artifact_upload_available(),
+        "bots": [{"bot_id": b.bot_id, "name": b.name or b.bot_id} for b in bot_list(workspace=workspace) if b.enabled],
+        "bindings": [
+            {
+                "binding_id": b.binding_id,
+                "name": b.name or b.binding_id,
+                "runner_id": b.runner_id,
+                "scope_type": b.scope_type,
+                "scope_id": b.scope_id,
+                "replies": b.replies,
+            }
+            for b in bindings
+        ],
+        "conversations": chat_conversations_recent(workspace=workspace),
+        "run_statuses": list(Run.Status.values),
+    }
+
+
+@login_required(login_url=reverse_lazy("chat-login"))
+@ensure_csrf_cookie
+def chat_page(request: HttpRequest) -> HttpResponse:
+    user: Any = request.user  # an authenticated user: login_required saw to that
+    try:
+        workspace = workspace_for_user(user=user, requested_slug=request.GET.get("workspace") or None)
+    except WorkspaceChoiceError as exc:
+        return render(request, "chat/no_workspace.html", {"message": exc.message}, status=exc.status)
+    config = _page_config(request, workspace)
+    return render(request, "chat/index.html", {"config": config})
+
+
+chat_urlpatterns = [
+    path("", chat_page, name="chat"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="chat/login.html", next_page=reverse_lazy("chat")),
+        name="chat-login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("chat-login")), name="chat-logout"),
+]

@@ -1,0 +1,385 @@
+"""The chat WebSocket `/ws/v1/chat/` (DESIGN §3.3): subscribe to a conversation's run events, post
+messages through the Event Gateway (source `webui`) and cancel runs.
+
+Thin by design: who the caller is comes from `caller_from_scope`, reads from `runners.streaming`, writes
+from `runners.chat` and `runners.services`, all wrapped in `database_sync_to_async`.
+
+Close codes (the README lists them too):
+- 4401 not authenticated: no session and no ticket, or a ticket that is unknown, used or expired;
+- 4403 authenticated but without a workspace to act in (no membership, or several and no `?workspace=`);
+- 4408 too slow: the client stopped reading and its send queue overflowed (others are not held up).
+A handshake from an origin outside `ALLOWED_HOSTS` is refused before it reaches this consumer (HTTP 403).
+
+Delivery: channel-layer handlers only put messages into a bounded per-connection queue that one sender
+task drains, so a client that stops reading never slows the consumer's channel (or anyone's group
+delivery); when the queue is full the connection is closed with 4408. Daphne applies no backpressure of
+its own (it buffers whatever is sent), so the sender also watches daphne's write buffer for this
+connection when it can see it, and treats a backlog above `send_buffer_max_bytes` the same way.
+Keepalive: the server sends `{"type":"ping"}` every `ping_seconds` (clients ignore it; a browser can
+use its absence to notice a dead connection), beside daphne's protocol-level pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from bindings.models import Workspace
+from bindings.selectors import WorkspaceChoiceError, workspace_for_user
+from bindings.specs import field_errors
+from runners.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
+from runners.publish import conversation_group
+from runners.streaming import (
+    REPLAY_PAGE_SIZE,
+    TERMINAL_STATUSES,
+    RunCursor,
+    conversation_active_runs,
+    conversation_events_after,
+    conversation_exists,
+    conversation_last_event_id,
+    run_events_range,
+)
+from runners.tickets import ws_ticket_consume
+from transcripts.envelope import AttachmentIn
+
+logger = logging.getLogger(__name__)
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_SLOW = 4408
+
+ConversationId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+
+
+class _CallerRefusedError(Exception):
+    def __init__(self, code: int):
+        super().__init__(code)
+        self.code = code
+
+
+def caller_from_scope(scope: dict[str, Any]) -> ChatCaller:
+    """Who is connecting: a `?ticket=` wins over the session. Raises `_CallerRefusedError(close code)`."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin1"))
+    ticket = (query.get("ticket") or [""])[0]
+    if ticket:
+        grant = ws_ticket_consume(ticket=ticket)
+        if grant is None:
+            raise _CallerRefusedError(CLOSE_UNAUTHENTICATED)
+        return ChatCaller(grant.workspace_id, grant.principal, grant.display_name)
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        raise _CallerRefusedError(CLOSE_UNAUTHENTICATED)
+    try:
+        workspace: Workspace = workspace_for_user(user=user, requested_slug=(query.get("workspace") or [""])[0] or None)
+    except WorkspaceChoiceError:
+        raise _CallerRefusedError(CLOSE_FORBIDDEN) from None
+    return ChatCaller(workspace.pk, f"user:{user.pk}", user.get_full_name() or user.get_username())
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubscribeIn(_Strict):
+    type: Literal["subscribe"]
+    conversation_id: ConversationId
+    after_id: int | None = Field(default=None, ge=0)
+
+
+class MessageIn(_Strict):
+    type: Literal["message"]
+    conversation_id: ConversationId | None = None
+    binding_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    bot_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    text: str = Field(default="", max_length=100_000)
+    attachments: list[AttachmentIn] = Field(default_factory=list, max_length=100)
+
+
+class CancelIn(_Strict):
+    type: Literal["cancel"]
+    run_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+INBOUND: dict[str, type[BaseModel]] = {"subscribe": SubscribeIn, "message": MessageIn, "cancel": CancelIn}
+
+
+@dataclass
+class _Subscription:
+    conversation_id: str
+    group: str
+    cursor: RunCursor
+
+
+def server_send_backlog(send: Any) -> int | None:
+    """Bytes daphne holds unsent for this connection, when the ASGI `send` lets us see them.
+
+    Daphne's `send` is `partial(server.handle_reply, protocol)` (behind Channels' session wrapper); the
+    protocol's Twisted transport keeps what the socket would not take. Other servers apply backpressure
+    by making `send` wait, which the bounded queue handles; for them this returns None.
+    """
+    for _ in range(4):
+        if hasattr(send, "real_send"):
+            send = send.real_send
+        elif hasattr(send, "__self__") and hasattr(send.__self__, "real_send"):
+            send = send.__self__.real_send
+        else:
+            break
+    args = getattr(send, "args", None)
+    transport = getattr(args[0], "transport", None) if args else None
+    if transport is None:
+        return None
+    try:
+        pending = len(transport.dataBuffer) - int(transport.offset) + int(transport._tempDataLen)
+    except (AttributeError, TypeError):
+        return None
+    return max(0, pending)
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    send_queue_max = 1000
+    send_buffer_max_bytes = 8 * 1024 * 1024
+    ping_seconds = 20.0
+
+    caller: ChatCaller | None = None
+    subscription: _Subscription | None = None
+
+    async def connect(self) -> None:
+        self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=self.send_queue_max)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closing = False
+        # Accept first: a close before accepting becomes an HTTP 403 without the documented close code.
+        await self.accept()
+        try:
+            self.caller = await database_sync_to_async(caller_from_scope)(self.scope)
+        except _CallerRefusedError as refused:
+            self._closing = True
+            await self.close(code=refused.code)
+            return
+        self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._ping_loop())]
+
+    async def disconnect(self, code: int) -> None:
+        self._closing = True
+        for task in getattr(self, "_tasks", []):
+            task.cancel()
+        await self._leave()
+
+    # --- client → server ------------------------------------------------------------------------------
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if self.caller is None or self._closing:
+            return
+        kind = content.get("type") if isinstance(content, dict) else None
+        model = INBOUND.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            self._error("invalid_argument", "Unknown message type; expected subscribe, message or cancel.")
+            return
+        try:
+            parsed = model.model_validate(content)
+        except ValidationError as exc:
+            self._error("invalid_argument", "The message has invalid fields.", fields=field_errors(exc))
+            return
+        if isinstance(parsed, SubscribeIn):
+            await self._on_subscribe(parsed)
+        elif isinstance(parsed, MessageIn):
+            await self._on_message(parsed)
+        elif isinstance(parsed, CancelIn):
+            await self._on_cancel(parsed)
+
+    async def decode_json(self, text_data: str) -> Any:
+        try:
+            return await super().decode_json(text_data)
+        except ValueError:
+            return None
+
+    async def _on_subscribe(self, request: SubscribeIn) -> None:
+        assert self.caller is not None
+        exists = await database_sync_to_async(conversation_exists)(
+            workspace_id=self.caller.workspace_id, conversation_id=request.conversation_id
+        )
+        if not exists:
+            # The same answer for a conversation of another workspace as for one that does not exist.
+            self._error("not_found", f"No conversation {request.conversation_id!r} in this workspace.")
+            return
+        await self._join(request.conversation_id, request.after_id)
+
+    async def _on_message(self, request: MessageIn) -> None:
+        assert self.caller is not None
+        conversation_id = request.conversation_id or f"webui:{uuid.uuid4().hex}"
+        if self.subscription is None or self.subscription.conversation_id != conversation_id:
+            # Joined before the event is ingested, so the run's first event cannot be missed.
+            await self._join(conversation_id, None)
+        try:
+            submission = await database_sync_to_async(chat_message_submit)(
+                caller=self.caller,
+                conversation_id=conversation_id,
+                binding_id=request.binding_id,
+                bot_id=request.bot_id,
+                text=request.text,
+                attachments=request.attachments,
+            )
+        except ChatRefusedError as refused:
+            self._error(refused.code, refused.message, **refused.details)
+            return
+        for status in submission.statuses:
+            self._deliver(status)
+        if submission.error is not None:
+            self._error(submission.error["code"], submission.error["message"], event_id=submission.event_id)
+
+    async def _on_cancel(self, request: CancelIn) -> None:
+        assert self.caller is not None
+        try:
+            status = await database_sync_to_async(chat_run_cancel)(caller=self.caller, run_id=request.run_id)
+        except ChatRefusedError as refused:
+            self._error(refused.code, refused.message, **refused.details)
+            return
+        self._deliver(status)
+
+    # --- subscription ---------------------------------------------------------------------------------
+
+    async def _join(self, conversation_id: str, after_id: int | None) -> None:
+        """Join the conversation's group, then replay from the database; live messages that arrive
+        meanwhile wait in this consumer's channel and pass the cursor afterwards."""
+        assert self.caller is not None
+        await self._leave()
+        workspace_id = self.caller.workspace_id
+        group = conversation_group(workspace_id=workspace_id, conversation_id=conversation_id)
+        await self.channel_layer.group_add(group, self.channel_name)
+        if after_id is not None:
+            cursor = RunCursor(floor_id=after_id)
+            self.subscription = _Subscription(conversation_id, group, cursor)
+            while True:
+                page = await database_sync_to_async(conversation_events_after)(
+                    workspace_id=workspace_id, conversation_id=conversation_id, after_id=cursor.last_id
+                )
+                for message in page:
+                    self._forward(message)
+                if len(page) < REPLAY_PAGE_SIZE or self._closing:
+                    break
+        else:
+            # Without a cursor: what is in progress (the active runs, from their start), then live.
+            floor, active = await database_sync_to_async(_conversation_now)(workspace_id, conversation_id)
+            cursor = RunCursor(floor_id=floor)
+            self.subscription = _Subscription(conversation_id, group, cursor)
+            for run_id in active:
+                cursor.expect(run_id)
+                await self._fill(run_id, after_seq=0, before_seq=None, min_id=0)
+        self._deliver({"type": "subscribed", "conversation_id": conversation_id, "last_id": cursor.last_id})
+
+    async def _leave(self) -> None:
+        if self.subscription is not None:
+            group, self.subscription = self.subscription.group, None
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def _fill(self, run_id: str, *, after_seq: int, before_seq: int | None, min_id: int) -> None:
+        assert self.caller is not None
+        while True:
+            rows = await database_sync_to_async(run_events_range)(
+                workspace_id=self.caller.workspace_id, run_id=run_id, after_seq=after_seq,
+                before_seq=before_seq, min_id=min_id,
+            )  # fmt: skip
+            for message in rows:
+                self._forward(message)
+                after_seq = int(message["seq"])
+            if len(rows) < REPLAY_PAGE_SIZE or self._closing:
+                return
+
+    def _forward(self, message: dict[str, Any]) -> None:
+        assert self.subscription is not None
+        cursor = self.subscription.cursor
+        if cursor.is_duplicate(message):
+            return
+        cursor.advance(message)
+        self._deliver(message)
+
+    # --- channel layer → client -----------------------------------------------------------------------
+
+    async def run_event(self, message: dict[str, Any]) -> None:
+        subscription = self.subscription
+        if subscription is None or self._closing:
+            return
+        event = {k: message[k] for k in ("type", "id", "run_id", "seq", "event")}
+        cursor = subscription.cursor
+        if cursor.is_duplicate(event):
+            return
+        gap = cursor.gap_before(event)
+        if gap is not None:
+            # The channel layer dropped something (or it predates this subscription): the rows are there.
+            await self._fill(str(event["run_id"]), after_seq=gap[0], before_seq=gap[1], min_id=cursor.floor_id)
+        self._forward(event)
+
+    async def run_status(self, message: dict[str, Any]) -> None:
+        subscription = self.subscription
+        if subscription is None or self._closing:
+            return
+        run_id = str(message["run_id"])
+        cursor = subscription.cursor
+        if message.get("status") in TERMINAL_STATUSES and cursor.knows(run_id) and run_id not in cursor.finished:
+            # A run ended without its terminal result reaching us: deliver what is persisted first.
+            await self._fill(run_id, after_seq=cursor.last_seq[run_id], before_seq=None, min_id=cursor.floor_id)
+        self._deliver({k: message[k] for k in ("type", "run_id", "status", "status_reason") if k in message})
+
+    async def transcript_item(self, message: dict[str, Any]) -> None:
+        """A transcript change made outside a run's result stream (e.g. a platform action shown on the web)."""
+        if self.subscription is not None and not self._closing:
+            self._deliver({k: message[k] for k in ("type", "action", "item") if k in message})
+
+    # --- sending --------------------------------------------------------------------------------------
+
+    def _error(self, code: str, message: str, **details: Any) -> None:
+        payload: dict[str, Any] = {"type": "error", "code": code, "message": message}
+        if details:
+            payload["details"] = details
+        self._deliver(payload)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        if self._closing:
+            return
+        try:
+            self._outbox.put_nowait(message)
+        except asyncio.QueueFull:
+            self._too_slow()
+
+    def _too_slow(self) -> None:
+        if self._closing:
+            return
+        self._closing = True
+        logger.info("closing a chat WebSocket whose client stopped reading (%s)", self.channel_name)
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = [asyncio.create_task(self._close_too_slow())]
+
+    async def _close_too_slow(self) -> None:
+        await self._leave()
+        await self.close(code=CLOSE_TOO_SLOW)
+
+    async def _send_loop(self) -> None:
+        while True:
+            message = await self._outbox.get()
+            await self.send_json(message)
+            backlog = server_send_backlog(self.base_send)
+            if backlog is not None and backlog > self.send_buffer_max_bytes:
+                self._too_slow()
+                return
+
+    async def _ping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.ping_seconds)
+            self._deliver({"type": "ping"})
+
+
+def _conversation_now(workspace_id: int, conversation_id: str) -> tuple[int, list[str]]:
+    """The conversation's newest event id and its active runs, read after joining its group."""
+    return (
+        conversation_last_event_id(workspace_id=workspace_id, conversation_id=conversation_id),
+        conversation_active_runs(workspace_id=workspace_id, conversation_id=conversation_id),
+    )

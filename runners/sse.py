@@ -1,0 +1,174 @@
+"""`GET /api/v1/runs/{run_id}/stream`: one run's result events as Server-Sent Events (DESIGN §3.2).
+
+An async view (served by daphne over ASGI) returning a `StreamingHttpResponse` over an async generator.
+Auth is the REST API's: `Authorization: Bearer <API key>` or the browser session (`?workspace=` as
+elsewhere); another workspace's run answers 404.
+
+Each result is one SSE event: `id:` is its `seq`, `event:` its type (`message.delta`, `run.completed`, ...)
+and `data:` the JSON `{"id", "run_id", "seq", "type", "data"}`. Run status changes come as
+`event: run.status` without an `id:`. A reconnecting `EventSource` sends `Last-Event-ID`; `?after_seq=`
+does the same for other clients (the header wins). The view joins the run's group first, replays the
+persisted events after that seq, then forwards live ones (deduplicated by seq), sends `: ping` comments
+every `HEARTBEAT_SECONDS`, and ends after the terminal event (`run.completed`/`run.failed`), or after the
+run's terminal `run.status` when it ended without one. It never polls the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+
+from bindings.models import Workspace
+from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, workspace_for_user
+from runners.publish import RUN_EVENT, RUN_STATUS, run_group
+from runners.selectors import run_get
+from runners.streaming import REPLAY_PAGE_SIZE, TERMINAL_STATUSES, RunCursor, run_events_range, run_status_of
+
+HEARTBEAT_SECONDS = 15.0
+RETRY_MILLISECONDS = 3000
+
+
+class _RefusedError(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.response = JsonResponse({"error": {"code": code, "message": message, "details": {}}}, status=status)
+
+
+def _workspace_of(authorization: str, user: Any, requested_slug: str | None) -> Workspace:
+    scheme, _, key = authorization.partition(" ")
+    if scheme.lower() == "bearer":
+        api_key = api_key_by_plaintext(key=key.strip())
+        if api_key is None:
+            raise _RefusedError(401, "unauthenticated", "Invalid or revoked API key.")
+        return api_key.workspace
+    if user is None or not user.is_authenticated:
+        raise _RefusedError(401, "unauthenticated", "Authentication credentials were not provided.")
+    try:
+        return workspace_for_user(user=user, requested_slug=requested_slug)
+    except WorkspaceChoiceError as exc:
+        raise _RefusedError(exc.status, exc.code, exc.message) from None
+
+
+def _after_seq(request: HttpRequest) -> int:
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("after_seq") or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _RefusedError(400, "invalid_argument", "Last-Event-ID / after_seq must be a seq (an integer).") from None
+    if value < 0:
+        raise _RefusedError(400, "invalid_argument", "Last-Event-ID / after_seq must be at least 0.")
+    return value
+
+
+def _lookup(authorization: str, user: Any, requested_slug: str | None, run_id: str) -> tuple[int, str]:
+    workspace = _workspace_of(authorization, user, requested_slug)
+    run = run_get(workspace=workspace, run_id=run_id)
+    if run is None:
+        raise _RefusedError(404, "not_found", f"No run {run_id!r} in this workspace.")
+    return workspace.pk, str(run.run_id)
+
+
+async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    authorization = request.headers.get("Authorization", "")
+    user = None if authorization else await request.auser()
+    try:
+        after_seq = _after_seq(request)
+        workspace_id, public_id = await sync_to_async(_lookup)(
+            authorization, user, request.GET.get("workspace") or None, run_id
+        )
+    except _RefusedError as refused:
+        return refused.response
+    body = run_events_sse(workspace_id, public_id, after_seq)
+    response = StreamingHttpResponse(body, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    # Proxies such as nginx would otherwise hold the stream back in their buffers.
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def sse_event(message: dict[str, Any]) -> str:
+    """One `run.event` or `run.status` channel message as an SSE event."""
+    if message["type"] == RUN_EVENT:
+        body = {
+            "id": message["id"],
+            "run_id": message["run_id"],
+            "seq": message["seq"],
+            "type": message["event"]["type"],
+            "data": message["event"]["data"],
+        }
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+        return f"id: {message['seq']}\nevent: {body['type']}\ndata: {payload}\n\n"
+    status = {k: message.get(k) for k in ("run_id", "status", "status_reason")}
+    return f"event: {RUN_STATUS}\ndata: {json.dumps(status, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+async def run_events_sse(workspace_id: int, run_id: str, after_seq: int) -> AsyncIterator[str]:
+    """The SSE body: join, replay, then live until the run's end."""
+    layer = get_channel_layer()
+    assert layer is not None, "CHANNEL_LAYERS must be configured"
+    channel = await layer.new_channel()
+    group = run_group(run_id)
+    await layer.group_add(group, channel)
+    cursor = RunCursor()
+    cursor.expect(run_id, after_seq)
+
+    async def fill(before_seq: int | None) -> AsyncIterator[str]:
+        while True:
+            rows = await sync_to_async(run_events_range)(
+                workspace_id=workspace_id, run_id=run_id, after_seq=cursor.last_seq[run_id], before_seq=before_seq
+            )
+            for message in rows:
+                cursor.advance(message)
+                yield sse_event(message)
+            if len(rows) < REPLAY_PAGE_SIZE:
+                return
+
+    try:
+        yield f"retry: {RETRY_MILLISECONDS}\n\n"
+        async for chunk in fill(None):
+            yield chunk
+        if run_id in cursor.finished:
+            return
+        status = await sync_to_async(run_status_of)(workspace_id=workspace_id, run_id=run_id)
+        if status is not None and status["status"] in TERMINAL_STATUSES:
+            # Ended between the replay and the status read, or without a terminal result of its own.
+            async for chunk in fill(None):
+                yield chunk
+            if run_id not in cursor.finished:
+                yield sse_event(status)
+            return
+        while True:
+            try:
+                message = await asyncio.wait_for(layer.receive(channel), HEARTBEAT_SECONDS)
+            except TimeoutError:
+                yield ": ping\n\n"
+                continue
+            if message.get("type") == RUN_EVENT:
+                if cursor.is_duplicate(message):
+                    continue
+                if cursor.gap_before(message) is not None:
+                    async for chunk in fill(int(message["seq"])):
+                        yield chunk
+                cursor.advance(message)
+                yield sse_event(message)
+                if run_id in cursor.finished:
+                    return
+            elif message.get("type") == RUN_STATUS:
+                if message.get("status") in TERMINAL_STATUSES:
+                    async for chunk in fill(None):
+                        yield chunk
+                    if run_id not in cursor.finished:
+                        yield sse_event(message)
+                    return
+                yield sse_event(message)
+    finally:
+        with contextlib.suppress(Exception):
+            await layer.group_discard(group, channel)

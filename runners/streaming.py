@@ -1,0 +1,131 @@
+"""Reads and bookkeeping shared by the two live streams of run events: the WebSocket chat consumer
+(`consumers.py`) and the SSE view (`sse.py`).
+
+Both follow DESIGN §4: join the channel-layer group first, read the database once to replay what was
+persisted before, then only listen. `RunCursor` makes the seam exact. Within a run `seq` is 1..n without
+holes and a run's rows are committed in seq order, so the cursor remembers the last seq delivered per run:
+a live message at or below it is a duplicate (already replayed), and one beyond the next expected seq
+reveals a gap (a message the channel layer dropped, e.g. while the consumer was busy replaying) that is
+filled from the database before the live message is passed on. Nothing here polls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from runners.models import Run, RunEvent
+from runners.publish import run_event_message
+from transcripts.models import EventLog
+
+REPLAY_PAGE_SIZE = 200
+TERMINAL_RESULT_TYPES = frozenset({"run.completed", "run.failed"})
+TERMINAL_STATUSES = frozenset(str(s) for s in Run.TERMINAL_STATUSES)
+
+
+# --- selectors ---------------------------------------------------------------------------------------
+
+
+def conversation_exists(*, workspace_id: int, conversation_id: str) -> bool:
+    """Whether the workspace has any event in the conversation. Another workspace's conversation of the
+    same id is invisible: callers answer exactly as for an unknown one."""
+    return EventLog.objects.filter(workspace_id=workspace_id, conversation_id=conversation_id).exists()
+
+
+def conversation_events_after(
+    *, workspace_id: int, conversation_id: str, after_id: int, limit: int = REPLAY_PAGE_SIZE
+) -> list[dict[str, Any]]:
+    """One page of the conversation's persisted run events with `id > after_id`, oldest first, already in
+    the `run.event` message shape."""
+    rows = (
+        RunEvent.objects.filter(run__workspace_id=workspace_id, run__conversation_id=conversation_id, id__gt=after_id)
+        .select_related("run")
+        .order_by("id")[:limit]
+    )
+    return [run_event_message(row.run, row) for row in rows]
+
+
+def conversation_active_runs(*, workspace_id: int, conversation_id: str) -> list[str]:
+    """Run ids of the conversation's queued or running runs, oldest first."""
+    rows = Run.objects.filter(
+        workspace_id=workspace_id, conversation_id=conversation_id, status__in=Run.ACTIVE_STATUSES
+    ).order_by("id")
+    return [str(run_id) for run_id in rows.values_list("run_id", flat=True)]
+
+
+def run_events_range(
+    *, workspace_id: int, run_id: str, after_seq: int, before_seq: int | None = None, min_id: int = 0,
+    limit: int = REPLAY_PAGE_SIZE,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Persisted events of one run of the workspace with `after_seq < seq < before_seq` (and `id > min_id`),
+    in seq order, as `run.event` messages."""
+    rows = RunEvent.objects.filter(run__workspace_id=workspace_id, run__run_id=run_id, seq__gt=after_seq, id__gt=min_id)
+    if before_seq is not None:
+        rows = rows.filter(seq__lt=before_seq)
+    return [run_event_message(row.run, row) for row in rows.select_related("run").order_by("seq")[:limit]]
+
+
+def run_status_of(*, workspace_id: int, run_id: str) -> dict[str, Any] | None:
+    run = Run.objects.filter(workspace_id=workspace_id, run_id=run_id).only("run_id", "status", "status_reason").first()
+    if run is None:
+        return None
+    return {"type": "run.status", "run_id": str(run.run_id), "status": run.status, "status_reason": run.status_reason}
+
+
+# --- the seam ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunCursor:
+    """What one subscriber has been given: the last seq per run, and the global id it started after.
+
+    `floor_id` is the subscriber's `after_id`: rows at or below it were delivered before this
+    subscription began, so they are never re-sent, also not when a gap is filled.
+    """
+
+    floor_id: int = 0
+    last_seq: dict[str, int] = field(default_factory=dict)
+    finished: set[str] = field(default_factory=set)
+    last_id: int = 0
+
+    def __post_init__(self) -> None:
+        self.last_id = self.floor_id
+
+    def knows(self, run_id: str) -> bool:
+        return run_id in self.last_seq
+
+    def expect(self, run_id: str, seq: int = 0) -> None:
+        """Record that `run_id` has been delivered up to `seq` (0: known, nothing delivered yet)."""
+        self.last_seq[run_id] = max(seq, self.last_seq.get(run_id, 0))
+
+    def is_duplicate(self, message: dict[str, Any]) -> bool:
+        run_id, seq = str(message["run_id"]), int(message["seq"])
+        if run_id in self.last_seq:
+            return seq <= self.last_seq[run_id]
+        return int(message["id"]) <= self.floor_id
+
+    def gap_before(self, message: dict[str, Any]) -> tuple[int, int] | None:
+        """`(after_seq, before_seq)` of events missing before this live message, or None."""
+        run_id, seq = str(message["run_id"]), int(message["seq"])
+        last = self.last_seq.get(run_id)
+        if last is None:
+            return (0, seq) if seq > 1 else None
+        return (last, seq) if seq > last + 1 else None
+
+    def advance(self, message: dict[str, Any]) -> None:
+        run_id = str(message["run_id"])
+        self.last_seq[run_id] = max(int(message["seq"]), self.last_seq.get(run_id, 0))
+        self.last_id = max(self.last_id, int(message["id"]))
+        if message.get("event", {}).get("type") in TERMINAL_RESULT_TYPES:
+            self.finished.add(run_id)
+
+
+def conversation_last_event_id(*, workspace_id: int, conversation_id: str) -> int:
+    """The id of the conversation's newest persisted run event (0 when there is none)."""
+    newest = (
+        RunEvent.objects.filter(run__workspace_id=workspace_id, run__conversation_id=conversation_id)
+        .order_by("-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    return int(newest or 0)
