@@ -418,7 +418,7 @@ class Supervisor:
             "",
             "LangBot Host is up" + ("" if healthy else " (but /healthz is not OK yet — see above)"),
             f"  admin        {base}/admin/",
-            # The debug chat page (/chat/) joins this list when it lands.
+            f"  debug chat   {base}/chat/",
             f"  API docs     {base}/api/docs/",
             f"  health       {base}/healthz",
             f"  demo login   {login}",

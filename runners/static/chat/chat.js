@@ -147,7 +147,7 @@
       // A conversation id from the address bar that this workspace does not have.
       needTranscript = false;
     }
-    systemLine("⚠ " + (message.message || message.code));
+    systemLine(message.message || message.code);
   }
 
   function runView(runId) {
@@ -213,7 +213,7 @@
       const state = h("span", { class: "status running tool-state", text: "running" });
       const body = h("div", {});
       const el = h("details", { class: "tool-card", "data-tool-call-id": data.tool_call_id },
-        h("summary", {}, h("span", { text: "🔧" }), h("span", { class: "tool-name", text: data.tool_name }), state),
+        h("summary", {}, h("span", { class: "tool-name", text: data.tool_name }), state),
         body);
       view.tools.append(el);
       card = { el, state, body };
@@ -235,11 +235,11 @@
     const name = item.name || item.file_name || id || "file";
     const mime = item.mime_type || "";
     const href = id ? `${config.api}/artifacts/${encodeURIComponent(id)}/content?${wsParam()}` : (item.file_url || item.image_url);
-    if (!href) return h("span", { class: "file", text: `📄 ${name}` });
+    if (!href) return h("span", { class: "file", text: `⬇ ${name}` });
     if (mime.startsWith("image/") || item.type === "image_url") {
       return h("a", { class: "file image", href, target: "_blank", rel: "noopener" }, h("img", { src: href, alt: name, loading: "lazy" }));
     }
-    return h("a", { class: "file", href, target: "_blank", rel: "noopener", text: `📄 ${name}` });
+    return h("a", { class: "file", href, target: "_blank", rel: "noopener", text: `⬇ ${name}` });
   }
 
   function addPanelItem(list, item) {
@@ -423,7 +423,7 @@
 
   async function upload(fileList) {
     for (const file of fileList) {
-      const chip = h("span", { class: "chip", text: `⏳ ${file.name}` });
+      const chip = h("span", { class: "chip", text: `uploading ${file.name}…` });
       els.attachments.append(chip);
       const body = new FormData();
       body.append("file", file);
@@ -435,9 +435,9 @@
         const artifact = await response.json();
         const ref = { artifact_id: artifact.artifact_id || artifact.id, name: artifact.name || file.name, mime_type: artifact.mime_type || file.type };
         pendingFiles.push(ref);
-        chip.textContent = `📎 ${ref.name}`;
+        chip.textContent = ref.name;
       } catch (error) {
-        chip.textContent = `⚠ ${file.name}: ${error.message}`;
+        chip.textContent = `${file.name}: ${error.message}`;
       }
     }
   }

@@ -1,0 +1,125 @@
+"""Processes for the browser tests: daphne serving the real ASGI application, plus the Celery worker (with
+its plugin runtime) of `tests/integration/conftest.py`, all against pytest-django's PostgreSQL test
+database and Redis. Chromium is Debian's `/usr/bin/chromium`, driven by Playwright; Playwright's own
+browser downloads are never used. Skipped, with the reason, when any of these is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.integration.conftest import (  # noqa: F401  (fixtures shared with the integration tests)
+    _database_url,
+    _services_missing,
+    celery_queue,
+    qa_binding,
+    qa_report,
+    start_worker,
+    worker,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+SCREENSHOTS = REPO_ROOT / "var" / "e2e"
+
+
+def _browser_missing() -> str | None:
+    if not CHROMIUM.exists():
+        return "the browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "the browser tests need the playwright Python package (requirements-dev.txt)"
+    return None
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    missing = None
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+            missing = missing or _services_missing() or _browser_missing() or ""
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=missing))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def web_server(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[str]:  # noqa: F811
+    """daphne on a free port; yields its base URL and stops it at the end of the session."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "LANGBOT_DB_POOL_MAX": "8",
+    }
+    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "langbot_host.asgi:application"]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"daphne did not start:\n{log_path.read_text(errors='replace')[-4000:]}")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def browser(monkeypatch) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop in this thread; the test's own ORM calls (and the
+    # database flush after it) are still plain synchronous code.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+@pytest.fixture
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
