@@ -20,6 +20,7 @@ class Artifact(models.Model):
         INPUT = "input", "user input"
         RAW_EVENT = "raw_event", "raw platform event"
         RUNNER = "runner", "runner output"
+        UPLOAD = "upload", "API upload"
 
     # The public id; the auto id never leaves the host.
     artifact_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -38,7 +39,10 @@ class Artifact(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["workspace", "conversation_id", "id"], name="artifact_conversation_idx")]
+        indexes = [
+            models.Index(fields=["workspace", "conversation_id", "id"], name="artifact_conversation_idx"),
+            models.Index(fields=["expires_at"], name="artifact_expiry_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name or self.artifact_id} ({self.size} bytes)"

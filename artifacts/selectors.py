@@ -1,32 +1,65 @@
-"""Reads for artifacts, always scoped to a workspace."""
+"""Reads for artifacts, always scoped to a workspace; expired artifacts are never found."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
 
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
 from artifacts.models import Artifact
 from bindings.models import Workspace
 
 
-def artifact_get(*, workspace: Workspace, artifact_id: str) -> Artifact | None:
-    """The workspace's artifact, or None — also for a malformed id or another workspace's artifact."""
+def _live(queryset: QuerySet[Artifact]) -> QuerySet[Artifact]:
+    return queryset.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+
+
+def _public_id(artifact_id: str) -> uuid.UUID | None:
     try:
-        public_id = uuid.UUID(str(artifact_id))
+        return uuid.UUID(str(artifact_id))
     except ValueError:
         return None
-    return Artifact.objects.filter(workspace=workspace, artifact_id=public_id).first()
+
+
+def artifact_get(*, workspace: Workspace, artifact_id: str) -> Artifact | None:
+    """The workspace's live artifact, or None — also for a malformed id, another workspace's artifact or
+    an expired one."""
+    public_id = _public_id(artifact_id)
+    if public_id is None:
+        return None
+    return _live(Artifact.objects.filter(workspace=workspace, artifact_id=public_id)).first()
 
 
 def artifacts_by_id(*, workspace: Workspace, artifact_ids: Iterable[str]) -> dict[str, Artifact]:
-    """The workspace's artifacts among `artifact_ids`, keyed by the id as given; unknown ids are absent."""
+    """The workspace's live artifacts among `artifact_ids`, keyed by the id as given; unknown ids are absent."""
     wanted: dict[uuid.UUID, str] = {}
     for given in artifact_ids:
-        try:
-            wanted[uuid.UUID(str(given))] = given
-        except ValueError:
-            continue
+        public_id = _public_id(given)
+        if public_id is not None:
+            wanted[public_id] = given
     if not wanted:
         return {}
-    found = Artifact.objects.filter(workspace=workspace, artifact_id__in=list(wanted))
+    found = _live(Artifact.objects.filter(workspace=workspace, artifact_id__in=list(wanted)))
     return {wanted[a.artifact_id]: a for a in found}
+
+
+def artifact_for_run(
+    *, workspace_id: int, artifact_id: str, run_id: str, conversation_id: str, granted: Iterable[str] = ()
+) -> Artifact | None:
+    """The artifact a run may read: in its workspace, live, and created by this run, or belonging to the
+    run's conversation, or granted to the run explicitly (`resources.artifacts`). Otherwise None."""
+    public_id = _public_id(artifact_id)
+    if public_id is None:
+        return None
+    artifact = _live(Artifact.objects.filter(workspace_id=workspace_id, artifact_id=public_id)).first()
+    if artifact is None:
+        return None
+    if artifact.run_id is not None and str(artifact.run_id) == run_id:
+        return artifact
+    if conversation_id and artifact.conversation_id == conversation_id:
+        return artifact
+    if artifact_id in set(granted):
+        return artifact
+    return None

@@ -112,6 +112,18 @@ WHITENOISE_USE_FINDERS = True
 
 # Artifacts live behind django-storages; `file://` keeps them under var/ by default.
 ARTIFACT_STORAGE_URL = env.str("ARTIFACT_STORAGE_URL", default=f"file://{VAR_DIR / 'artifacts'}")
+# Largest `POST /api/v1/artifacts` upload and largest file fetched for a URL attachment.
+LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES = env.int("LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES", default=1024**3)
+LANGBOT_ARTIFACT_FETCH_MAX_BYTES = env.int("LANGBOT_ARTIFACT_FETCH_MAX_BYTES", default=50 * 1024**2)
+LANGBOT_ARTIFACT_FETCH_TIMEOUT = env.float("LANGBOT_ARTIFACT_FETCH_TIMEOUT", default=20.0)
+# URL attachments resolving to private, loopback or link-local addresses are refused unless this is on
+# (only for closed networks where such URLs are trusted).
+LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE = env.bool("LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE", default=False)
+# Default lifetime of artifacts runners create (0 = kept until deleted); uploads may set their own.
+LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS = env.int("LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS", default=0)
+# Host API calls a single run may make: a token bucket of this rate (calls/s) and burst.
+LANGBOT_PROXY_RATE_PER_RUN = env.float("LANGBOT_PROXY_RATE_PER_RUN", default=200.0)
+LANGBOT_PROXY_BURST_PER_RUN = env.float("LANGBOT_PROXY_BURST_PER_RUN", default=400.0)
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 

@@ -153,3 +153,75 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class ProxyCallAudit(models.Model):
+    """One proxy call of a run, allowed or refused (DESIGN §5: every call is audited).
+
+    Written in batches by `runners.audit.AuditLog`, off the call's path. `run_id` is a plain id, not a
+    foreign key, so a call naming an unknown or finished run is audited too.
+    """
+
+    run_id = models.CharField(max_length=64, db_index=True)
+    runner_id = models.CharField(max_length=255, blank=True, db_index=True)
+    workspace_id = models.BigIntegerField(null=True, blank=True)
+    action = models.CharField(max_length=64)
+    resource = models.CharField(max_length=300, blank=True)
+    scope = models.CharField(max_length=300, blank=True)
+    """The conversation (and thread) the call was confined to."""
+    caller = models.CharField(max_length=200, blank=True)
+    outcome = models.CharField(max_length=32)
+    """`ok`, or the error code of a refused or failed call."""
+    duration_ms = models.FloatField(default=0.0)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["action", "outcome", "-id"], name="audit_action_outcome_idx"),
+        ]
+        verbose_name = "proxy call"
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.outcome} (run {self.run_id})"
+
+
+class PlatformActionRequest(models.Model):
+    """A platform action a runner asked for (`api.platform.request_action` or an `action.requested`
+    result) and what became of it. It executes only when the manifest, the binding policy and — when the
+    binding requires it — an operator's approval in admin allow it."""
+
+    class Origin(models.TextChoices):
+        PROXY = "proxy", "api.platform.request_action"
+        RESULT = "result", "action.requested result"
+
+    class Status(models.TextChoices):
+        PENDING = "pending_approval", "waiting for approval"
+        EXECUTED = "executed", "executed"
+        REFUSED = "refused", "refused (not authorized)"
+        REJECTED = "rejected", "rejected by an operator"
+        FAILED = "failed", "failed"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_actions")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_actions")
+    runner_id = models.CharField(max_length=255)
+    binding_key = models.CharField(max_length=64)
+    surface = models.CharField(max_length=32, blank=True)
+    action = models.CharField(max_length=100)
+    target = models.JSONField(default=dict, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    origin = models.CharField(max_length=16, choices=Origin.choices)
+    status = models.CharField(max_length=20, choices=Status.choices)
+    error = models.JSONField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    executed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "-id"], name="platform_action_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.action} ({self.status})"

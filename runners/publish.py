@@ -120,3 +120,11 @@ async def run_events_publish_committed(*, run: Run, events: list[RunEvent]) -> N
 async def run_status_publish_committed(*, run: Run) -> None:
     """Publish a run status that is already committed (for code running on an event loop)."""
     await _send(run_groups(run), [run_status_message(run)])
+
+
+def conversation_item_publish_on_commit(*, workspace_id: int, conversation_id: str, message: dict[str, Any]) -> None:
+    """Publish a change to a conversation's transcript made outside a run's result stream (a platform
+    action delivered on the web/API surface) to the conversation's group, after commit. The message is
+    `{"type": "transcript.item", "action", "item"}`; the transcript API is its durable form."""
+    groups = [conversation_group(workspace_id=workspace_id, conversation_id=conversation_id)]
+    transaction.on_commit(lambda: _send_sync(groups, [message]))

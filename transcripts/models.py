@@ -117,3 +117,36 @@ class StateEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope_key} {self.key}"
+
+
+class StorageEntry(models.Model):
+    """A value of the storage API (`api.storage`): bytes, up to 10 MiB, beside the small JSON of
+    `StateEntry`. It lives here because, like state, it is a host-owned fact of a workspace that
+    outlives runs; blobs larger than that belong in artifacts.
+
+    `owner_key` isolates the areas (DESIGN §5): `plugin:{author/name}` (private to one plugin, shared by
+    its bindings), `binding:{runner}:{binding}` (private to one binding) and `workspace` (shared by every
+    plugin of the workspace, which is why the binding must grant it explicitly)."""
+
+    class Area(models.TextChoices):
+        PLUGIN = "plugin"
+        WORKSPACE = "workspace"
+        BINDING = "binding"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="storage_entries")
+    area = models.CharField(max_length=16, choices=Area.choices)
+    owner_key = models.CharField(max_length=700)
+    key = models.CharField(max_length=512)
+    value = models.BinaryField()
+    size_bytes = models.PositiveIntegerField(default=0)
+    updated_by_run = models.UUIDField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace", "owner_key", "key"], name="uniq_storage_key"),
+        ]
+        verbose_name_plural = "storage entries"
+
+    def __str__(self) -> str:
+        return f"{self.owner_key} {self.key}"

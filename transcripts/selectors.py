@@ -1,4 +1,4 @@
-"""Reads of host facts for the REST API and admin: events and conversation transcripts.
+"""Reads of host facts for the REST API, admin and the context APIs: events and conversation transcripts.
 
 Transcript pages use the item id as the cursor (`before`), newest first, on the
 (workspace, conversation_id, id) index — never OFFSET, so a page costs the same at any depth.
@@ -7,6 +7,11 @@ Transcript pages use the item id as the cursor (`before`), newest first, on the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVectorField
+from django.db import connection
+from django.db.models import F, Func, QuerySet
 
 from bindings.models import Workspace
 from transcripts.models import EventLog, TranscriptItem
@@ -36,3 +41,159 @@ def transcript_page(
     rows = list(queryset.select_related("event").order_by("-id")[: limit + 1])
     items = rows[:limit]
     return TranscriptPage(items=items, next_before=items[-1].id if len(rows) > limit else None)
+
+
+# --- context APIs (runners/handlers): history pages, history search and event pages ----------------
+#
+# Every read below is scoped to one workspace and one conversation before anything else, so a cursor
+# or an id from another conversation simply finds nothing. Cursors are row ids; pages walk the
+# (workspace, conversation_id, id) indexes with a LIMIT of one extra row (no OFFSET, no COUNT).
+
+HISTORY_SEARCH_TOP_K_MAX = 50
+# PostgreSQL text search configuration: `simple` (no stemming, no stop words) behaves the same for every
+# language a chat may use; text it cannot split into words (e.g. CJK) falls back to substring search.
+SEARCH_CONFIG = "simple"
+
+
+@dataclass(frozen=True)
+class RowPage:
+    rows: list[Any]
+    """In chronological order (oldest first), whatever the direction."""
+    has_more: bool
+    """More rows exist beyond this page in the direction that was walked."""
+
+
+def _walk(queryset: QuerySet[Any], *, before: int | None, after: int | None, forward: bool, limit: int) -> RowPage:
+    if before is not None:
+        queryset = queryset.filter(id__lt=before)
+    if after is not None:
+        queryset = queryset.filter(id__gt=after)
+    rows = list(queryset.order_by("id" if forward else "-id")[: limit + 1])
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    if not forward:
+        rows.reverse()
+    return RowPage(rows=rows, has_more=has_more)
+
+
+def history_page_rows(
+    *,
+    workspace_id: int,
+    conversation_id: str,
+    thread_id: str | None,
+    before: int | None,
+    after: int | None,
+    forward: bool,
+    limit: int,
+) -> RowPage:
+    """A page of transcript items of one conversation (and thread, when given), `limit` ≤ 100."""
+    limit = max(1, min(limit, PAGE_LIMIT_MAX))
+    queryset = TranscriptItem.objects.filter(workspace_id=workspace_id, conversation_id=conversation_id)
+    if thread_id is not None:
+        queryset = queryset.filter(thread_id=thread_id)
+    return _walk(queryset.select_related("event"), before=before, after=after, forward=forward, limit=limit)
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    item: TranscriptItem
+    score: float
+    snippet: str
+
+
+def _snippet(text: str, terms: list[str], width: int = 160) -> str:
+    lowered = text.lower()
+    positions = [p for p in (lowered.find(t.lower()) for t in terms if t) if p >= 0]
+    start = max(0, min(positions) - width // 4) if positions else 0
+    piece = text[start : start + width]
+    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(text) else "")
+
+
+def _terms(query: str) -> list[str]:
+    return [t for t in query.split() if t][:16]
+
+
+def history_search_rows(
+    *,
+    workspace_id: int,
+    conversation_id: str,
+    thread_id: str | None,
+    query: str,
+    roles: list[str] | None,
+    event_types: list[str] | None,
+    top_k: int,
+) -> list[SearchHit]:
+    """The best `top_k` (≤ 50) transcript items of one conversation for `query`, best first.
+
+    PostgreSQL: full-text search (`websearch_to_tsquery`, ranked by `ts_rank`) on the GIN index of
+    `to_tsvector('simple', content)`; when that finds nothing (e.g. CJK text without spaces) the
+    substring fallback runs. Elsewhere (SQLite): the substring fallback only — every term must occur
+    (case-insensitive); score = occurrences of the terms; ties go to the newest item.
+    """
+    top_k = max(1, min(top_k, HISTORY_SEARCH_TOP_K_MAX))
+    terms = _terms(query)
+    if not terms:
+        return []
+    queryset = TranscriptItem.objects.filter(workspace_id=workspace_id, conversation_id=conversation_id)
+    if thread_id is not None:
+        queryset = queryset.filter(thread_id=thread_id)
+    if roles:
+        queryset = queryset.filter(role__in=roles)
+    if event_types:
+        queryset = queryset.filter(event__event_type__in=event_types)
+    queryset = queryset.select_related("event")
+    if connection.vendor == "postgresql":
+        search = SearchQuery(query, config=SEARCH_CONFIG, search_type="websearch")
+        ranked = (
+            queryset.annotate(document=TranscriptVector("content"))
+            .filter(document=search)
+            .annotate(rank=SearchRank(F("document"), search))
+            .order_by("-rank", "-id")[:top_k]
+        )
+        hits = [SearchHit(item, float(item.rank), _snippet(item.content, terms)) for item in ranked]
+        if hits:
+            return hits
+    for term in terms:
+        queryset = queryset.filter(content__icontains=term)
+    # The newest matches are scored; an old conversation never makes one search scan all of it twice.
+    candidates = list(queryset.order_by("-id")[: top_k * 20])
+    scored = [
+        SearchHit(item, float(sum(item.content.lower().count(t.lower()) for t in terms)), _snippet(item.content, terms))
+        for item in candidates
+    ]
+    scored.sort(key=lambda hit: (-hit.score, -(hit.item.pk or 0)))
+    return scored[:top_k]
+
+
+class TranscriptVector(Func):
+    """`to_tsvector('simple', <column>)` exactly as the GIN index of migration 0002 spells it, so the
+    planner can use that index (Django's `SearchVector` wraps the column in COALESCE, which it cannot)."""
+
+    function = "to_tsvector"
+    template = f"%(function)s('{SEARCH_CONFIG}'::regconfig, %(expressions)s)"
+    output_field = SearchVectorField()
+
+
+def event_in_conversation(*, workspace_id: int, conversation_id: str, event_id: str) -> EventLog | None:
+    """The event `event_id` if it belongs to this conversation, else None (also for other workspaces)."""
+    return EventLog.objects.filter(
+        workspace_id=workspace_id, conversation_id=conversation_id, event_id=event_id
+    ).first()
+
+
+def event_page_rows(
+    *,
+    workspace_id: int,
+    conversation_id: str,
+    before: int | None,
+    after: int | None,
+    forward: bool,
+    limit: int,
+    event_types: list[str] | None,
+) -> RowPage:
+    """A page of one conversation's events (cursor: EventLog id), `limit` ≤ 100."""
+    limit = max(1, min(limit, PAGE_LIMIT_MAX))
+    queryset = EventLog.objects.filter(workspace_id=workspace_id, conversation_id=conversation_id)
+    if event_types:
+        queryset = queryset.filter(event_type__in=event_types)
+    return _walk(queryset, before=before, after=after, forward=forward, limit=limit)

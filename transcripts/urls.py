@@ -1,9 +1,10 @@
-"""Routes of the transcripts app under `/api/v1/`: the Event Gateway and conversation transcripts.
+"""Routes of the transcripts app under `/api/v1/`: the Event Gateway and conversation transcripts (and the
+artifacts API, whose bytes back event attachments).
 
 A conversation id may contain slashes (it is the client's), hence the `path` converter.
 """
 
-from django.urls import path
+from django.urls import include, path
 
 from transcripts.api import ConversationTranscriptApi, EventDetailApi, EventIngestApi
 
@@ -15,4 +16,5 @@ urlpatterns = [
         ConversationTranscriptApi.as_view(),
         name="conversation-transcript",
     ),
+    path("", include("artifacts.urls")),
 ]

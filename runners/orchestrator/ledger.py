@@ -23,6 +23,7 @@ from bindings.models import Workspace
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
 from runners.orchestrator.state import state_write
+from runners.platform_actions import platform_actions_from_results
 from runners.services import run_dispatch_next_on_commit
 from transcripts.models import TranscriptItem
 
@@ -77,6 +78,7 @@ def _side_effects(run: Run, batch: Batch) -> None:
         )
     for artifact in batch.artifacts:
         _artifact_store(run, artifact)
+    platform_actions_from_results(run=run, events=batch.events)
 
 
 def _artifact_store(run: Run, artifact: ArtifactOutput) -> None:

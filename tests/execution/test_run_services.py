@@ -189,10 +189,9 @@ async def test_proxy_refuses_state_scopes_outside_the_policy(handlers):
     assert caught.value.code == "unauthorized"
 
 
-async def test_proxy_answers_not_found_for_authorized_apis_without_a_provider(handlers):
-    with pytest.raises(AgentAPIException) as storage:
-        await _call(handlers, "storage_get", area="plugin", key="k")
-    assert storage.value.code == "not_found"
+async def test_proxy_serves_authorized_storage_and_refuses_the_rest(handlers):
+    storage = await _call(handlers, "storage_get", area="plugin", key="k")
+    assert storage == {"found": False, "value_base64": None}
     with pytest.raises(AgentAPIException) as workspace_area:
         await _call(handlers, "storage_get", area="workspace", key="k")
     assert workspace_area.value.code == "unauthorized"

@@ -139,17 +139,22 @@ def test_state_behaviour_round_trips_through_the_state_store(worker, qa_binding)
     assert "state.updated" not in [e.type for e in _events(second)]
 
 
-def test_proxy_report_shows_state_working_and_other_apis_refused(worker, qa_binding):
+def test_proxy_report_shows_granted_apis_working_and_the_others_refused(worker, qa_binding):
     run = wait_terminal(post_message(qa_binding(), "qa:proxy"))
     assert run.status == Run.Status.COMPLETED, run.error
     report = json.loads(run.output)
-    for name in ("state.get", "state.set", "state.delete", "state.list"):
+    granted = (
+        [f"state.{m}" for m in ("get", "set", "delete", "list")]
+        + [f"storage.{m}" for m in ("get", "set", "delete", "list")]
+        + ["history.page", "history.search", "events.get", "events.page"]
+    )
+    for name in granted:
         assert report[name] == {"ok": True, "code": None}, name
-    others = {name: r for name, r in report.items() if not name.startswith("state.")}
+    others = {name: r for name, r in report.items() if name not in granted}
     assert others
     for name, result in others.items():
         assert (result["ok"], result["code"] in {"not_found", "unauthorized"}) == (False, True), name
-    assert report["storage.get"]["code"] == "not_found"  # authorized area, no provider yet
+    assert report["artifacts.metadata"]["code"] == "not_found"  # readable API, no such artifact
 
 
 def test_binding_to_a_vanished_runner_fails_with_runner_not_found(worker, qa_binding):

@@ -12,12 +12,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.proxy import channel_for_run
 from langbot_sdk.runner import AgentRunner
 
 BEHAVIOURS = frozenset(
     {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy"}
 )
 STATE_KEY = "qa.counter"
+STREAMING_ACTIONS = frozenset({"artifact_stream", "invoke_llm_stream"})
+SUMMARY_TEXT_CHARS = 200
 
 
 class QARunnerError(RuntimeError):
@@ -78,7 +81,11 @@ class QARunner(AgentRunner):
             async for result in self._bump_counter(ctx):
                 yield result
         elif behaviour == "proxy":
-            report = await self._exercise_proxy(ctx)
+            raw_calls = ctx.config.get("proxy_calls")
+            if isinstance(raw_calls, list) and raw_calls:
+                report = await self._raw_calls(ctx, raw_calls)
+            else:
+                report = await self._exercise_proxy(ctx)
             yield AgentRunResult.message_completed(ctx.run_id, json.dumps(report, sort_keys=True))
         yield AgentRunResult.run_completed(ctx.run_id)
 
@@ -142,3 +149,38 @@ class QARunner(AgentRunner):
             else:
                 report[name] = {"ok": True, "code": None}
         return report
+
+    async def _raw_calls(self, ctx: AgentRunContext, calls: list[Any]) -> dict[str, dict[str, Any]]:
+        """Send each `{"name", "action", "data"}` to the host unchecked and report the answers, so a test
+        sees what the host (not the SDK) decides. Long strings in answers are reported by length only."""
+        channel = channel_for_run(ctx.run_id)
+        report: dict[str, dict[str, Any]] = {}
+        for index, call in enumerate(calls):
+            if not isinstance(call, dict):
+                continue
+            name = str(call.get("name") or f"call{index}")
+            action = str(call.get("action") or "")
+            data = {"run_id": ctx.run_id, **(call.get("data") if isinstance(call.get("data"), dict) else {})}
+            try:
+                if channel is None:
+                    raise RuntimeError("no host channel for this run")
+                if action in STREAMING_ACTIONS:
+                    chunks = [chunk async for chunk in channel.stream(action, data, timeout=60)]
+                    result: Any = {"chunks": len(chunks), "items": [_summary(c) for c in chunks[:3]]}
+                else:
+                    result = _summary(await channel.call(action, data, timeout=60))
+            except AgentAPIException as exc:
+                report[name] = {"ok": False, "code": exc.error.code, "details": _summary(exc.error.details)}
+            else:
+                report[name] = {"ok": True, "code": None, "result": result}
+        return report
+
+
+def _summary(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > SUMMARY_TEXT_CHARS:
+        return {"text_length": len(value)}
+    if isinstance(value, dict):
+        return {key: _summary(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_summary(item) for item in value[:100]]
+    return value

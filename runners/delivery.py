@@ -1,0 +1,129 @@
+"""The delivery layer of platform actions (`message.send`, `message.edit`, `reaction.add`): one
+deliverer per surface — the surface of the bot the run's event came through, else the event's source.
+
+Implemented: `webui` and `api`, whose "platform" is the host's own transcript — `message.send` appends
+an assistant TranscriptItem to the run's conversation, `message.edit` changes an assistant item of that
+conversation, `reaction.add` acknowledges a reaction on an item; each is published to the conversation's
+WebSocket group through `runners.publish`. Every other platform raises `DeliveryUnsupportedError`
+until its adapter exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runners.models import Run
+from runners.publish import conversation_item_publish_on_commit
+from transcripts.models import TranscriptItem
+
+HOST_SURFACES = frozenset({"webui", "api"})
+MESSAGE_MAX_CHARS = 64 * 1024
+
+
+class DeliveryError(Exception):
+    """The action cannot be delivered; `code` is an `ErrorCode` value for the proxy answer."""
+
+    code = "invalid_argument"
+
+
+class DeliveryUnsupportedError(DeliveryError):
+    code = "runtime_error"
+
+
+class DeliveryTargetNotFoundError(DeliveryError):
+    code = "not_found"
+
+
+def run_surface(run: Run) -> str:
+    return run.bot.platform if run.bot is not None else run.event.source
+
+
+def _item_out(item: TranscriptItem) -> dict[str, Any]:
+    return {
+        "message_id": str(item.pk),
+        "role": item.role,
+        "content": item.content,
+        "contents": item.contents,
+        "runner_id": item.runner_id,
+        "created_at": item.created_at.isoformat() if item.created_at else None,
+    }
+
+
+def _text(payload: dict[str, Any]) -> str:
+    text = payload.get("text")
+    if not isinstance(text, str) or not text:
+        raise DeliveryError("payload.text must be a non-empty string")
+    if len(text) > MESSAGE_MAX_CHARS:
+        raise DeliveryError(f"payload.text is longer than {MESSAGE_MAX_CHARS} characters")
+    return text
+
+
+def _target_item(run: Run, target: dict[str, Any], *, assistant_only: bool) -> TranscriptItem:
+    message_id = str(target.get("message_id") or "")
+    if not message_id.isdigit():
+        raise DeliveryTargetNotFoundError("target.message_id names no message of this conversation")
+    items = TranscriptItem.objects.filter(
+        pk=int(message_id), workspace_id=run.workspace_id, conversation_id=run.conversation_id
+    )
+    if assistant_only:
+        items = items.filter(role=TranscriptItem.Role.ASSISTANT)
+    item = items.first()
+    if item is None:
+        raise DeliveryTargetNotFoundError("target.message_id names no message of this conversation")
+    return item
+
+
+def _host_deliver(run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    if not run.conversation_id:
+        raise DeliveryTargetNotFoundError("the run has no conversation to deliver to")
+    conversation = target.get("conversation_id")
+    if conversation is not None and conversation != run.conversation_id:
+        raise DeliveryTargetNotFoundError("target.conversation_id is not this run's conversation")
+    if action == "message.send":
+        item = TranscriptItem.objects.create(
+            workspace_id=run.workspace_id,
+            conversation_id=run.conversation_id,
+            thread_id=run.thread_id,
+            role=TranscriptItem.Role.ASSISTANT,
+            content=_text(payload),
+            event_id=run.event_id,
+            # Not `run_id`: that names the run's one reply (a unique constraint); this is an extra message.
+            runner_id=run.runner_id,
+        )
+        result = {"message_id": str(item.pk)}
+        message = {"type": "transcript.item", "action": action, "run_id": str(run.run_id), "item": _item_out(item)}
+    elif action == "message.edit":
+        item = _target_item(run, target, assistant_only=True)
+        item.content = _text(payload)
+        item.save(update_fields=["content"])
+        result = {"message_id": str(item.pk)}
+        message = {"type": "transcript.item", "action": action, "run_id": str(run.run_id), "item": _item_out(item)}
+    elif action == "reaction.add":
+        item = _target_item(run, target, assistant_only=False)
+        reaction = payload.get("reaction")
+        if not isinstance(reaction, str) or not reaction or len(reaction) > 64:
+            raise DeliveryError("payload.reaction must be a short non-empty string")
+        result = {"message_id": str(item.pk), "reaction": reaction}
+        message = {
+            "type": "transcript.item",
+            "action": action,
+            "run_id": str(run.run_id),
+            "item": {"message_id": str(item.pk)},
+            "reaction": reaction,
+        }
+    else:
+        raise DeliveryUnsupportedError(f"platform action {action!r} is not supported on the web/API surface")
+    conversation_item_publish_on_commit(
+        workspace_id=run.workspace_id, conversation_id=run.conversation_id, message=message
+    )
+    return result
+
+
+def platform_action_deliver(
+    *, run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]
+) -> dict[str, Any]:
+    """Carry out `action` on the run's surface; returns the action's result (e.g. the message id)."""
+    surface = run_surface(run)
+    if surface in HOST_SURFACES:
+        return _host_deliver(run, action, target, payload)
+    raise DeliveryUnsupportedError(f"platform actions on {surface!r} are unsupported until its delivery adapter exists")

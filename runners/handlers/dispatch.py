@@ -1,0 +1,220 @@
+"""The checks every proxy call goes through, and the registry of family handlers (DESIGN §5).
+
+Order, for every runtime → host action:
+1. the run session is active on this worker (`unauthorized` otherwise — also for a finished run);
+2. the caller plugin identity stamped by the runtime is the run's plugin (`unauthorized`);
+3. the request parses against its strict protocol model (`invalid_argument`, or `payload_too_large`
+   for an over-cap value; there is nothing to authorize in a request that does not parse). Counts
+   above their cap are **clamped, not refused**, exactly as the SDK clamps them: `limit` of
+   `history_page`/`event_page` to 100, `top_k` of `history_search` to 50, `limit` of `state_list` to
+   100 and of `storage_list` to 1000, `length`/`chunk_size` of artifact reads to 10 MiB;
+4. the per-run rate limit (`rate_limited`, retryable) and the run's deadline (`deadline_exceeded`);
+5. the family handler: API allowed by the frozen snapshot → resource in the snapshot (`unauthorized`)
+   → object within the run's scope (`not_found`, also for objects of other conversations or
+   workspaces) → value caps; its work is bounded by the time left before the deadline.
+An unexpected failure answers `runtime_error`. Every call, allowed or refused, leaves one audit row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from django.conf import settings
+from pydantic import ValidationError
+
+from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode, limits
+from langbot_sdk.wire import CallInfo, Handler
+from runners.audit import AuditLog
+from runners.handlers import artifacts, events, history, platform, providers, state, storage
+from runners.handlers.base import FamilyHandler, ProxyCall, RateLimiter
+from runners.orchestrator.db import DatabaseExecutor
+from runners.orchestrator.session import RunSession
+
+logger = logging.getLogger(__name__)
+
+SessionLookup = Callable[[str], tuple[RunSession, float] | None]
+"""run_id → (session, deadline as epoch seconds) of an active run held by this worker."""
+
+FAMILIES: dict[Action, FamilyHandler] = {
+    **providers.HANDLERS,
+    **history.HANDLERS,
+    **events.HANDLERS,
+    **artifacts.HANDLERS,
+    **state.HANDLERS,
+    **storage.HANDLERS,
+    **platform.HANDLERS,
+}
+
+# (field, cap) clamped before parsing; see the module docstring.
+CLAMPED: dict[Action, tuple[str, int]] = {
+    Action.HISTORY_PAGE: ("limit", limits.HISTORY_PAGE_MAX),
+    Action.EVENT_PAGE: ("limit", limits.EVENT_PAGE_MAX),
+    Action.HISTORY_SEARCH: ("top_k", limits.HISTORY_SEARCH_TOP_K_MAX),
+    Action.STATE_LIST: ("limit", limits.STATE_LIST_MAX_KEYS),
+    Action.STORAGE_LIST: ("limit", limits.STORAGE_LIST_MAX_KEYS),
+    Action.ARTIFACT_READ: ("length", limits.ARTIFACT_READ_MAX_BYTES),
+    Action.ARTIFACT_STREAM: ("chunk_size", limits.ARTIFACT_READ_MAX_BYTES),
+}
+
+_RESOURCE_FIELDS = ("model_id", "tool_name", "kb_id", "artifact_id", "area", "scope", "event_id", "action")
+
+
+def _clamp(action: Action, data: dict[str, Any]) -> dict[str, Any]:
+    rule = CLAMPED.get(action)
+    if rule is None:
+        return data
+    name, cap = rule
+    value = data.get(name)
+    if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+        return {**data, name: cap}
+    return data
+
+
+def _parse(action: Action, data: dict[str, Any]) -> Any:
+    try:
+        return PROXY_REQUEST_MODELS[action].model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        too_large = any("the limit is" in e["msg"] or "larger than the limit" in e["msg"] for e in errors)
+        code = ErrorCode.PAYLOAD_TOO_LARGE if too_large else ErrorCode.INVALID_ARGUMENT
+        raise AgentAPIException.of(
+            code,
+            f"invalid arguments for {action.value}",
+            errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errors],
+        ) from None
+
+
+def resource_of(request: Any) -> str:
+    for name in _RESOURCE_FIELDS:
+        value = getattr(request, name, None)
+        if value is not None:
+            key = getattr(request, "key", None)
+            return f"{name}={value}" + (f" key={key}" if isinstance(key, str) else "")
+    return ""
+
+
+def _scope_of(session: RunSession | None) -> str:
+    if session is None:
+        return ""
+    scope = session.scope
+    return f"{scope.conversation_id}#{scope.thread_id}" if scope.thread_id else scope.conversation_id
+
+
+def proxy_handlers(
+    *,
+    sessions: SessionLookup,
+    db: DatabaseExecutor,
+    audit: AuditLog | None = None,
+    rate_limiter: RateLimiter | None = None,
+) -> dict[str, Handler]:
+    """One handler per runtime → host action, bound to this worker's run sessions."""
+    audit_log = audit or AuditLog(db)
+    limiter = rate_limiter or RateLimiter(
+        rate=settings.LANGBOT_PROXY_RATE_PER_RUN, burst=settings.LANGBOT_PROXY_BURST_PER_RUN
+    )
+
+    def make(action: Action) -> Handler:
+        family = FAMILIES[action]
+
+        async def handle(data: dict[str, Any], info: CallInfo | None) -> Any:
+            started = time.perf_counter()
+            run_id = str(data.get("run_id") or "")
+            session: RunSession | None = None
+            resource = ""
+
+            def record(outcome: str) -> None:
+                audit_log.record(
+                    run_id=run_id,
+                    runner_id=session.scope.runner_id if session else "",
+                    workspace_id=session.scope.workspace_id if session else None,
+                    action=action.value,
+                    resource=resource,
+                    scope=_scope_of(session),
+                    caller=str(data.get("caller_plugin_identity") or ""),
+                    outcome=outcome,
+                    duration_ms=(time.perf_counter() - started) * 1000,
+                )
+
+            try:
+                held = sessions(run_id)
+                if held is None:
+                    raise AgentAPIException.unauthorized(f"run {run_id!r} is not active")
+                session, deadline_at = held
+                if data.get("caller_plugin_identity") != session.plugin_identity:
+                    raise AgentAPIException.unauthorized("the calling plugin does not provide this run's runner")
+                request = _parse(action, _clamp(action, data))
+                resource = resource_of(request)
+                limiter.take(run_id)
+                remaining = deadline_at - time.time()
+                if remaining <= 0:
+                    raise AgentAPIException.deadline_exceeded("the run's deadline has passed")
+                call = ProxyCall(action=action, request=request, session=session, deadline_at=deadline_at, db=db)
+                try:
+                    async with asyncio.timeout(remaining):
+                        result = await family(call)
+                except TimeoutError:
+                    raise AgentAPIException.deadline_exceeded(
+                        f"{action.value} did not finish before the run's deadline"
+                    ) from None
+            except AgentAPIException as exc:
+                record(exc.code)
+                raise
+            except Exception as exc:
+                logger.exception("proxy call %s of run %s failed", action.value, run_id)
+                record(ErrorCode.RUNTIME_ERROR.value)
+                raise AgentAPIException.runtime_error(
+                    f"the host failed to serve {action.value}", exception=type(exc).__name__
+                ) from None
+            if isinstance(result, dict):
+                record("ok")
+                return result
+            return _audited_stream(result, call, record)
+
+        return handle
+
+    return {action.value: make(action) for action in PROXY_REQUEST_MODELS}
+
+
+async def _audited_stream(
+    items: AsyncIterator[dict[str, Any]], call: ProxyCall, record: Callable[[str], None]
+) -> AsyncIterator[dict[str, Any]]:
+    """Forward a streamed answer; the whole stream is bounded by the deadline and audited once."""
+    outcome = "ok"
+    try:
+        while True:
+            remaining = call.remaining()
+            if remaining <= 0:
+                raise AgentAPIException.deadline_exceeded("the run's deadline has passed during the stream")
+            try:
+                async with asyncio.timeout(remaining):
+                    item = await anext(items)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise AgentAPIException.deadline_exceeded("the run's deadline has passed during the stream") from None
+            yield item
+    except AgentAPIException as exc:
+        outcome = exc.code
+        raise
+    except GeneratorExit:
+        outcome = "closed"
+        raise
+    except BaseException:
+        outcome = ErrorCode.RUNTIME_ERROR.value
+        raise
+    finally:
+        aclose = getattr(items, "aclose", None)
+        if aclose is not None:
+            await _quietly(aclose())
+        record(outcome)
+
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    try:
+        await awaitable
+    except Exception:
+        logger.debug("closing a proxy stream failed", exc_info=True)

@@ -1,0 +1,138 @@
+"""`history_page` and `history_search` (PROTOCOL_V1 §7.4, AGENT_CONTEXT_PROTOCOL §4.1–§4.2): the
+transcript projection of the run's own conversation, never raw platform payloads.
+
+Cursors are transcript item ids as opaque strings. `backward` (default) walks to older items from
+`before_cursor` (or from the newest item); `forward` walks to newer ones from `after_cursor` (or from
+the oldest). Both cursors together bound the page on both sides. Items are always returned oldest
+first; `next_cursor` continues in the walked direction and is None when nothing more exists there
+right now; `prev_cursor` is where to walk the other way. A walker that wants items appended later
+resumes forward from the cursor of the last item it saw.
+
+`ctx.context.latest_cursor` is the cursor of the newest item *before* the current input, so the
+current input (and whatever was appended since) is `after_cursor=latest_cursor`; the current input's
+own cursor is `str(ctx.context.transcript_seq)`, and `before_cursor=str(transcript_seq)` reads all of
+the history before it, `latest_cursor`'s item first among the newest.
+
+Search runs in the run's conversation whatever `filters.conversation_id` says (another conversation
+answers `not_found`); `top_k` is clamped to 50.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langbot_sdk.protocol import Action, HistoryPage, HistorySearchHit, HistorySearchResult
+from runners.handlers.base import (
+    FamilyHandler,
+    HandlerResult,
+    ProxyCall,
+    cursor_value,
+    own_conversation,
+    own_thread,
+    require,
+)
+from transcripts.records import transcript_item_record
+from transcripts.selectors import history_page_rows, history_search_rows
+
+
+def _page(
+    *,
+    workspace_id: int,
+    conversation_id: str,
+    thread_id: str | None,
+    before: int | None,
+    after: int | None,
+    forward: bool,
+    limit: int,
+    include_artifacts: bool,
+) -> dict[str, Any]:
+    page = history_page_rows(
+        workspace_id=workspace_id,
+        conversation_id=conversation_id,
+        thread_id=thread_id,
+        before=before,
+        after=after,
+        forward=forward,
+        limit=limit,
+    )
+    items = [transcript_item_record(row, include_artifacts=include_artifacts) for row in page.rows]
+    next_cursor = prev_cursor = None
+    if items:
+        newest, oldest = items[-1].cursor, items[0].cursor
+        if page.has_more:
+            next_cursor = newest if forward else oldest
+        prev_cursor = oldest if forward else newest
+    result = HistoryPage(items=items, next_cursor=next_cursor, prev_cursor=prev_cursor, has_more=page.has_more)
+    return result.model_dump(mode="json")
+
+
+async def history_page(call: ProxyCall) -> HandlerResult:
+    session, request = call.session, call.request
+    require(session.available_apis.history_page, "history.page")
+    conversation_id = own_conversation(session, request.conversation_id)
+    thread_id = own_thread(session, request.thread_id)
+    before = cursor_value(request.before_cursor, name="before_cursor")
+    after = cursor_value(request.after_cursor, name="after_cursor")
+    return await call.db(
+        _page,
+        workspace_id=session.scope.workspace_id,
+        conversation_id=conversation_id,
+        thread_id=thread_id,
+        before=before,
+        after=after,
+        forward=request.direction == "forward",
+        limit=request.limit,
+        include_artifacts=request.include_artifacts,
+    )
+
+
+def _search(
+    *,
+    workspace_id: int,
+    conversation_id: str,
+    thread_id: str | None,
+    query: str,
+    roles: list[str] | None,
+    event_types: list[str] | None,
+    top_k: int,
+) -> dict[str, Any]:
+    hits = history_search_rows(
+        workspace_id=workspace_id,
+        conversation_id=conversation_id,
+        thread_id=thread_id,
+        query=query,
+        roles=roles,
+        event_types=event_types,
+        top_k=top_k,
+    )
+    items = [
+        HistorySearchHit(
+            item=transcript_item_record(hit.item, include_artifacts=True), score=hit.score, snippet=hit.snippet
+        )
+        for hit in hits
+    ]
+    return HistorySearchResult(items=items, query=query).model_dump(mode="json")
+
+
+async def history_search(call: ProxyCall) -> HandlerResult:
+    session, request = call.session, call.request
+    require(session.available_apis.history_search, "history.search")
+    filters = request.filters
+    conversation_id = own_conversation(session, filters.conversation_id if filters else None)
+    thread_id = own_thread(session, filters.thread_id if filters else None)
+    return await call.db(
+        _search,
+        workspace_id=session.scope.workspace_id,
+        conversation_id=conversation_id,
+        thread_id=thread_id,
+        query=request.query,
+        roles=filters.roles if filters else None,
+        event_types=filters.event_types if filters else None,
+        top_k=request.top_k,
+    )
+
+
+HANDLERS: dict[Action, FamilyHandler] = {
+    Action.HISTORY_PAGE: history_page,
+    Action.HISTORY_SEARCH: history_search,
+}

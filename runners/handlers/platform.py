@@ -1,0 +1,61 @@
+"""`platform_request_action` (PROTOCOL_V1 §7.8): record the request (`runners.platform_actions`) and
+answer what became of it — executed: `PlatformActionResult{accepted: true, result}`; not allowed by the
+manifest and the binding policy, or waiting for an operator's approval: `unauthorized` (the details
+carry `status` and the `request_id` an operator sees in admin); delivery failed: the delivery's code
+(`not_found` for a target outside the run's conversation, `invalid_argument`, or `runtime_error` for
+surfaces without a delivery adapter).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langbot_sdk.protocol import Action, AgentAPIException, PlatformActionResult
+from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall
+from runners.models import PlatformActionRequest, Run
+from runners.platform_actions import platform_action_submit
+
+
+def _submit(
+    *, run_pk: int, capabilities: dict[str, Any], action: str, target: dict[str, Any], payload: dict[str, Any]
+) -> PlatformActionRequest:
+    run = Run.objects.select_related("bot", "event").get(pk=run_pk)
+    return platform_action_submit(
+        run=run,
+        capabilities=capabilities,
+        action=action,
+        target=target,
+        payload=payload,
+        origin=PlatformActionRequest.Origin.PROXY,
+    )
+
+
+async def platform_request_action(call: ProxyCall) -> HandlerResult:
+    request = call.request
+    recorded = await call.db(
+        _submit,
+        run_pk=call.session.run_pk,
+        capabilities=call.session.resources.platform_capabilities,
+        action=request.action,
+        target=request.target,
+        payload=request.payload,
+    )
+    details = {"request_id": recorded.pk, "status": recorded.status, "action": request.action}
+    if recorded.status == PlatformActionRequest.Status.EXECUTED:
+        return PlatformActionResult(accepted=True, result=recorded.result).model_dump(mode="json")
+    if recorded.status == PlatformActionRequest.Status.REFUSED:
+        raise AgentAPIException.unauthorized(
+            f"platform action {request.action!r} is not authorized for this run", **details
+        )
+    if recorded.status == PlatformActionRequest.Status.PENDING:
+        raise AgentAPIException.unauthorized(
+            f"platform action {request.action!r} needs an operator's approval; it was recorded for review",
+            **details,
+        )
+    error = recorded.error or {}
+    raise AgentAPIException.of(
+        str(error.get("code") or "runtime_error"), str(error.get("message") or "delivery failed"), **details
+    )
+
+
+HANDLERS: dict[Action, FamilyHandler] = {Action.PLATFORM_REQUEST_ACTION: platform_request_action}

@@ -1,0 +1,51 @@
+"""Models, tools and knowledge bases (PROTOCOL_V1 §7.1–§7.3): authorization against the frozen
+snapshot here; the providers behind them arrive in a later issue. Until then an authorized id has no
+provider and answers `not_found` — the same answer as an id that is not configured at all — while an
+id outside the snapshot answers `unauthorized`. The deadline bound comes from the dispatcher.
+"""
+
+from __future__ import annotations
+
+from langbot_sdk.protocol import Action
+from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+
+_MODEL_OPERATIONS: dict[Action, str | None] = {
+    Action.INVOKE_LLM: "invoke",
+    Action.INVOKE_LLM_STREAM: "stream",
+    Action.INVOKE_RERANK: "rerank",
+    Action.COUNT_TOKENS: None,
+}
+
+
+async def model_call(call: ProxyCall) -> HandlerResult:
+    model_id = call.request.model_id
+    model = call.session.resources.find_model(model_id)
+    operation = _MODEL_OPERATIONS[call.action]
+    if model is None or (operation and model.operations and operation not in model.operations):
+        raise unauthorized(f"model {model_id!r} is not authorized for this run", model_id=model_id)
+    raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
+
+
+async def tool_call(call: ProxyCall) -> HandlerResult:
+    tool_name = call.request.tool_name
+    tool = call.session.resources.find_tool(tool_name)
+    operation = "detail" if call.action is Action.GET_TOOL_DETAIL else "call"
+    if tool is None or (tool.operations and operation not in tool.operations):
+        raise unauthorized(f"tool {tool_name!r} is not authorized for this run", tool_name=tool_name)
+    raise not_found(f"tool {tool_name!r} is not configured on this host", tool_name=tool_name)
+
+
+async def knowledge_retrieve(call: ProxyCall) -> HandlerResult:
+    kb_id = call.request.kb_id
+    kb = call.session.resources.find_knowledge_base(kb_id)
+    if kb is None or (kb.operations and "retrieve" not in kb.operations):
+        raise unauthorized(f"knowledge base {kb_id!r} is not authorized for this run", kb_id=kb_id)
+    raise not_found(f"knowledge base {kb_id!r} is not configured on this host", kb_id=kb_id)
+
+
+HANDLERS: dict[Action, FamilyHandler] = {
+    **dict.fromkeys(_MODEL_OPERATIONS, model_call),
+    Action.GET_TOOL_DETAIL: tool_call,
+    Action.CALL_TOOL: tool_call,
+    Action.RETRIEVE_KNOWLEDGE_BASE: knowledge_retrieve,
+}

@@ -1,0 +1,141 @@
+"""`storage_get/set/delete/list` (PROTOCOL_V1 §7.7): bytes (≤ 10 MiB decoded, base64 on the wire) in
+the areas `plugin`, `workspace` and `binding`, kept in `transcripts.StorageEntry`.
+
+An area is usable only when the manifest asks for it and the binding's resource policy grants it
+(`resources.storage.areas` of the snapshot; `unauthorized` otherwise). Isolation by owner key:
+`plugin:{author/name}` (the plugin's own, whichever binding runs it), `binding:{runner}:{binding}`
+and `workspace` (shared by every plugin of the workspace). A list returns at most 1000 keys.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from langbot_sdk.protocol import (
+    Action,
+    StorageArea,
+    StorageDeleteResult,
+    StorageGetResult,
+    StorageListResult,
+    StorageSetResult,
+    limits,
+)
+from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, require, unauthorized
+from runners.orchestrator.session import RunSession
+from transcripts.models import StorageEntry
+
+
+def storage_owner_key(session: RunSession, area: StorageArea | str) -> str:
+    match StorageArea(area):
+        case StorageArea.PLUGIN:
+            return f"plugin:{session.plugin_identity}"
+        case StorageArea.BINDING:
+            return f"binding:{session.scope.runner_id}:{session.scope.binding_id}"
+        case StorageArea.WORKSPACE:
+            return "workspace"
+
+
+def storage_read(*, workspace_id: int, owner_key: str, key: str) -> bytes | None:
+    values = list(
+        StorageEntry.objects.filter(workspace_id=workspace_id, owner_key=owner_key, key=key).values_list(
+            "value", flat=True
+        )[:1]
+    )
+    return bytes(values[0]) if values else None
+
+
+def storage_write(*, workspace_id: int, area: str, owner_key: str, key: str, value: bytes, run_id: str | None) -> None:
+    """Insert or replace one value in a single upsert."""
+    StorageEntry.objects.bulk_create(
+        [
+            StorageEntry(
+                workspace_id=workspace_id,
+                area=area,
+                owner_key=owner_key,
+                key=key,
+                value=value,
+                size_bytes=len(value),
+                updated_by_run=run_id,
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["workspace", "owner_key", "key"],
+        update_fields=["value", "size_bytes", "updated_by_run", "updated_at", "area"],
+    )
+
+
+def storage_remove(*, workspace_id: int, owner_key: str, key: str) -> bool:
+    deleted, _ = StorageEntry.objects.filter(workspace_id=workspace_id, owner_key=owner_key, key=key).delete()
+    return deleted > 0
+
+
+def storage_keys(*, workspace_id: int, owner_key: str, prefix: str | None, limit: int) -> tuple[list[str], bool]:
+    limit = max(1, min(limit, limits.STORAGE_LIST_MAX_KEYS))
+    rows = StorageEntry.objects.filter(workspace_id=workspace_id, owner_key=owner_key)
+    if prefix:
+        rows = rows.filter(key__startswith=prefix)
+    keys = list(rows.order_by("key").values_list("key", flat=True)[: limit + 1])
+    return keys[:limit], len(keys) > limit
+
+
+def _owner(call: ProxyCall) -> str:
+    session, area = call.session, call.request.area
+    require(session.available_apis.storage, "storage")
+    if area not in session.resources.storage.areas:
+        raise unauthorized(f"storage area {area!r} is not authorized for this run", area=str(area))
+    return storage_owner_key(session, area)
+
+
+async def storage_get(call: ProxyCall) -> HandlerResult:
+    owner = _owner(call)
+    value = await call.db(
+        storage_read, workspace_id=call.session.scope.workspace_id, owner_key=owner, key=call.request.key
+    )
+    if value is None:
+        return StorageGetResult(found=False).model_dump(mode="json")
+    return StorageGetResult(found=True, value_base64=base64.b64encode(value).decode("ascii")).model_dump(mode="json")
+
+
+async def storage_set(call: ProxyCall) -> HandlerResult:
+    owner = _owner(call)
+    request = call.request
+    # The request model already refused invalid base64 and values over 10 MiB.
+    value = base64.b64decode(request.value_base64)
+    await call.db(
+        storage_write,
+        workspace_id=call.session.scope.workspace_id,
+        area=str(request.area),
+        owner_key=owner,
+        key=request.key,
+        value=value,
+        run_id=call.session.run_id,
+    )
+    return StorageSetResult(size=len(value)).model_dump(mode="json")
+
+
+async def storage_delete(call: ProxyCall) -> HandlerResult:
+    owner = _owner(call)
+    deleted = await call.db(
+        storage_remove, workspace_id=call.session.scope.workspace_id, owner_key=owner, key=call.request.key
+    )
+    return StorageDeleteResult(deleted=deleted).model_dump(mode="json")
+
+
+async def storage_list(call: ProxyCall) -> HandlerResult:
+    owner = _owner(call)
+    keys, has_more = await call.db(
+        storage_keys,
+        workspace_id=call.session.scope.workspace_id,
+        owner_key=owner,
+        prefix=call.request.prefix,
+        limit=call.request.limit,
+    )
+    return StorageListResult(keys=keys, has_more=has_more).model_dump(mode="json")
+
+
+HANDLERS: dict[Action, FamilyHandler] = {
+    Action.STORAGE_GET: storage_get,
+    Action.STORAGE_SET: storage_set,
+    Action.STORAGE_DELETE: storage_delete,
+    Action.STORAGE_LIST: storage_list,
+}
