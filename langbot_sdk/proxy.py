@@ -430,6 +430,20 @@ class HistoryAPI(_Namespace):
         include_artifacts: bool = False,
         thread_id: str | None = None,
     ) -> HistoryPage:
+        """A page of the run's conversation transcript, items oldest first.
+
+        Cursors are opaque strings (each item has its own `cursor`). `direction="backward"` walks to older
+        items from `before_cursor` (from the newest item without one); `"forward"` walks to newer items
+        from `after_cursor` (from the oldest without one). `next_cursor` continues in the same direction
+        and is None when nothing more exists there now; `prev_cursor` walks the other way. `limit` is
+        clamped to 100 (by this SDK and by the host). Another conversation answers `not_found`.
+
+        `ctx.context.latest_cursor` is the cursor of the newest item *before* the current input, so the
+        current input comes after it: `page(after_cursor=ctx.context.latest_cursor, direction="forward")`
+        starts with the current input. To read the history before the current input, including the
+        `latest_cursor` item, page backward from the current input's own cursor,
+        `before_cursor=str(ctx.context.transcript_seq)`. `latest_cursor` is None when there is no history.
+        """
         proxy = self._proxy
         resources = proxy.ctx.resources.history
         proxy._require_api("history.page", proxy.ctx.context.available_apis.history_page or resources.page)

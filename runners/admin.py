@@ -202,3 +202,6 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         if skipped:
             parts.append(f"{skipped} already finished, left as they were")
         messages.success(request, "Runs: " + ", ".join(parts) + ".")
+
+# The host API records (proxy call audit, platform action requests) have their own admin module.
+from runners import hostapi_admin  # noqa: E402, F401

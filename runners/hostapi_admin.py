@@ -1,0 +1,129 @@
+"""Admin for the host API's records: the proxy call audit (browsable, filterable by run, runner, action
+and outcome) and platform action requests, where an operator approves or rejects pending ones.
+
+Imported by `runners.admin` so Django's admin autodiscovery registers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from bindings.models import Workspace
+from runners.models import PlatformActionRequest, ProxyCallAudit
+from runners.platform_actions import platform_action_approve, platform_action_reject
+from transcripts.admin import ReadOnlyWorkspaceAdmin, pretty_json
+
+
+class _TextFilter(admin.SimpleListFilter):
+    """Filter on an exact value given in the query string (e.g. from a link); choices are the most
+    frequent recent values, so the list never scans the whole table."""
+
+    field = ""
+    recent = 500
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin[Any]) -> list[tuple[str, str]]:
+        values: list[str] = []
+        rows = model_admin.get_queryset(request).order_by("-id").values_list(self.field, flat=True)[: self.recent]
+        for value in rows:
+            if value and value not in values:
+                values.append(value)
+        selected = self.value()
+        if selected and selected not in values:
+            values.insert(0, selected)
+        return [(v, v) for v in values[:20]]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(**{self.field: value}) if value else queryset
+
+
+class RunIdFilter(_TextFilter):
+    title = parameter_name = field = "run_id"
+
+
+class RunnerIdFilter(_TextFilter):
+    title = parameter_name = field = "runner_id"
+
+
+@admin.register(ProxyCallAudit)
+class ProxyCallAuditAdmin(admin.ModelAdmin[ProxyCallAudit]):
+    list_display = ["created_at", "action", "outcome", "resource", "run_id", "runner_id", "scope", "duration_ms"]
+    list_filter = ["outcome", "action", RunnerIdFilter, RunIdFilter]
+    search_fields = ["run_id", "resource", "scope"]
+    date_hierarchy = "created_at"
+    list_per_page = 100
+    fields = readonly_fields = (
+        "created_at", "run_id", "runner_id", "workspace_id", "caller", "action", "resource", "scope", "outcome",
+        "duration_ms",
+    )  # fmt: skip
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ProxyCallAudit]:
+        queryset = super().get_queryset(request)
+        if getattr(request.user, "is_superuser", False):
+            return queryset
+        member_of = Workspace.objects.filter(memberships__user_id=request.user.pk or 0).values_list("pk", flat=True)
+        return queryset.filter(workspace_id__in=list(member_of))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(PlatformActionRequest)
+class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
+    list_display = ["created_at", "action", "status", "surface", "origin", "runner_id", "run", "decided_by"]
+    list_filter = ["status", "action", "origin", "surface", "workspace"]
+    search_fields = ["action", "runner_id", "run__run_id"]
+    list_select_related = ["run", "workspace"]
+    actions = ["approve", "reject"]
+    fields = readonly_fields = (
+        "created_at", "workspace", "run", "runner_id", "binding_key", "surface", "origin", "action",
+        "target_display", "payload_display", "status", "error_display", "result_display", "decided_by",
+        "decided_at", "executed_at",
+    )  # fmt: skip
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Approve/reject are admin actions on the list; they need the change permission there.
+        return obj is None and bool(request.user.has_perm("runners.change_platformactionrequest"))
+
+    @admin.display(description="target")
+    def target_display(self, obj: PlatformActionRequest) -> SafeString:
+        return pretty_json(obj.target)
+
+    @admin.display(description="payload")
+    def payload_display(self, obj: PlatformActionRequest) -> SafeString:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="error")
+    def error_display(self, obj: PlatformActionRequest) -> SafeString:
+        return pretty_json(obj.error)
+
+    @admin.display(description="result")
+    def result_display(self, obj: PlatformActionRequest) -> SafeString:
+        return pretty_json(obj.result)
+
+    @admin.action(description="Approve and execute the selected pending requests")
+    def approve(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
+        done = [
+            platform_action_approve(request=item, operator=str(request.user))
+            for item in queryset.filter(status=PlatformActionRequest.Status.PENDING)
+        ]
+        executed = sum(1 for item in done if item.status == PlatformActionRequest.Status.EXECUTED)
+        self.message_user(request, f"{executed} executed, {len(done) - executed} failed.", messages.INFO)
+
+    @admin.action(description="Reject the selected pending requests")
+    def reject(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
+        pending = list(queryset.filter(status=PlatformActionRequest.Status.PENDING))
+        for item in pending:
+            platform_action_reject(request=item, operator=str(request.user))
+        self.message_user(request, f"{len(pending)} rejected.", messages.INFO)
