@@ -7,6 +7,7 @@ text, the prefix winning. See the plugin README for what each behaviour does.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -160,7 +161,7 @@ class QARunner(AgentRunner):
                 continue
             name = str(call.get("name") or f"call{index}")
             action = str(call.get("action") or "")
-            data = {"run_id": ctx.run_id, **(call.get("data") if isinstance(call.get("data"), dict) else {})}
+            data = {"run_id": ctx.run_id, **_expand(call.get("data") if isinstance(call.get("data"), dict) else {})}
             try:
                 if channel is None:
                     raise RuntimeError("no host channel for this run")
@@ -174,6 +175,20 @@ class QARunner(AgentRunner):
             else:
                 report[name] = {"ok": True, "code": None, "result": result}
         return report
+
+
+def _expand(value: Any) -> Any:
+    """Placeholders that keep large test payloads out of the binding config: `{"$text": n}` becomes n
+    characters, `{"$base64_bytes": n}` the base64 of n zero bytes."""
+    if isinstance(value, dict):
+        if set(value) == {"$text"} and isinstance(value["$text"], int):
+            return "x" * value["$text"]
+        if set(value) == {"$base64_bytes"} and isinstance(value["$base64_bytes"], int):
+            return base64.b64encode(bytes(value["$base64_bytes"])).decode("ascii")
+        return {key: _expand(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_expand(item) for item in value]
+    return value
 
 
 def _summary(value: Any) -> Any:

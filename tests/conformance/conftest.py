@@ -1,0 +1,57 @@
+"""Conformance against PROTOCOL_V1 §7–§10 through the real plugin runtime and a real Celery worker: the
+qa-runner's `proxy` behaviour sends the wire calls a test names (`proxy_calls`), unchecked by the SDK,
+and replies what the host answered. Reuses the integration fixtures; skipped without PostgreSQL/Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import (  # noqa: F401 (fixtures)
+    _services_missing,
+    celery_queue,
+    post_message,
+    qa_binding,
+    qa_report,
+    start_worker,
+    wait_terminal,
+    worker,
+)
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    missing = _services_missing()
+    for item in items:
+        if "tests/conformance" in str(item.fspath):
+            item.add_marker(pytest.mark.integration)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=missing))
+
+
+@pytest.fixture
+def probe(worker, qa_binding) -> Callable[..., dict[str, Any]]:  # noqa: F811
+    """Run the qa-runner with `calls` (`{name: (action, data)}`) on a binding with the given policies;
+    returns the report `{name: {"ok", "code", "result" | "details"}}` and the run."""
+
+    def run(
+        calls: dict[str, tuple[str, dict[str, Any]]],
+        *,
+        binding: Any = None,
+        conversation_id: str = "conf-a",
+        **binding_fields: Any,
+    ) -> dict[str, Any]:
+        proxy_calls = [{"name": name, "action": action, "data": data} for name, (action, data) in calls.items()]
+        binding = binding or qa_binding(**binding_fields)
+        binding.runner_config = {"behaviour": "proxy", "proxy_calls": proxy_calls}
+        binding.save(update_fields=["runner_config"])
+        finished = wait_terminal(post_message(binding, "probe", conversation_id=conversation_id), timeout=60)
+        assert finished.status == "completed", finished.error
+        report: dict[str, Any] = json.loads(finished.output)
+        report["__run__"] = finished
+        return report
+
+    return run
