@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
+WAIT_SECONDS = 60.0
 
 
 def environment_or_exit() -> dict[str, str]:
@@ -86,10 +87,10 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
         sys.executable, "-m", "celery", "-A", "langbot_host", "worker", "--pool", "threads", "--concurrency", "8",
         "--without-heartbeat", "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
     ]  # fmt: skip
+    # Same process group as the bench: `python -m bench` ends both if the bench times out.
     worker = subprocess.Popen(
-        argv, cwd=REPO, env={**os.environ, **(worker_env or {})}, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
+        argv, cwd=REPO, env={**os.environ, **(worker_env or {})}, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         _setup_binding()
         yield worker
@@ -98,7 +99,7 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
         try:
             worker.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
+            worker.kill()
         from runners.runtime import runtime_link_reset
 
         runtime_link_reset()
@@ -135,10 +136,17 @@ class Driver:
         terminal = {"completed", "failed", "cancelled", "timeout"}
         while True:
             message = await self.layer.receive(self.channel)
+            event = message.get("event") or {}
             if message.get("type") == "run.status" and message.get("status") in terminal:
-                future = self.waiters.pop(str(message["run_id"]), None)
-                if future is not None and not future.done():
-                    future.set_result(message["status"])
+                status = message["status"]
+            elif message.get("type") == "run.event" and event.get("type") in {"run.completed", "run.failed"}:
+                # Committed with the final status and published just before it (see runs_wait).
+                status = "completed" if event["type"] == "run.completed" else "failed"
+            else:
+                continue
+            future = self.waiters.pop(str(message["run_id"]), None)
+            if future is not None and not future.done():
+                future.set_result(status)
 
     async def run_one(self, text: str, conversation: str) -> tuple[float, str]:
         """Seconds from the gateway call to the terminal status, and that status."""
@@ -155,7 +163,12 @@ class Driver:
             self.waiters.pop(run_id, None)
             result = now_status
         else:
-            result = await future
+            try:
+                result = await asyncio.wait_for(future, WAIT_SECONDS)
+            except TimeoutError:
+                # A status message can be dropped when this process lags (channel capacity): read once.
+                self.waiters.pop(run_id, None)
+                result = await sync_to_async(_status, thread_sensitive=False)(run_id)
         elapsed = time.perf_counter() - started
         await self.layer.group_discard(f"run.{run_id}", self.channel)
         return elapsed, result

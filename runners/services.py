@@ -28,7 +28,7 @@ from bindings.services import bindings_revalidate_for_runner
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.cancel import cancel_notify
-from runners.publish import RUN_STATUS, run_group, run_status_publish_on_commit
+from runners.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.runtime import runtime_link
 from transcripts.models import EventLog
 
@@ -150,6 +150,7 @@ def runner_descriptors_refresh() -> RunnerSyncResult:
 INTERRUPT_REASON = "interrupted by a newer message"
 REJECT_REASON = "rejected"
 _TERMINAL = frozenset(Run.TERMINAL_STATUSES)
+_TERMINAL_RESULTS = frozenset({"run.completed", "run.failed"})
 
 
 def _same_conversation_active(*, workspace_id: int, binding_id: int, conversation_id: str) -> QuerySet[Run]:
@@ -304,6 +305,15 @@ def runs_wait(*, run_ids: list[str], timeout: float) -> None:
     async_to_sync(_runs_wait)([str(r) for r in run_ids], float(timeout))
 
 
+def _is_terminal_message(message: dict[str, Any]) -> bool:
+    """A terminal status, or the terminal result event — it is committed together with the final status
+    (published just before it), so either one is enough if the other was dropped by a full channel."""
+    if message.get("type") == RUN_STATUS:
+        return message.get("status") in _TERMINAL
+    event = message.get("event")
+    return message.get("type") == RUN_EVENT and isinstance(event, dict) and event.get("type") in _TERMINAL_RESULTS
+
+
 def _runs_still_active(run_ids: list[str]) -> set[str]:
     rows = Run.objects.filter(run_id__in=run_ids).exclude(status__in=Run.TERMINAL_STATUSES)
     return {str(r) for r in rows.values_list("run_id", flat=True)}
@@ -329,7 +339,7 @@ async def _runs_wait(run_ids: list[str], timeout: float) -> None:
                 message = await asyncio.wait_for(layer.receive(channel), remaining)
             except TimeoutError:
                 return
-            if message.get("type") == RUN_STATUS and message.get("status") in _TERMINAL:
+            if _is_terminal_message(message):
                 pending.discard(str(message.get("run_id")))
     finally:
         for group in groups:
