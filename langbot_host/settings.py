@@ -130,7 +130,13 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        # A listener (a `?wait=` request, an SSE client) may fall behind a fast stream for a moment; the
+        # default of 100 queued messages per channel would drop results it is entitled to.
+        "CONFIG": {
+            "hosts": [REDIS_URL],
+            "capacity": env.int("LANGBOT_CHANNEL_CAPACITY", default=5000),
+            "expiry": 60,
+        },
     }
 }
 

@@ -376,7 +376,8 @@ class Supervisor:
             env,
         )
         celery = [_tool("celery"), "-A", "langbot_host"]
-        self.start("worker", [*celery, "worker", "--loglevel", "INFO"], env)
+        # Task threads only claim runs and hand them to the process's run loop, which holds the runs.
+        self.start("worker", [*celery, "worker", "--pool", "threads", "--concurrency", "8", "--loglevel", "INFO"], env)
         self.start(
             "beat",
             [*celery, "beat", "--loglevel", "INFO", "--schedule", str(VAR / "celerybeat-schedule")],
