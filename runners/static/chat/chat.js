@@ -180,7 +180,7 @@
       view.el.classList.remove("streaming");
       view.el.classList.add("done");
       for (const file of contentFiles(content)) view.files.append(fileLink(file));
-    } else if (type === "tool_call.started" || type === "tool_call.completed") {
+    } else if (type === "tool.call.started" || type === "tool.call.completed") {
       toolCard(view, type, data);
     } else if (type === "artifact.created") {
       const link = fileLink(data);
@@ -219,7 +219,7 @@
       card = { el, state, body };
       view.toolCards.set(data.tool_call_id, card);
     }
-    if (type === "tool_call.started") {
+    if (type === "tool.call.started") {
       card.body.append(h("span", { class: "tool-label", text: "parameters" }), h("pre", { text: pretty(data.parameters || {}) }));
     } else {
       const failed = !!data.error;
