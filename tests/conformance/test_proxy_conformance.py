@@ -236,7 +236,7 @@ def test_a_forged_caller_identity_on_the_host_connection_is_unauthorized(worker,
     async def forged() -> AgentAPIException:
         frame = {"run_id": str(run.run_id), "caller_plugin_identity": "evil/plugin", "conversation_id": None}
         with pytest.raises(AgentAPIException) as caught:
-            await handlers["history_page"](frame, None)
+            await handlers["history_page"](frame, None)  # type: ignore[arg-type,misc]
         return caught.value
 
     try:
