@@ -57,6 +57,9 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4408
 
+# What a `transcript.item` from `runners.publish` carries to the client; anything else stays on the server.
+TRANSCRIPT_ITEM_KEYS = ("type", "action", "run_id", "item", "reaction")
+
 ConversationId = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 
 
@@ -329,9 +332,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._deliver({k: message[k] for k in ("type", "run_id", "status", "status_reason") if k in message})
 
     async def transcript_item(self, message: dict[str, Any]) -> None:
-        """A transcript change made outside a run's result stream (e.g. a platform action shown on the web)."""
+        """A transcript change made outside a run's result stream: a runner's platform action (`message.send`,
+        `message.edit`, `reaction.add`) delivered on the web/API surface. Not part of the resume cursor —
+        the transcript API is its durable form — so it is passed on as it comes."""
         if self.subscription is not None and not self._closing:
-            self._deliver({k: message[k] for k in ("type", "action", "item") if k in message})
+            self._deliver({k: message[k] for k in TRANSCRIPT_ITEM_KEYS if k in message})
 
     # --- sending --------------------------------------------------------------------------------------
 
