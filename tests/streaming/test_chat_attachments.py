@@ -112,9 +112,8 @@ async def test_an_attachment_the_workspace_does_not_have_is_refused_and_nothing_
     comm, connected, _ = await open_socket(ORIGIN, await database_sync_to_async(session_cookie)(user))
     assert connected
 
-    await comm.send_json_to(
-        {"type": "message", "conversation_id": "c-att", "text": "x", "attachments": [{"artifact_id": str(theirs.artifact_id)}]}
-    )
+    attachments = [{"artifact_id": str(theirs.artifact_id)}]
+    await comm.send_json_to({"type": "message", "conversation_id": "c-att", "text": "x", "attachments": attachments})
     await next_json(comm)  # subscribed
     error = await next_json(comm)
 
