@@ -37,6 +37,7 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
 SCREENSHOTS = REPO_ROOT / "var" / "e2e"
+UPLOAD_MAX_BYTES = 256 * 1024
 
 
 def _browser_missing() -> str | None:
@@ -79,6 +80,8 @@ def web_server(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[str]
         "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "LANGBOT_DB_POOL_MAX": "8",
+        # Small enough that the chat test can show the server's 413 without sending much.
+        "LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES": str(UPLOAD_MAX_BYTES),
     }
     argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "langbot_host.asgi:application"]
     with log_path.open("wb") as log:

@@ -26,7 +26,9 @@
   let nextBefore = null;
   let runs = new Map();       // run_id -> {el, bubble, text, tools, status, files}
   let currentRun = null;
-  let pendingFiles = [];
+  let uploads = [];           // {id, file, status: uploading|ready|error, artifact, chip, xhr}
+  let pendingUser = null;     // the user bubble just sent, until the server names its event
+  let resumed = false;        // the next `subscribed` follows a reconnect (not a fresh open)
 
   // --- helpers -----------------------------------------------------------------------------------------
 
@@ -78,7 +80,7 @@
     ws.onopen = () => {
       retry = 0;
       setConn("ok", "connected");
-      if (conversationId) subscribe();
+      if (conversationId) { resumed = lastId !== null && !needTranscript; subscribe(); }
       armWatchdog();
     };
     ws.onmessage = (event) => {
@@ -129,20 +131,17 @@
       case "subscribed":
         if (lastId === null || message.last_id > lastId) lastId = message.last_id;
         if (needTranscript) { needTranscript = false; loadTranscript(false); }
+        else if (resumed) syncTranscript();
+        resumed = false;
         break;
       case "error": onError(message); break;
-      case "transcript.item":
-        if (message.item && message.item.id && !els.messages.querySelector(`[data-transcript-id="${message.item.id}"]`)) {
-          els.empty.hidden = true;
-          els.messages.append(transcriptItem(message.item));
-          scrollDown(false);
-        }
-        break;
+      case "transcript.item": onTranscriptItem(message); break;
       default: break; // ping and future additions
     }
   }
 
   function onError(message) {
+    if (message.details && message.details.event_id) tagPendingUser(message.details.event_id);
     if (message.code === "not_found" && needTranscript) {
       // A conversation id from the address bar that this workspace does not have.
       needTranscript = false;
@@ -230,16 +229,27 @@
     }
   }
 
+  function fileSize(bytes) {
+    if (typeof bytes !== "number") return "";
+    if (bytes < 1024) return `${bytes} B`;
+    if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KB`;
+    return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+  }
+
+  // An artifact ref ({artifact_id, name, mime_type, size}) or a content part with a URL: an image preview
+  // for image/*, otherwise a link to the content (GET /api/v1/artifacts/{id}/content).
   function fileLink(item) {
     const id = item.artifact_id;
     const name = item.name || item.file_name || id || "file";
     const mime = item.mime_type || "";
     const href = id ? `${config.api}/artifacts/${encodeURIComponent(id)}/content?${wsParam()}` : (item.file_url || item.image_url);
-    if (!href) return h("span", { class: "file", text: `⬇ ${name}` });
+    const attrs = { href, target: "_blank", rel: "noopener", title: name, "data-artifact-id": id };
+    if (!href) return h("span", { class: "file", text: name });
     if (mime.startsWith("image/") || item.type === "image_url") {
-      return h("a", { class: "file image", href, target: "_blank", rel: "noopener" }, h("img", { src: href, alt: name, loading: "lazy" }));
+      return h("a", { ...attrs, class: "file image" }, h("img", { src: href, alt: name, loading: "lazy" }));
     }
-    return h("a", { class: "file", href, target: "_blank", rel: "noopener", text: `⬇ ${name}` });
+    return h("a", { ...attrs, class: "file" }, h("span", { class: "file-icon", "aria-hidden": "true", text: "⬇" }),
+      h("span", { class: "file-name", text: name }), item.size !== undefined ? h("span", { class: "muted", text: fileSize(item.size) }) : null);
   }
 
   function addPanelItem(list, item) {
@@ -253,8 +263,15 @@
       setConversation(message.conversation_id, false);
       addConversation(message.conversation_id, els.input.dataset.lastText || "");
     }
+    if (message.event_id) tagPendingUser(message.event_id);
     runView(message.run_id);
     setRunState(message.run_id, message.status, message);
+  }
+
+  function tagPendingUser(eventId) {
+    // Lets a later edit or reaction that names this message (by transcript id) find it: see resolveIds.
+    if (pendingUser && !pendingUser.dataset.eventId) pendingUser.dataset.eventId = eventId;
+    pendingUser = null;
   }
 
   function setRunState(runId, status, message) {
@@ -296,32 +313,132 @@
 
   // --- transcript ----------------------------------------------------------------------------------------
 
+  // A transcript item from the REST API (`id`) or from a `transcript.item` message (`message_id`).
   function transcriptItem(item) {
     const role = ["user", "assistant", "tool", "system"].includes(item.role) ? item.role : "system";
     const files = h("div", { class: "files" });
     for (const a of item.artifacts || []) files.append(fileLink(a));
     for (const c of contentFiles(item.contents)) files.append(fileLink(c));
-    const when = new Date(item.created_at);
+    const when = item.created_at ? new Date(item.created_at) : new Date();
     const meta = h("div", { class: "meta" }, h("span", { text: when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) }));
-    const attrs = { class: `msg ${role} done`, "data-transcript-id": item.id };
+    if (role === "assistant" && !item.run_id && item.runner_id) {
+      // An extra message a runner sent (platform action `message.send`), not a run's reply.
+      meta.append(h("span", { class: "via", text: "sent by " + item.runner_id.replace(/^plugin:/, "") }));
+    }
+    const attrs = { class: `msg ${role} done`, "data-transcript-id": String(item.id ?? item.message_id) };
     if (item.run_id) attrs["data-run-id"] = item.run_id;
+    if (role === "user" && item.event_id) attrs["data-event-id"] = item.event_id;
     const bubble = h("div", { class: "bubble", text: item.content || contentText(item.contents) });
     if (!bubble.textContent) bubble.hidden = true;
     return h("div", attrs, bubble, files, meta);
   }
 
+  function itemElement(id) {
+    return els.messages.querySelector(`.msg[data-transcript-id="${CSS.escape(String(id))}"]`);
+  }
+
+  async function transcriptPage(before) {
+    let url = `${config.api}/conversations/${encodeURIComponent(conversationId)}/transcript?${wsParam()}&limit=100`;
+    if (before) url += `&before=${before}`;
+    const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    return response.ok ? response.json() : null;
+  }
+
+  // Bubbles that streamed in (a run's reply) or were typed here (the user's message) do not know their
+  // transcript id; the newest transcript page names them by run id and event id.
+  function resolveIds(items) {
+    for (const item of items) {
+      if (itemElement(item.id)) continue;
+      let el = null;
+      if (item.role === "assistant" && item.run_id) el = els.messages.querySelector(`.msg.assistant[data-run-id="${CSS.escape(item.run_id)}"]`);
+      if (item.role === "user" && item.event_id) el = els.messages.querySelector(`.msg.user[data-event-id="${CSS.escape(item.event_id)}"]`);
+      if (el && !el.dataset.transcriptId) el.dataset.transcriptId = String(item.id);
+    }
+  }
+
+  async function findItem(id) {
+    let el = itemElement(id);
+    if (el || !conversationId) return el;
+    const page = await transcriptPage(null);
+    if (page) resolveIds(page.items);
+    return itemElement(id);
+  }
+
+  function setItemText(el, text) {
+    const view = el.dataset.runId && runs.get(el.dataset.runId);
+    if (view && view.el === el) view.text = text;
+    const bubble = el.querySelector(".bubble");
+    bubble.textContent = text;
+    bubble.hidden = !text;
+    const meta = el.querySelector(".meta");
+    if (meta && !meta.querySelector(".edited")) meta.append(h("span", { class: "edited", text: "edited" }));
+  }
+
+  function addReaction(el, reaction) {
+    let box = el.querySelector(".reactions");
+    if (!box) {
+      box = h("div", { class: "reactions" });
+      el.insertBefore(box, el.querySelector(".meta"));
+    }
+    const chip = [...box.children].find((c) => c.dataset.reaction === reaction);
+    if (chip) {
+      chip.dataset.count = String(Number(chip.dataset.count) + 1);
+      chip.textContent = `${reaction} ${chip.dataset.count}`;
+    } else {
+      box.append(h("span", { class: "reaction", "data-reaction": reaction, "data-count": "1", text: reaction }));
+    }
+  }
+
+  // A runner's platform action on this conversation (`transcript.item`, not part of the resume cursor).
+  async function onTranscriptItem(message) {
+    const item = message.item || {};
+    const id = item.message_id ?? item.id;
+    if (id === undefined || id === null) return;
+    if (message.action === "message.send" || !message.action) {
+      if (itemElement(id)) return;
+      els.empty.hidden = true;
+      els.messages.append(transcriptItem({ ...item, id, run_id: null }));
+      scrollDown(false);
+    } else if (message.action === "message.edit") {
+      const el = await findItem(id);
+      if (el) setItemText(el, item.content || contentText(item.contents));
+    } else if (message.action === "reaction.add" && message.reaction) {
+      const el = await findItem(id);
+      if (el) { addReaction(el, message.reaction); scrollDown(false); }
+    }
+  }
+
+  // After a reconnect: run events were replayed from the cursor, transcript changes were not. Edits made
+  // meanwhile are applied and extra messages that arrived meanwhile are appended.
+  async function syncTranscript() {
+    const id = conversationId;
+    const page = await transcriptPage(null);
+    if (!page || id !== conversationId) return;
+    resolveIds(page.items);
+    const shown = [...els.messages.querySelectorAll(".msg[data-transcript-id]")].map((el) => Number(el.dataset.transcriptId));
+    const newest = shown.length ? Math.max(...shown) : 0;
+    for (const item of page.items.slice().reverse()) {
+      const el = itemElement(item.id);
+      const text = item.content || contentText(item.contents);
+      if (el) {
+        const bubble = el.querySelector(".bubble");
+        if (item.role === "assistant" && bubble && text && bubble.textContent !== text && !el.classList.contains("streaming")) setItemText(el, text);
+      } else if (item.id > newest && !(item.run_id && runs.has(item.run_id)) && item.role !== "user") {
+        els.messages.append(transcriptItem(item));
+      }
+    }
+  }
+
   async function loadTranscript(earlier) {
     const id = conversationId;
-    let url = `${config.api}/conversations/${encodeURIComponent(id)}/transcript?${wsParam()}&limit=100`;
-    if (earlier && nextBefore) url += `&before=${nextBefore}`;
-    const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
-    if (!response.ok || id !== conversationId) return;
-    const page = await response.json();
+    const page = await transcriptPage(earlier ? nextBefore : null);
+    if (!page || id !== conversationId) return;
     nextBefore = page.next_before;
     els.loadEarlier.hidden = !nextBefore;
     // Items come newest first; they go above everything already shown, oldest at the top.
     const anchor = els.loadEarlier.nextSibling;
     const fragment = document.createDocumentFragment();
+    resolveIds(page.items);
     for (const item of page.items.slice().reverse()) {
       // A reply whose run is already on screen (it streamed in) is not shown twice.
       if (item.run_id && runs.has(item.run_id)) continue;
@@ -400,46 +517,125 @@
 
   function submit(event) {
     event.preventDefault();
+    if (uploads.some((u) => u.status === "uploading")) return; // Send is disabled until they finish
     const text = els.input.value.trim();
-    if (!text && !pendingFiles.length) return;
+    const ready = uploads.filter((u) => u.status === "ready").map((u) => u.artifact);
+    if (!text && !ready.length) return;
     const message = { type: "message", text };
     if (conversationId) message.conversation_id = conversationId;
     const target = els.target.value;
     if (target.startsWith("bot:")) message.bot_id = target.slice(4);
     if (target.startsWith("binding:")) message.binding_id = target.slice(8);
-    if (pendingFiles.length) message.attachments = pendingFiles.map((f) => ({ artifact_id: f.artifact_id }));
+    if (ready.length) message.attachments = ready.map((a) => ({ artifact_id: a.artifact_id }));
     if (!send(message)) { systemLine("Not connected — the message was not sent. Reconnecting…"); return; }
     els.empty.hidden = true;
     const files = h("div", { class: "files" });
-    for (const f of pendingFiles) files.append(fileLink(f));
-    els.messages.append(h("div", { class: "msg user" }, text ? h("div", { class: "bubble", text }) : null, files));
-    els.input.dataset.lastText = text;
+    for (const a of ready) files.append(fileLink(a));
+    const meta = h("div", { class: "meta" }, h("span", { text: new Date().toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) }));
+    pendingUser = h("div", { class: "msg user" }, text ? h("div", { class: "bubble", text }) : null, files, meta);
+    els.messages.append(pendingUser);
+    els.input.dataset.lastText = text || ready.map((a) => a.name).join(", ");
     els.input.value = "";
     autosize();
-    pendingFiles = [];
-    els.attachments.replaceChildren();
+    for (const u of uploads) if (u.preview) URL.revokeObjectURL(u.preview);
+    uploads = [];
+    renderUploads();
     scrollDown(true);
   }
 
-  async function upload(fileList) {
+  // --- attachments ----------------------------------------------------------------------------------------
+  // Each chosen file is uploaded at once (POST /api/v1/artifacts, multipart field `file`, session + CSRF);
+  // the message names the stored artifacts by id. XHR rather than fetch: only XHR reports upload progress.
+
+  let uploadSeq = 0;
+
+  function uploadError(xhr) {
+    try {
+      const body = JSON.parse(xhr.responseText);
+      if (body && body.error && body.error.message) return body.error.message;
+      if (body && body.detail) return String(body.detail);
+    } catch (e) { /* not JSON: a proxy's page, say */ }
+    if (xhr.status === 413) return "The file is too large.";
+    return xhr.status ? `Upload failed (HTTP ${xhr.status}).` : "Upload failed: no connection.";
+  }
+
+  function upload(fileList) {
     for (const file of fileList) {
-      const chip = h("span", { class: "chip", text: `uploading ${file.name}…` });
-      els.attachments.append(chip);
+      const entry = { id: ++uploadSeq, file, status: "uploading", progress: 0, artifact: null, error: "" };
+      if (file.type.startsWith("image/")) entry.preview = URL.createObjectURL(file);
       const body = new FormData();
-      body.append("file", file);
-      try {
-        const response = await fetch(`${config.api}/artifacts?${wsParam()}`, {
-          method: "POST", body, credentials: "same-origin", headers: { "X-CSRFToken": csrf() },
-        });
-        if (!response.ok) throw new Error(`upload answered ${response.status}`);
-        const artifact = await response.json();
-        const ref = { artifact_id: artifact.artifact_id || artifact.id, name: artifact.name || file.name, mime_type: artifact.mime_type || file.type };
-        pendingFiles.push(ref);
-        chip.textContent = ref.name;
-      } catch (error) {
-        chip.textContent = `${file.name}: ${error.message}`;
-      }
+      body.append("file", file, file.name);
+      const xhr = new XMLHttpRequest();
+      entry.xhr = xhr;
+      xhr.open("POST", `${config.api}/artifacts?${wsParam()}`);
+      xhr.setRequestHeader("X-CSRFToken", csrf());
+      xhr.setRequestHeader("Accept", "application/json");
+      xhr.upload.onprogress = (e) => {
+        if (e.lengthComputable) { entry.progress = e.loaded / e.total; updateChip(entry); }
+      };
+      xhr.onload = () => {
+        if (xhr.status === 201 || xhr.status === 200) {
+          try {
+            const a = JSON.parse(xhr.responseText);
+            entry.artifact = { artifact_id: a.artifact_id, name: a.name || file.name, mime_type: a.mime_type || file.type, size: a.size };
+            entry.status = "ready";
+          } catch (e) {
+            entry.status = "error";
+            entry.error = "The server's answer was not understood.";
+          }
+        } else {
+          entry.status = "error";
+          entry.error = uploadError(xhr);
+        }
+        updateChip(entry);
+        updateSend();
+      };
+      xhr.onerror = () => { entry.status = "error"; entry.error = uploadError(xhr); updateChip(entry); updateSend(); };
+      xhr.send(body);
+      uploads.push(entry);
+      renderUploads();
     }
+  }
+
+  function removeUpload(entry) {
+    if (entry.status === "uploading") entry.xhr.abort();
+    if (entry.preview) URL.revokeObjectURL(entry.preview);
+    uploads = uploads.filter((u) => u !== entry);
+    renderUploads();
+  }
+
+  function renderUploads() {
+    els.attachments.replaceChildren(...uploads.map((u) => {
+      if (!u.chip) {
+        const thumb = u.preview ? h("img", { class: "chip-thumb", src: u.preview, alt: "" }) : h("span", { class: "chip-thumb file-icon", "aria-hidden": "true", text: "⬇" });
+        u.bar = h("span", { class: "chip-bar" }, h("span", {}));
+        u.note = h("span", { class: "chip-note" });
+        u.chip = h("div", { class: "chip upload", "data-upload": String(u.id), title: u.file.name }, thumb,
+          h("span", { class: "chip-body" }, h("span", { class: "chip-name", text: u.file.name }), u.bar, u.note),
+          h("button", { type: "button", class: "chip-x", "aria-label": `Remove ${u.file.name}`, text: "×", onclick: () => removeUpload(u) }));
+      }
+      updateChip(u);
+      return u.chip;
+    }));
+    updateSend();
+  }
+
+  function updateChip(u) {
+    if (!u.chip) return;
+    u.chip.dataset.status = u.status;
+    u.chip.className = "chip upload " + u.status;
+    u.bar.firstChild.style.width = `${Math.round((u.status === "uploading" ? u.progress : 1) * 100)}%`;
+    u.bar.hidden = u.status !== "uploading";
+    if (u.status === "uploading") u.note.textContent = `${Math.round(u.progress * 100)}%`;
+    else if (u.status === "ready") u.note.textContent = fileSize(u.artifact.size) || "ready";
+    else u.note.textContent = u.error;
+    u.note.setAttribute("role", u.status === "error" ? "alert" : "status");
+  }
+
+  function updateSend() {
+    const busy = uploads.some((u) => u.status === "uploading");
+    els.send.disabled = busy;
+    els.send.title = busy ? "Waiting for uploads to finish" : "";
   }
 
   function autosize() {
@@ -457,7 +653,20 @@
   els.newChat.addEventListener("click", () => { resetView(); setConversation(null, false); lastId = null; els.input.focus(); });
   els.cancel.addEventListener("click", () => { if (currentRun) send({ type: "cancel", run_id: currentRun }); });
   els.loadEarlier.addEventListener("click", () => loadTranscript(true));
-  if (els.attach) els.attach.addEventListener("change", () => { upload([...els.attach.files]); els.attach.value = ""; });
+  if (els.attach && config.attachments) {
+    els.attach.addEventListener("change", () => { upload([...els.attach.files]); els.attach.value = ""; });
+    els.composer.addEventListener("dragover", (e) => { e.preventDefault(); els.composer.classList.add("dropping"); });
+    els.composer.addEventListener("dragleave", () => els.composer.classList.remove("dropping"));
+    els.composer.addEventListener("drop", (e) => {
+      e.preventDefault();
+      els.composer.classList.remove("dropping");
+      if (e.dataTransfer && e.dataTransfer.files.length) upload([...e.dataTransfer.files]);
+    });
+    els.input.addEventListener("paste", (e) => {
+      const files = e.clipboardData ? [...e.clipboardData.files] : [];
+      if (files.length) { e.preventDefault(); upload(files); }
+    });
+  }
   $("toggle-sidebar").addEventListener("click", () => {
     document.body.classList.toggle("sidebar-open");
     els.scrim.hidden = !document.body.classList.contains("sidebar-open");
