@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from channels.db import database_sync_to_async
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from artifacts.models import Artifact
@@ -47,21 +48,19 @@ def test_the_page_can_upload_with_its_session_and_csrf_token(member):
     client = browser_session(user)
     token = client.cookies["csrftoken"].value
 
-    def upload(**headers: str):
-        from django.core.files.uploadedfile import SimpleUploadedFile
-
+    def upload(headers: dict[str, str]):
         body = {"file": SimpleUploadedFile("dot.png", PNG, content_type="application/octet-stream")}
-        return client.post(f"/api/v1/artifacts?workspace={workspace.slug}", body, **headers)
+        return client.post(f"/api/v1/artifacts?workspace={workspace.slug}", body, headers=headers)
 
-    without_token = upload()
-    answer = upload(HTTP_X_CSRFTOKEN=token)
+    without_token = upload({})
+    answer = upload({"X-CSRFToken": token})
 
     assert without_token.status_code == 403
     assert answer.status_code == 201
     body = answer.json()
     assert (body["name"], body["mime_type"], body["size"]) == ("dot.png", "image/png", len(PNG))
     content = client.get(f"/api/v1/artifacts/{body['artifact_id']}/content?workspace={workspace.slug}")
-    assert b"".join(content.streaming_content) == PNG
+    assert content.getvalue() == PNG
 
 
 def test_an_upload_over_the_limit_answers_413_with_a_message_the_page_can_show(member, settings):
@@ -69,12 +68,10 @@ def test_an_upload_over_the_limit_answers_413_with_a_message_the_page_can_show(m
     user, workspace = member
     client = browser_session(user)
 
-    from django.core.files.uploadedfile import SimpleUploadedFile
-
     answer = client.post(
         f"/api/v1/artifacts?workspace={workspace.slug}",
         {"file": SimpleUploadedFile("big.png", PNG)},
-        HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value,
+        headers={"X-CSRFToken": client.cookies["csrftoken"].value},
     )
 
     assert answer.status_code == 413
