@@ -13,6 +13,7 @@ the same conditional update ends it `failed` with `runner.not_found` / `binding.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -20,15 +21,18 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import F
 from django.utils import timezone
 
+from bindings.models import AgentBinding, Bot, Workspace
 from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import RunFailureCode
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.context import BuiltContext, context_build
+from runners.orchestrator.db import ModelColumns, column, prep, sql_execute, sql_fetchone, table
 from runners.publish import run_status_publish_on_commit
 from runners.services import run_dispatch_next_on_commit
+from transcripts.models import EventLog, TranscriptItem
 
 logger = logging.getLogger(__name__)
 
@@ -38,18 +42,6 @@ class ClaimedRun:
     run: Run
     built: BuiltContext
     lease_token: str
-
-
-def _earlier_active(run: Run) -> Exists:
-    return Exists(
-        Run.objects.filter(
-            workspace_id=run.workspace_id,
-            conversation_id=run.conversation_id,
-            binding_id=run.binding_id,
-            status__in=Run.ACTIVE_STATUSES,
-            id__lt=OuterRef("id"),
-        )
-    )
 
 
 def _fail_unstarted(run: Run, *, code: str, message: str, details: dict[str, Any]) -> None:
@@ -71,6 +63,83 @@ def _fail_unstarted(run: Run, *, code: str, message: str, details: dict[str, Any
             logger.warning("run %s failed before starting: %s", run.run_id, message)
 
 
+_RUN = ModelColumns(Run, "r")
+_EVENT = ModelColumns(EventLog, "e")
+_WORKSPACE = ModelColumns(Workspace, "w")
+_BINDING = ModelColumns(AgentBinding, "b")
+_BOT = ModelColumns(Bot, "bt")
+_DESCRIPTOR = ModelColumns(RunnerDescriptor, "d")
+_PARTS: tuple[ModelColumns[Any], ...] = (_RUN, _EVENT, _WORKSPACE, _BINDING, _BOT, _DESCRIPTOR)
+
+
+@functools.cache
+def _load_sql() -> str:
+    """The queued run with everything its context needs, in one statement: event, workspace, binding,
+    bot, runner descriptor and the two transcript handles (the current input item and the newest item
+    before it; both indexed lookups with a LIMIT, whatever the conversation's length)."""
+    t, r = table(TranscriptItem), "r"
+    t_id, t_ws, t_conv = (
+        column(TranscriptItem, "id"),
+        column(TranscriptItem, "workspace"),
+        column(TranscriptItem, "conversation_id"),
+    )
+    user = TranscriptItem.Role.USER.value
+    current = (
+        f"(SELECT t1.{t_id} FROM {t} t1 WHERE t1.{column(TranscriptItem, 'event')} = {r}.{column(Run, 'event')}"
+        f" AND t1.{column(TranscriptItem, 'role')} = '{user}' ORDER BY t1.{t_id} LIMIT 1)"
+    )
+    latest = (
+        f"(SELECT t2.{t_id} FROM {t} t2 WHERE t2.{t_ws} = {r}.{column(Run, 'workspace')}"
+        f" AND t2.{t_conv} = {r}.{column(Run, 'conversation_id')}"
+        f" AND t2.{t_id} < COALESCE({current}, 9223372036854775807) ORDER BY t2.{t_id} DESC LIMIT 1)"
+    )
+    return (
+        f"SELECT {', '.join(part.select for part in _PARTS)}, {current}, {latest}"
+        f" FROM {table(Run)} r"
+        f" JOIN {table(EventLog)} e ON e.{column(EventLog, 'id')} = r.{column(Run, 'event')}"
+        f" JOIN {table(Workspace)} w ON w.{column(Workspace, 'id')} = r.{column(Run, 'workspace')}"
+        f" LEFT JOIN {table(AgentBinding)} b ON b.{column(AgentBinding, 'id')} = r.{column(Run, 'binding')}"
+        f" LEFT JOIN {table(Bot)} bt ON bt.{column(Bot, 'id')} = r.{column(Run, 'bot')}"
+        f" LEFT JOIN {table(RunnerDescriptor)} d"
+        f" ON d.{column(RunnerDescriptor, 'runner_id')} = r.{column(Run, 'runner_id')}"
+        f" WHERE r.{column(Run, 'run_id')} = %s AND r.{column(Run, 'status')} = %s"
+    )
+
+
+def _run_load(key: uuid.UUID) -> tuple[Run, RunnerDescriptor | None, tuple[int | None, int | None]] | None:
+    row = sql_fetchone(_load_sql(), [prep(Run, "run_id", key), Run.Status.QUEUED.value])
+    if row is None:
+        return None
+    objects: list[Any] = []
+    start = 0
+    for part in _PARTS:
+        objects.append(part.load(row[start : start + len(part)]))
+        start += len(part)
+    run, event, workspace, binding, bot, descriptor = objects
+    for name, value in (("event", event), ("workspace", workspace), ("binding", binding), ("bot", bot)):
+        Run._meta.get_field(name).set_cached_value(run, value)  # type: ignore[union-attr]
+    return run, descriptor, (row[start], row[start + 1])
+
+
+@functools.cache
+def _claim_sql(*, queue_policy: bool) -> str:
+    c = functools.partial(column, Run)
+    sql = (
+        f"UPDATE {table(Run)} SET {c('status')} = %s, {c('lease_owner')} = %s, {c('lease_token')} = %s,"
+        f" {c('lease_expires_at')} = %s, {c('attempts')} = {c('attempts')} + 1, {c('started_at')} = %s,"
+        f" {c('deadline_at')} = %s, {c('authorization')} = %s"
+        f" WHERE {c('id')} = %s AND {c('status')} = %s"
+    )
+    if queue_policy:
+        # Under `queue`, an earlier active run of the same binding and conversation goes first.
+        sql += (
+            f" AND NOT EXISTS (SELECT 1 FROM {table(Run)} o WHERE o.{c('workspace')} = %s"
+            f" AND o.{c('conversation_id')} = %s AND o.{c('binding')} = %s"
+            f" AND o.{c('status')} IN (%s, %s) AND o.{c('id')} < %s)"
+        )
+    return sql
+
+
 def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | None:
     """Claim the run for this worker, or return None when there is nothing to do (already claimed or
     finished, waiting behind an earlier run, unknown id, or failed here before starting)."""
@@ -79,13 +148,10 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     except ValueError:
         logger.warning("ignored run_execute for a malformed run id %r", run_id)
         return None
-    run = (
-        Run.objects.select_related("event", "binding", "bot", "workspace")
-        .filter(run_id=key, status=Run.Status.QUEUED)
-        .first()
-    )
-    if run is None:
+    loaded = _run_load(key)
+    if loaded is None:
         return None
+    run, descriptor, handles = loaded
     binding = run.binding
     if binding is None:
         _fail_unstarted(
@@ -95,7 +161,6 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
             details={"binding_id": run.binding_key},
         )
         return None
-    descriptor = RunnerDescriptor.objects.filter(runner_id=run.runner_id).first()
     if descriptor is None or descriptor.status != RunnerDescriptor.Status.AVAILABLE:
         reason = "is not known" if descriptor is None else f"is {descriptor.status}"
         if descriptor is not None and descriptor.load_error:
@@ -111,7 +176,9 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     now = timezone.now()
     deadline_at = now + timedelta(seconds=run.timeout_seconds)
     try:
-        built = context_build(run=run, event=run.event, binding=binding, descriptor=descriptor, deadline_at=deadline_at)
+        built = context_build(
+            run=run, event=run.event, binding=binding, descriptor=descriptor, deadline_at=deadline_at, handles=handles
+        )
     except (ValueError, TypeError) as exc:
         _fail_unstarted(
             run, code=RunFailureCode.CONTEXT_INVALID.value, message=str(exc)[:500], details={"runner_id": run.runner_id}
@@ -119,24 +186,26 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
         return None
 
     token = uuid.uuid4()
-    claim = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED)
-    if run.conversation_id and binding.concurrency_policy == ConcurrencyPolicy.QUEUE.value:
-        claim = claim.exclude(_earlier_active(run))
+    queue_policy = bool(run.conversation_id) and binding.concurrency_policy == ConcurrencyPolicy.QUEUE.value
     authorization = built.session.authorization()
-    claimed = claim.update(
-        status=Run.Status.RUNNING,
-        lease_owner=owner[:200],
-        lease_token=token,
-        lease_expires_at=now + timedelta(seconds=lease_seconds),
-        attempts=F("attempts") + 1,
-        started_at=now,
-        deadline_at=deadline_at,
-        authorization=authorization,
-    )
-    if not claimed:
+    lease_owner = owner[:200]
+    params: list[Any] = [
+        Run.Status.RUNNING.value,
+        lease_owner,
+        prep(Run, "lease_token", token),
+        prep(Run, "lease_expires_at", now + timedelta(seconds=lease_seconds)),
+        prep(Run, "started_at", now),
+        prep(Run, "deadline_at", deadline_at),
+        prep(Run, "authorization", authorization),
+        run.pk,
+        Run.Status.QUEUED.value,
+    ]
+    if queue_policy:
+        params += [run.workspace_id, run.conversation_id, run.binding_id, *Run.ACTIVE_STATUSES, run.pk]
+    if not sql_execute(_claim_sql(queue_policy=queue_policy), params):
         return None
     run.status = Run.Status.RUNNING
-    run.lease_owner, run.lease_token = owner[:200], token
+    run.lease_owner, run.lease_token = lease_owner, token
     run.started_at, run.deadline_at, run.authorization = now, deadline_at, authorization
     run.attempts += 1
     built.session.lease_token = str(token)

@@ -176,9 +176,17 @@ def _bootstrap(history: Any, *, max_events: int, max_bytes: int) -> tuple[Bootst
 
 
 def context_build(
-    *, run: Run, event: EventLog, binding: AgentBinding, descriptor: RunnerDescriptor, deadline_at: datetime
+    *,
+    run: Run,
+    event: EventLog,
+    binding: AgentBinding,
+    descriptor: RunnerDescriptor,
+    deadline_at: datetime,
+    handles: tuple[int | None, int | None] | None = None,
 ) -> BuiltContext:
-    """Build the run context and its session. Raises `ValueError` when the binding or manifest cannot
+    """Build the run context and its session. `handles` — (current input item id, newest item id before
+    it) — may be given by a caller that read them with the run (the worker's claim) to spare the two
+    lookups. Raises `ValueError` when the binding or manifest cannot
     be turned into a context (the run then fails with `context.invalid`)."""
     manifest = descriptor_manifest(descriptor)
     config = binding_runner_config_plain(binding)
@@ -228,15 +236,22 @@ def context_build(
     bootstrap: BootstrapContext | None = None
     inline = InlineContextPolicy(mode="current_event")
     if run.conversation_id:
-        current_item = (
-            TranscriptItem.objects.filter(event_id=event.pk, role=TranscriptItem.Role.USER)
-            .values_list("id", flat=True)
-            .first()
+        if handles is None:
+            current_item = (
+                TranscriptItem.objects.filter(event_id=event.pk, role=TranscriptItem.Role.USER)
+                .values_list("id", flat=True)
+                .first()
+            )
+        else:
+            current_item = handles[0]
+        history = TranscriptItem.objects.filter(
+            workspace_id=run.workspace_id,
+            conversation_id=run.conversation_id,
+            **({"id__lt": current_item} if current_item is not None else {}),
         )
-        history = TranscriptItem.objects.filter(workspace_id=run.workspace_id, conversation_id=run.conversation_id)
-        if current_item is not None:
-            history = history.filter(id__lt=current_item)
-        latest_cursor = history.order_by("-id").values_list("id", flat=True).first()
+        latest_cursor = (
+            handles[1] if handles is not None else history.order_by("-id").values_list("id", flat=True).first()
+        )
         policy = manifest.context
         wants_tail = policy.bootstrap in ("recent_tail", "summary_tail") or (
             policy.ownership == "host_bootstrap" and policy.bootstrap != "none"

@@ -1,22 +1,30 @@
-"""Database access from the worker's event loop.
+"""Database access from the worker's event loop, and the plain-SQL helpers of the run hot path.
 
 ORM calls run on a small dedicated thread pool (`LANGBOT_WORKER_DB_THREADS`) rather than asgiref's
 single thread-sensitive thread, so the runs of one process write concurrently; each call hands its
 connection back (to the PostgreSQL pool when it is configured) so idle threads hold nothing.
+
+Claiming a run and persisting its results happen for every run, so they use hand-written statements
+instead of building ORM queries each time (query compilation costs more than the round trip on a small
+machine). `ModelColumns` keeps those statements tied to the models: the column lists come from the
+model's own fields, values are prepared by the fields (`prep`) and rows are turned back into model
+instances with the fields' own converters, so JSON, UUID and encrypted fields behave as with the ORM.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, cast
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
+from django.db.models import Model
 
 P = ParamSpec("P")
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 
 
 class DatabaseExecutor:
@@ -36,3 +44,100 @@ def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
     finally:
         close_old_connections()
+
+
+def qn(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def table(model: type[Model]) -> str:
+    return qn(model._meta.db_table)
+
+
+def column(model: type[Model], field_name: str) -> str:
+    return qn(cast(Any, model._meta.get_field(field_name)).column)
+
+
+def prep(model: type[Model], field_name: str, value: Any) -> Any:
+    """`value` as the database driver takes it for `model.field_name` (JSON, UUID, datetimes...)."""
+    return cast(Any, model._meta.get_field(field_name)).get_db_prep_save(value, connection)
+
+
+class ModelColumns(Generic[M]):
+    """Every concrete column of `model` under a table alias, and the way back from a row to an instance."""
+
+    def __init__(self, model: type[M], alias: str) -> None:
+        self.model = model
+        self.alias = alias
+        self.fields: list[Any] = list(model._meta.concrete_fields)
+        self.attnames = [f.attname for f in self.fields]
+        self.pk_index = self.fields.index(model._meta.pk)
+        self._cols = [f.get_col(alias) for f in self.fields]
+        self._converters: dict[str, list[list[Callable[..., Any]]]] = {}
+
+    @property
+    def select(self) -> str:
+        return ", ".join(f"{qn(self.alias)}.{qn(f.column)}" for f in self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def _field_converters(self) -> list[list[Callable[..., Any]]]:
+        key = connection.vendor
+        if key not in self._converters:
+            self._converters[key] = [
+                connection.ops.get_db_converters(col) + f.get_db_converters(connection)
+                for f, col in zip(self.fields, self._cols, strict=True)
+            ]
+        return self._converters[key]
+
+    def load(self, values: Sequence[Any]) -> M | None:
+        """The instance of a row slice, or None when the row has no such object (an outer join)."""
+        if values[self.pk_index] is None:
+            return None
+        converted = []
+        for col, converters, value in zip(self._cols, self._field_converters(), values, strict=True):
+            for converter in converters:
+                value = converter(value, col, connection)
+            converted.append(value)
+        return self.model.from_db(connection.alias, self.attnames, converted)
+
+
+def _cursor(prepare: bool) -> Any:
+    """A cursor on the current connection. On PostgreSQL, hot statements run with server-side binding
+    and are prepared once per connection (planning a wide join costs more than executing it)."""
+    connection.ensure_connection()
+    if prepare and connection.vendor == "postgresql":
+        import psycopg
+
+        return psycopg.Cursor(connection.connection)
+    return connection.cursor()
+
+
+def sql_fetchone(sql: str, params: Sequence[Any], *, prepare: bool = True) -> tuple[Any, ...] | None:
+    with connection.wrap_database_errors, _cursor(prepare) as cursor:
+        if prepare and connection.vendor == "postgresql":
+            cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params)
+        row = cursor.fetchone()
+        return tuple(row) if row is not None else None
+
+
+def sql_fetchall(sql: str, params: Sequence[Any], *, prepare: bool = True) -> list[tuple[Any, ...]]:
+    with connection.wrap_database_errors, _cursor(prepare) as cursor:
+        if prepare and connection.vendor == "postgresql":
+            cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params)
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def sql_execute(sql: str, params: Sequence[Any], *, prepare: bool = True) -> int:
+    """Run a statement; returns the number of rows it changed."""
+    with connection.wrap_database_errors, _cursor(prepare) as cursor:
+        if prepare and connection.vendor == "postgresql":
+            cursor.execute(sql, params, prepare=True)
+        else:
+            cursor.execute(sql, params)
+        return int(cursor.rowcount)
