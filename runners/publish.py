@@ -20,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
 from runners.models import Run, RunEvent
@@ -79,12 +81,95 @@ async def _send_group(layer: Any, group: str, messages: list[dict[str, Any]]) ->
             logger.warning("publish to %s failed", group, exc_info=True)
 
 
+# Adds each message to its channel key (as channels_redis' own group_send does: skip a full channel,
+# drop expired messages, refresh the expiry); KEYS[i] gets ARGV[i] with score ARGV[n+i] if it holds fewer
+# than ARGV[2n+i] messages. ARGV[3n+1] = expiry horizon, ARGV[3n+2] = key lifetime.
+_GROUPS_SEND_LUA = """
+local n = #KEYS
+local horizon = ARGV[3 * n + 1]
+local lifetime = ARGV[3 * n + 2]
+local full = 0
+for i = 1, n do
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], 0, horizon)
+    if redis.call('ZCOUNT', KEYS[i], '-inf', '+inf') < tonumber(ARGV[2 * n + i]) then
+        redis.call('ZADD', KEYS[i], ARGV[n + i], ARGV[i])
+        redis.call('EXPIRE', KEYS[i], lifetime)
+    else
+        full = full + 1
+    end
+end
+return full
+"""
+_last_score = 0.0
+
+
+def _next_score() -> float:
+    """Strictly increasing scores within this process, so a batch keeps its order in a channel (messages
+    with equal scores would pop in the order of their random prefixes)."""
+    global _last_score
+    _last_score = max(time.time(), _last_score + 2e-6)
+    return _last_score
+
+
+def _batched(layer: Any) -> bool:
+    return (
+        isinstance(layer, RedisChannelLayer)
+        and layer.ring_size == 1
+        and hasattr(layer, "_map_channel_keys_to_connection")
+        and hasattr(layer, "_group_key")
+    )
+
+
+async def _send_batched(layer: RedisChannelLayer, groups: list[str], messages: list[dict[str, Any]]) -> None:
+    """`group_send` of every message to every group in two Redis round trips (one pipeline reading the
+    groups' members, one script adding the messages), in order within each group."""
+    connection = layer.connection(0)
+    pipe = connection.pipeline(transaction=False)
+    now = time.time()
+    for group in groups:
+        key = layer._group_key(group)
+        pipe.zremrangebyscore(key, min=0, max=int(now) - layer.group_expiry)
+        pipe.zrange(key, 0, -1)
+    replies = await pipe.execute()
+    keys: list[Any] = []
+    payloads: list[Any] = []
+    scores: list[float] = []
+    capacities: list[int] = []
+    members = [[m.decode("utf8") for m in replies[2 * i + 1]] for i in range(len(groups))]
+    for message in messages:
+        for channels in members:
+            if not channels:
+                continue
+            by_key, serialized, capacity = layer._map_channel_keys_to_connection(channels, message)
+            score = _next_score()
+            for channel_keys in by_key.values():
+                for key in channel_keys:
+                    keys.append(key)
+                    payloads.append(serialized[key])
+                    scores.append(score)
+                    capacities.append(capacity[key])
+    if not keys:
+        return
+    full = await connection.register_script(_GROUPS_SEND_LUA)(
+        keys=keys, args=[*payloads, *scores, *capacities, int(time.time()) - int(layer.expiry), int(layer.expiry)]
+    )
+    if full:
+        logger.info("%s message(s) not delivered to full channels of %s", full, ", ".join(groups))
+
+
 async def _send(groups: list[str], messages: Iterable[dict[str, Any]]) -> None:
-    """Send `messages` to every group: in order within a group, the groups concurrently."""
+    """Send `messages` to every group, in order within a group."""
     layer = get_channel_layer()
     if layer is None:
         return
     batch = list(messages)
+    if _batched(layer):
+        try:
+            await _send_batched(layer, groups, batch)
+        except Exception:
+            # Publishing is best effort: the rows are committed and clients replay them on resume.
+            logger.warning("publish to %s failed", ", ".join(groups), exc_info=True)
+        return
     if len(groups) == 1:
         await _send_group(layer, groups[0], batch)
     else:
@@ -120,6 +205,11 @@ async def run_events_publish_committed(*, run: Run, events: list[RunEvent]) -> N
 async def run_status_publish_committed(*, run: Run) -> None:
     """Publish a run status that is already committed (for code running on an event loop)."""
     await _send(run_groups(run), [run_status_message(run)])
+
+
+async def run_end_publish_committed(*, run: Run, events: list[RunEvent]) -> None:
+    """Publish a run's last events and its final status, committed together, in one batch."""
+    await _send(run_groups(run), [*(run_event_message(run, event) for event in events), run_status_message(run)])
 
 
 def conversation_item_publish_on_commit(*, workspace_id: int, conversation_id: str, message: dict[str, Any]) -> None:

@@ -44,7 +44,7 @@ from runners.orchestrator.ledger import (
     ledger_finish,
 )
 from runners.orchestrator.normalizer import Accepted, ResultNormalizer, delta_merge, delta_text, message_of, outcome_of
-from runners.publish import run_events_publish_committed, run_status_publish_committed
+from runners.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
 
 if TYPE_CHECKING:
     from runners.orchestrator.worker import Orchestrator
@@ -165,9 +165,10 @@ class RunExecution:
         loop = asyncio.get_running_loop()
         grace = settings.LANGBOT_RUN_DEADLINE_GRACE
         self._timers.append(loop.call_later(max(0.0, self.deadline_at + grace - time.time()), self.deadline_reached))
-        await run_status_publish_committed(run=self.run)
+        # The runtime call starts while `running` is being published; results are published after it.
         reader = loop.create_task(self._read(), name=f"run-reader {self.run_id}")
         try:
+            await run_status_publish_committed(run=self.run)
             await self._write()
         finally:
             self.finished = True
@@ -340,8 +341,7 @@ class RunExecution:
             return
         self.finished = True
         self.last_seq += len(batch.events)
-        await run_events_publish_committed(run=self.run, events=rows)
-        await run_status_publish_committed(run=self.run)
+        await run_end_publish_committed(run=self.run, events=rows)
         logger.info(
             "run %s %s%s", self.run_id, outcome.status, f" ({outcome.status_reason})" if outcome.status_reason else ""
         )
