@@ -4,11 +4,13 @@ event)."""
 from __future__ import annotations
 
 import hmac
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace
@@ -161,11 +163,45 @@ def _rank(binding: AgentBinding) -> tuple[int, int, str, bool]:
 
 def binding_resolve_for_event(*, workspace: Workspace, event_type: str, bot_id: str | None) -> BindingResolution:
     """Choose the bindings of `workspace` (and host-wide global ones) that handle an event."""
-    candidates = AgentBinding.objects.filter(
+    return bindings_choose(_candidates(workspace), workspace=workspace, event_type=event_type, bot_id=bot_id)
+
+
+# The resolver runs for every event. On PostgreSQL the candidate bindings are kept per process and
+# reused while the (id, xmin) pairs of the candidate rows are unchanged: any write to a binding row
+# (save, queryset update, enable/disable) changes its xmin, an added or deleted binding changes the set,
+# so a change is seen by the next event exactly as without the cache. Loading bindings is what costs
+# (model instances, decrypting secrets); the version query is one index scan.
+_CACHE_MAX_WORKSPACES = 1024
+_candidates_cache: dict[int, tuple[tuple[tuple[int, str], ...], list[AgentBinding]]] = {}
+_candidates_lock = threading.Lock()
+
+
+def _candidates(workspace: Workspace) -> list[AgentBinding]:
+    queryset = AgentBinding.objects.filter(
         Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),
         enabled=True,
     )
-    return bindings_choose(candidates, workspace=workspace, event_type=event_type, bot_id=bot_id)
+    if connection.vendor != "postgresql":
+        return list(queryset)
+    table = connection.ops.quote_name(AgentBinding._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, xmin::text FROM {table} WHERE (workspace_id = %s OR (workspace_id IS NULL AND"
+            " scope_type = %s)) AND enabled ORDER BY id",
+            [workspace.pk, AgentBinding.ScopeType.GLOBAL.value],
+        )
+        versions = tuple((int(pk), str(xmin)) for pk, xmin in cursor.fetchall())
+    with _candidates_lock:
+        cached = _candidates_cache.get(workspace.pk)
+    if cached is not None and cached[0] == versions:
+        return cached[1]
+    # Versions were read before the rows: a binding changed in between only makes the next event reload.
+    bindings = list(queryset.order_by("id"))
+    with _candidates_lock:
+        if len(_candidates_cache) >= _CACHE_MAX_WORKSPACES:
+            _candidates_cache.clear()
+        _candidates_cache[workspace.pk] = (versions, bindings)
+    return bindings
 
 
 def bindings_choose(

@@ -28,6 +28,7 @@ from bindings.services import bindings_revalidate_for_runner
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.cancel import cancel_notify
+from runners.orchestrator.db import insert
 from runners.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.runtime import runtime_link
 from transcripts.models import EventLog
@@ -236,7 +237,7 @@ def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run
         if policy is ConcurrencyPolicy.INTERRUPT:
             for earlier in active.order_by("id"):
                 run_cancel_request(run=earlier, reason=INTERRUPT_REASON)
-    run.save()
+    insert(run)
     run_dispatch_on_commit(run_id=str(run.run_id))
     return run
 
@@ -261,9 +262,9 @@ def run_cancel_request(*, run: Run, reason: str) -> Run:
             # A queued run may have been the one later runs of its conversation were waiting behind.
             run_dispatch_next_on_commit(run=run)
             return run
-        requested = Run.objects.filter(
-            pk=run.pk, status=Run.Status.RUNNING, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=now, cancel_reason=reason)
+        requested = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now, cancel_reason=reason
+        )
         if requested:
             run_id = str(run.run_id)
             transaction.on_commit(lambda: cancel_notify(run_id=run_id, reason=reason))

@@ -22,6 +22,7 @@ from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
 from runners import services as run_services
 from runners.models import Run
+from runners.orchestrator.db import insert
 from transcripts.envelope import EventEnvelopeIn
 from transcripts.models import EventLog, TranscriptItem
 
@@ -107,34 +108,30 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
             workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
         )
         status, error = _routing_outcome(resolution)
-        try:
-            # A savepoint: losing the race for the (workspace, event_id) unique constraint must leave the
-            # outer transaction usable so the winner's row can be read.
-            with transaction.atomic():
-                event = EventLog.objects.create(
-                    workspace=workspace,
-                    event_id=event_id,
-                    event_type=envelope.event_type,
-                    source=envelope.source.value,
-                    source_event_type=envelope.source_event_type or "",
-                    event_time=envelope.event_time,
-                    bot=bot,
-                    conversation_id=conversation_id,
-                    thread_id=envelope.thread_id or "",
-                    actor=envelope.actor.model_dump(mode="json") if envelope.actor else None,
-                    subject=envelope.subject.model_dump(mode="json") if envelope.subject else None,
-                    input=input_json,
-                    input_summary=input_summary(
-                        text=envelope.input.text, contents=contents, attachment_count=len(attachments)
-                    ),
-                    data=data,
-                    status=status,
-                    error=error,
-                )
-        except IntegrityError:
+        event = EventLog(
+            workspace=workspace,
+            event_id=event_id,
+            event_type=envelope.event_type,
+            source=envelope.source.value,
+            source_event_type=envelope.source_event_type or "",
+            event_time=envelope.event_time,
+            bot=bot,
+            conversation_id=conversation_id,
+            thread_id=envelope.thread_id or "",
+            actor=envelope.actor.model_dump(mode="json") if envelope.actor else None,
+            subject=envelope.subject.model_dump(mode="json") if envelope.subject else None,
+            input=input_json,
+            input_summary=input_summary(text=envelope.input.text, contents=contents, attachment_count=len(attachments)),
+            data=data,
+            status=status,
+            error=error,
+        )
+        # Losing the race for the (workspace, event_id) unique constraint writes nothing and leaves the
+        # transaction usable (ON CONFLICT DO NOTHING), so the winner's row can be read.
+        if not insert(event, skip_conflicts=True):
             existing = EventLog.objects.filter(workspace=workspace, event_id=event_id).first()
             if existing is None:  # not the idempotency constraint: a genuine error
-                raise
+                raise IntegrityError(f"event {event_id} could not be recorded")
             return EventIngestResult(event=existing, runs=list(existing.runs.order_by("id")), duplicate=True)
 
         if raw_to_artifact:
@@ -155,16 +152,18 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
             EventLog.objects.filter(pk=event.pk).update(raw_ref=event.raw_ref)
 
         if envelope.is_message and not envelope.input.is_empty:
-            TranscriptItem.objects.create(
-                workspace=workspace,
-                conversation_id=conversation_id,
-                thread_id=envelope.thread_id or "",
-                role=TranscriptItem.Role.USER,
-                content=envelope.input.text or "",
-                contents=contents,
-                artifacts=input_json["attachments"],
-                event=event,
-                actor=event.actor,
+            insert(
+                TranscriptItem(
+                    workspace=workspace,
+                    conversation_id=conversation_id,
+                    thread_id=envelope.thread_id or "",
+                    role=TranscriptItem.Role.USER,
+                    content=envelope.input.text or "",
+                    contents=contents,
+                    artifacts=input_json["attachments"],
+                    event=event,
+                    actor=event.actor,
+                )
             )
 
         runs = [

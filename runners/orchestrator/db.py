@@ -141,3 +141,33 @@ def sql_execute(sql: str, params: Sequence[Any], *, prepare: bool = True) -> int
         else:
             cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+@functools.cache
+def _insert_sql(model: type[Model], vendor: str, skip_conflicts: bool) -> str:
+    fields = _insert_fields(model)
+    pk = cast(Any, model._meta.pk).column
+    return (
+        f"INSERT INTO {table(model)} ({', '.join(qn(f.column) for f in fields)})"
+        f" VALUES ({', '.join(['%s'] * len(fields))})"
+        f"{' ON CONFLICT DO NOTHING' if skip_conflicts else ''} RETURNING {qn(pk)}"
+    )
+
+
+def _insert_fields(model: type[Model]) -> list[Any]:
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def insert(obj: Model, *, skip_conflicts: bool = False) -> bool:
+    """`obj.save()` for a new row with an automatic primary key, as one prepared statement (no signals:
+    the host registers none). With `skip_conflicts`, a row that would break a unique constraint is not
+    written and False is returned (`INSERT ... ON CONFLICT DO NOTHING`), without aborting the transaction."""
+    model = type(obj)
+    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in _insert_fields(model)]
+    row = sql_fetchone(_insert_sql(model, connection.vendor, skip_conflicts), values)
+    if row is None:
+        return False
+    obj.pk = row[0]
+    obj._state.adding = False
+    obj._state.db = connection.alias
+    return True
