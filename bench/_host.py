@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 REPO = Path(__file__).resolve().parent.parent
@@ -118,76 +119,84 @@ def _setup_binding() -> None:
 
 
 class Driver:
-    """Ingests events and resolves a future per run when its terminal status arrives."""
+    """Ingests events and waits, per run, for its terminal status.
+
+    Each waiting client listens on a channel of its own (a plain channel name, not a process-local
+    `!` one): channels_redis reads all process-local channels of a process through one serial receive
+    loop, which would make the driver, not the host, the bottleneck at concurrency 16-64.
+    """
 
     def __init__(self) -> None:
         from channels.layers import get_channel_layer
 
         self.layer = get_channel_layer()
-        self.waiters: dict[str, asyncio.Future[str]] = {}
-        self.channel = ""
-        self._reader: asyncio.Task[None] | None = None
+        self.workspace: Any = None
 
     async def start(self) -> None:
-        self.channel = await self.layer.new_channel()
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        from asgiref.sync import sync_to_async
 
-    async def _read(self) -> None:
+        self.workspace = await sync_to_async(_workspace, thread_sensitive=False)()
+
+    async def _terminal(self, channel: str, run_id: str) -> str:
         terminal = {"completed", "failed", "cancelled", "timeout"}
         while True:
-            message = await self.layer.receive(self.channel)
+            message = await self.layer.receive(channel)
+            if str(message.get("run_id")) != run_id:
+                continue
             event = message.get("event") or {}
             if message.get("type") == "run.status" and message.get("status") in terminal:
-                status = message["status"]
-            elif message.get("type") == "run.event" and event.get("type") in {"run.completed", "run.failed"}:
+                return str(message["status"])
+            if message.get("type") == "run.event" and event.get("type") in {"run.completed", "run.failed"}:
                 # Committed with the final status and published just before it (see runs_wait).
-                status = "completed" if event["type"] == "run.completed" else "failed"
-            else:
-                continue
-            future = self.waiters.pop(str(message["run_id"]), None)
-            if future is not None and not future.done():
-                future.set_result(status)
+                return "completed" if event["type"] == "run.completed" else "failed"
 
     async def run_one(self, text: str, conversation: str) -> tuple[float, str]:
         """Seconds from the gateway call to the terminal status, and that status."""
         from asgiref.sync import sync_to_async
 
         started = time.perf_counter()
+        run_id, _ = await sync_to_async(_ingest, thread_sensitive=False)(self.workspace, text, conversation)
+        channel = f"bench.{uuid.uuid4().hex}"
         # Subscribe, then read the status once: a run that ended in between is not missed.
-        run_id, _ = await sync_to_async(_ingest, thread_sensitive=False)(text, conversation)
-        future = asyncio.get_running_loop().create_future()
-        self.waiters[run_id] = future
-        await self.layer.group_add(f"run.{run_id}", self.channel)
-        now_status = await sync_to_async(_status, thread_sensitive=False)(run_id)
-        if now_status in {"completed", "failed", "cancelled", "timeout"}:
-            self.waiters.pop(run_id, None)
-            result = now_status
-        else:
-            try:
-                result = await asyncio.wait_for(future, WAIT_SECONDS)
-            except TimeoutError:
-                # A status message can be dropped when this process lags (channel capacity): read once.
-                self.waiters.pop(run_id, None)
-                result = await sync_to_async(_status, thread_sensitive=False)(run_id)
-        elapsed = time.perf_counter() - started
-        await self.layer.group_discard(f"run.{run_id}", self.channel)
-        return elapsed, result
+        await self.layer.group_add(f"run.{run_id}", channel)
+        try:
+            now_status = await sync_to_async(_status, thread_sensitive=False)(run_id)
+            if now_status in {"completed", "failed", "cancelled", "timeout"}:
+                result = now_status
+            else:
+                try:
+                    result = await asyncio.wait_for(self._terminal(channel, run_id), WAIT_SECONDS)
+                except TimeoutError:
+                    # A status message can be dropped when a channel is full: read once.
+                    result = await sync_to_async(_status, thread_sensitive=False)(run_id)
+            return time.perf_counter() - started, result
+        finally:
+            await self.layer.group_discard(f"run.{run_id}", channel)
 
     async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
+        pass
 
 
-def _ingest(text: str, conversation: str) -> tuple[str, str]:
+def _workspace() -> Any:
     from django.db import close_old_connections
 
     from bindings.models import Workspace
+
+    try:
+        return Workspace.objects.get(slug="bench")
+    finally:
+        close_old_connections()
+
+
+def _ingest(workspace: Any, text: str, conversation: str) -> tuple[str, str]:
+    from django.db import close_old_connections
+
     from transcripts.envelope import EventEnvelopeIn
     from transcripts.services import event_ingest
 
     try:
         envelope = EventEnvelopeIn.model_validate({"conversation_id": conversation, "input": {"text": text}})
-        result = event_ingest(workspace=Workspace.objects.get(slug="bench"), envelope=envelope)
+        result = event_ingest(workspace=workspace, envelope=envelope)
         [run] = result.runs
         return str(run.run_id), run.status
     finally:
@@ -195,12 +204,12 @@ def _ingest(text: str, conversation: str) -> tuple[str, str]:
 
 
 def _status(run_id: str) -> str:
-    from django.db import close_old_connections
-
-    from runners.models import Run
+    from django.db import close_old_connections, connection
 
     try:
-        return Run.objects.filter(run_id=run_id).values_list("status", flat=True).get()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT status FROM runners_run WHERE run_id = %s", [run_id])
+            return str(cursor.fetchone()[0])
     finally:
         close_old_connections()
 

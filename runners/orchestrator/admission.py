@@ -6,6 +6,10 @@ task (or two workers) exactly one wins and the other returns without doing anyth
 policy the UPDATE also requires that no earlier run of the same binding and conversation is still
 active; the run that ends sends the next one.
 
+Before it, one prepared statement reads the queued run together with everything its context needs
+(event, workspace, binding, bot, runner descriptor, the two transcript handles); the claim UPDATE is a
+prepared statement too. Both are hand-written because building ORM queries cost more than running them.
+
 A run whose runner or binding has gone (or whose context cannot be built) is not handed to the runtime:
 the same conditional update ends it `failed` with `runner.not_found` / `binding.not_found` /
 `context.invalid`.
