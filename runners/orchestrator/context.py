@@ -244,13 +244,16 @@ def context_build(
             )
         else:
             current_item = handles[0]
-        history = TranscriptItem.objects.filter(
-            workspace_id=run.workspace_id,
-            conversation_id=run.conversation_id,
-            **({"id__lt": current_item} if current_item is not None else {}),
-        )
+
+        def history() -> Any:
+            return TranscriptItem.objects.filter(
+                workspace_id=run.workspace_id,
+                conversation_id=run.conversation_id,
+                **({"id__lt": current_item} if current_item is not None else {}),
+            )
+
         latest_cursor = (
-            handles[1] if handles is not None else history.order_by("-id").values_list("id", flat=True).first()
+            handles[1] if handles is not None else history().order_by("-id").values_list("id", flat=True).first()
         )
         policy = manifest.context
         wants_tail = policy.bootstrap in ("recent_tail", "summary_tail") or (
@@ -258,7 +261,7 @@ def context_build(
         )
         if wants_tail and latest_cursor is not None:
             bootstrap, inline = _bootstrap(
-                history, max_events=policy.max_inline_events, max_bytes=policy.max_inline_bytes
+                history(), max_events=policy.max_inline_events, max_bytes=policy.max_inline_bytes
             )
 
     state = AgentRunState()
