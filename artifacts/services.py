@@ -51,6 +51,7 @@ def artifact_create_from_bytes(
     event: EventLog | None = None,
     run_id: uuid.UUID | str | None = None,
     expires_at: datetime | None = None,
+    artifact_id: uuid.UUID | None = None,
 ) -> Artifact:
     """Store `data` and record it. The blob is written before the row, so a row never points at nothing;
     a blob whose transaction later rolls back is an orphan for a cleanup sweep, never a dangling ref."""
@@ -65,6 +66,7 @@ def artifact_create_from_bytes(
         run_id=run_id,
         expires_at=expires_at,
         content=ContentFile(data),
+        artifact_id=artifact_id,
     )
 
 
@@ -105,6 +107,7 @@ def artifact_create_from_chunks(
     event: EventLog | None = None,
     run_id: uuid.UUID | str | None = None,
     expires_at: datetime | None = None,
+    artifact_id: uuid.UUID | None = None,
 ) -> Artifact:
     digest = hashlib.sha256()
     head = b""
@@ -115,7 +118,8 @@ def artifact_create_from_chunks(
         digest.update(chunk)
         size += len(chunk)
     content.seek(0)
-    artifact_id = uuid.uuid4()
+    # A caller may fix the id up front, e.g. to name the artifact in a run event written beside it.
+    artifact_id = artifact_id or uuid.uuid4()
     key = artifact_storage_key(workspace=workspace, artifact_id=artifact_id, now=timezone.now())
     stored_key = artifact_storage().save(key, content)
     return Artifact.objects.create(

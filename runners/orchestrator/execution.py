@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,7 @@ from runners.orchestrator.ledger import (
     Batch,
     LeaseLostError,
     StateUpdate,
+    artifact_event_data,
     ledger_append,
     ledger_finish,
 )
@@ -279,11 +281,16 @@ class RunExecution:
                 )
                 return
             batch.state.append(StateUpdate(str(payload.scope), scope_key, payload.key, payload.value))
+            # Also a run event, so the debug chat and `GET /runs/{id}/events` show what the runner stored.
+            batch.events.append((accepted.type, accepted.data))
             return
         if isinstance(payload, ArtifactCreatedPayload):
+            artifact_id = payload.artifact_id or str(uuid.uuid4())
             batch.artifacts.append(
-                ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, payload.artifact_id)
+                ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, artifact_id)
             )
+            # The run event names the stored artifact; inline bytes stay out of the ledger.
+            batch.events.append((accepted.type, artifact_event_data(payload, artifact_id)))
             return
         if accepted.type == ResultType.MESSAGE_COMPLETED.value:
             self._completed = message_of(accepted)

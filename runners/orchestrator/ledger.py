@@ -14,6 +14,7 @@ import base64
 import functools
 import json
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -22,6 +23,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bindings.models import Workspace
+from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.models import Run, RunEvent
 from runners.orchestrator.db import column, prep, sql_fetchall, table
 from runners.orchestrator.normalizer import Outcome
@@ -51,6 +53,15 @@ class ArtifactOutput:
     mime_type: str
     content_base64: str | None
     artifact_id: str | None
+
+
+def artifact_event_data(payload: ArtifactCreatedPayload, artifact_id: str) -> dict[str, Any]:
+    """What the run ledger keeps of an `artifact.created` result: its metadata, never the inline bytes."""
+    data = payload.model_dump(mode="json", exclude_none=True, exclude={"content_base64"})
+    data["artifact_id"] = artifact_id
+    if payload.content_base64 is not None and payload.size is None:
+        data["size"] = len(base64.b64decode(payload.content_base64))
+    return data
 
 
 @dataclass
@@ -94,6 +105,7 @@ def _artifact_store(run: Run, artifact: ArtifactOutput) -> None:
         logger.warning("run %s produced artifact %s but no artifact store is installed", run.run_id, artifact.name)
         return
     stored = artifact_create_from_bytes(
+        artifact_id=uuid.UUID(artifact.artifact_id) if artifact.artifact_id else None,
         workspace=Workspace(pk=run.workspace_id),
         data=base64.b64decode(artifact.content_base64),
         name=artifact.name,

@@ -135,8 +135,23 @@ def test_state_behaviour_round_trips_through_the_state_store(worker, qa_binding)
     assert entry.scope == "conversation"
     assert entry.scope_key.startswith("conversation:")
     assert binding.binding_id in entry.scope_key
-    # state.updated is stored, not delivered.
-    assert "state.updated" not in [e.type for e in _events(second)]
+    # state.updated is written to the state store and kept in the run's ledger for clients to see.
+    updates = [e.data for e in _events(second) if e.type == "state.updated"]
+    assert updates == [{"scope": "conversation", "key": "qa.counter", "value": 2}]
+
+
+def test_artifact_behaviour_stores_the_blob_and_names_it_in_the_ledger(worker, qa_binding):
+    from artifacts.models import Artifact
+    from artifacts.services import artifact_read_bytes
+
+    run = wait_terminal(post_message(qa_binding(), "qa:artifact hello"))
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    [created] = [e.data for e in _events(run) if e.type == "artifact.created"]
+    assert "content_base64" not in created
+    artifact = Artifact.objects.get(artifact_id=created["artifact_id"])
+    assert artifact_read_bytes(artifact=artifact) == b"QA_ARTIFACT:hello"
+    assert (artifact.run_id, artifact.conversation_id, created["size"]) == (run.run_id, run.conversation_id, 17)
 
 
 def test_proxy_report_shows_granted_apis_working_and_the_others_refused(worker, qa_binding):

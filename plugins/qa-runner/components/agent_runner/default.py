@@ -17,7 +17,7 @@ from langbot_sdk.proxy import channel_for_run
 from langbot_sdk.runner import AgentRunner
 
 BEHAVIOURS = frozenset(
-    {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy"}
+    {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy", "artifact"}
 )
 STATE_KEY = "qa.counter"
 STREAMING_ACTIONS = frozenset({"artifact_stream", "invoke_llm_stream"})
@@ -81,6 +81,10 @@ class QARunner(AgentRunner):
         elif behaviour == "state":
             async for result in self._bump_counter(ctx):
                 yield result
+        elif behaviour == "artifact":
+            content = f"QA_ARTIFACT:{text}".encode()
+            yield AgentRunResult.artifact_created(ctx.run_id, "qa-artifact.txt", "text/plain", content=content)
+            yield AgentRunResult.message_completed(ctx.run_id, f"QA_ARTIFACT:{len(content)}")
         elif behaviour == "proxy":
             raw_calls = ctx.config.get("proxy_calls")
             if isinstance(raw_calls, list) and raw_calls:
