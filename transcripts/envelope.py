@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 # `message.received`, `member.joined`, `schedule.fired`: lowercase words joined by dots.
 EVENT_TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$"
@@ -64,14 +64,32 @@ class ContentIn(BaseModel):
 
 
 class AttachmentIn(_Strict):
-    """A reference to an artifact already stored in this workspace. The other `ArtifactRef` fields are
-    accepted so a client may echo a ref back, but the stored artifact's values are what the host keeps."""
+    """One input attachment, given exactly one way: `artifact_id` (an artifact already stored in this
+    workspace, e.g. from `POST /api/v1/artifacts`), inline `base64` or a `data_url`, a `url` the host
+    fetches (public addresses only, unless `LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE`), or a `platform_ref`
+    kept as is for the platform adapter. The other `ArtifactRef` fields are accepted so a client may echo
+    a ref back, but the stored artifact's values are what the host keeps."""
 
-    artifact_id: Annotated[str, StringConstraints(min_length=1, max_length=64)]
-    name: str | None = None
-    mime_type: str | None = None
+    artifact_id: Annotated[str, StringConstraints(min_length=1, max_length=64)] | None = None
+    base64: str | None = None
+    data_url: str | None = None
+    url: Annotated[str, StringConstraints(max_length=2048)] | None = None
+    platform_ref: dict[str, Any] | None = None
+    name: Annotated[str, StringConstraints(max_length=255)] | None = None
+    mime_type: Annotated[str, StringConstraints(max_length=255)] | None = None
     size: int | None = None
     sha256: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> AttachmentIn:
+        given = [f for f in ("artifact_id", "base64", "data_url", "url", "platform_ref") if getattr(self, f)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of artifact_id, base64, data_url, url or platform_ref")
+        return self
+
+    @property
+    def is_stored(self) -> bool:
+        return self.artifact_id is not None
 
 
 class InputIn(_Strict):

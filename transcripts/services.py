@@ -15,9 +15,10 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from artifacts.attachments import AttachmentRefusedError, attachment_register
 from artifacts.models import Artifact
 from artifacts.selectors import artifacts_by_id
-from artifacts.services import artifact_create_from_bytes
+from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_conversation
 from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
 from runners import services as run_services
@@ -79,7 +80,7 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
     """Record the event and create its runs, or return what an earlier delivery of the same `event_id`
     created (`duplicate=True`). Raises `EventRefusedError` for a bot or attachment the workspace lacks."""
     bot = _bot_of_workspace(workspace, envelope.bot_id)
-    attachments = _attachments_of_workspace(workspace, envelope)
+    stored_attachments = _stored_attachments(workspace, envelope)
     event_id = envelope.event_id_or_new()
     conversation_id = envelope.conversation_id or conversation_id_derive(
         event_id=event_id,
@@ -87,6 +88,13 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
         data=envelope.data,
         actor_id=envelope.actor.actor_id if envelope.actor else None,
     )
+    if any(not a.is_stored for a in envelope.input.attachments):
+        # Inline and URL attachments are stored (and fetched) before the transaction, so a slow fetch never
+        # holds it open; a redelivered event is answered first so it stores nothing twice.
+        earlier = EventLog.objects.filter(workspace=workspace, event_id=event_id).first()
+        if earlier is not None:
+            return EventIngestResult(event=earlier, runs=list(earlier.runs.order_by("id")), duplicate=True)
+    attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
     data = dict(envelope.data)
     raw = data.get("raw")
     raw_bytes = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode() if raw is not None else b""
@@ -98,7 +106,7 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
     input_json = {
         "text": envelope.input.text,
         "contents": contents,
-        "attachments": [a.as_ref() for a in attachments],
+        "attachments": attachment_refs,
         **({"message_chain": envelope.input.message_chain} if envelope.input.message_chain is not None else {}),
     }
 
@@ -121,7 +129,9 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
             actor=envelope.actor.model_dump(mode="json") if envelope.actor else None,
             subject=envelope.subject.model_dump(mode="json") if envelope.subject else None,
             input=input_json,
-            input_summary=input_summary(text=envelope.input.text, contents=contents, attachment_count=len(attachments)),
+            input_summary=input_summary(
+                text=envelope.input.text, contents=contents, attachment_count=len(attachment_refs)
+            ),
             data=data,
             status=status,
             error=error,
@@ -134,6 +144,8 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
                 raise IntegrityError(f"event {event_id} could not be recorded")
             return EventIngestResult(event=existing, runs=list(existing.runs.order_by("id")), duplicate=True)
 
+        # Uploads made without a conversation become readable by this conversation's runs.
+        artifacts_bind_to_conversation(artifacts=stored_attachments.values(), conversation_id=conversation_id)
         if raw_to_artifact:
             artifact = artifact_create_from_bytes(
                 workspace=workspace,
@@ -199,16 +211,40 @@ def _bot_of_workspace(workspace: Workspace, bot_id: str | None) -> Bot | None:
     return bot
 
 
-def _attachments_of_workspace(workspace: Workspace, envelope: EventEnvelopeIn) -> list[Artifact]:
-    given = [a.artifact_id for a in envelope.input.attachments]
+def _stored_attachments(workspace: Workspace, envelope: EventEnvelopeIn) -> dict[str, Artifact]:
+    """The workspace's artifacts named by `artifact_id` attachments; refuses ids it does not have."""
+    given = [a.artifact_id for a in envelope.input.attachments if a.artifact_id is not None]
     if not given:
-        return []
+        return {}
     found = artifacts_by_id(workspace=workspace, artifact_ids=given)
     missing = {
-        f"input.attachments.{index}.artifact_id": f"No artifact {artifact_id!r} in this workspace."
-        for index, artifact_id in enumerate(given)
-        if artifact_id not in found
+        f"input.attachments.{index}.artifact_id": f"No artifact {attachment.artifact_id!r} in this workspace."
+        for index, attachment in enumerate(envelope.input.attachments)
+        if attachment.artifact_id is not None and attachment.artifact_id not in found
     }
     if missing:
         raise EventRefusedError(missing)
-    return [found[artifact_id] for artifact_id in given]
+    return found
+
+
+def _attachment_refs(
+    workspace: Workspace, envelope: EventEnvelopeIn, stored: dict[str, Artifact], conversation_id: str
+) -> list[dict[str, Any]]:
+    """The `ArtifactRef` of every attachment, in order: stored ones as they are, inline and URL ones
+    stored now (decoded or fetched through the SSRF-safe fetcher), platform refs kept as refs."""
+    refs: list[dict[str, Any]] = []
+    for index, attachment in enumerate(envelope.input.attachments):
+        if attachment.artifact_id is not None:
+            refs.append(stored[attachment.artifact_id].as_ref())
+            continue
+        try:
+            refs.append(
+                attachment_register(
+                    workspace=workspace,
+                    attachment=attachment.model_dump(exclude_none=True),
+                    conversation_id=conversation_id,
+                )
+            )
+        except AttachmentRefusedError as exc:
+            raise EventRefusedError({f"input.attachments.{index}": str(exc)}) from None
+    return refs

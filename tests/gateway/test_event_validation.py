@@ -55,7 +55,7 @@ def test_each_invalid_field_is_named(api_client, overrides, field):
         ({"text": 42}, "input.text"),
         ({"text": "hi", "voice": "x"}, "input.voice"),
         ({"contents": [{"text": "no type"}]}, "input.contents.0.type"),
-        ({"attachments": [{"name": "no id"}]}, "input.attachments.0.artifact_id"),
+        ({"attachments": [{"name": "no id"}]}, "input.attachments.0"),
         ({"attachments": [{"artifact_id": "9b1deb4d-3b7d-4bad-9bdd-2b0d7b3dcb6d"}]}, "input.attachments.0.artifact_id"),
     ],
 )
