@@ -27,6 +27,7 @@ from typing import Any
 from celery.exceptions import Reject
 from django.conf import settings
 
+from runners.audit import AuditLog
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.cancel import CancelListener
 from runners.orchestrator.db import DatabaseExecutor
@@ -54,7 +55,8 @@ class Orchestrator:
         self._background: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._listener: CancelListener | None = None
-        link.register_handlers(proxy_handlers(sessions=self.session_of, db=self.db))
+        self.audit = AuditLog(self.db)
+        link.register_handlers(proxy_handlers(sessions=self.session_of, db=self.db, audit=self.audit))
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=60)
 
     # -- loop side ------------------------------------------------------------------------------
@@ -133,6 +135,8 @@ class Orchestrator:
             await self._listener.stop()
         if self._background:
             await asyncio.wait(list(self._background), timeout=2)
+        # Audit rows are batched; the last batch must not die with the process.
+        await self.audit.flush()
 
     # -- task-thread side -----------------------------------------------------------------------
 
