@@ -31,7 +31,7 @@ from artifacts.selectors import artifact_get
 from artifacts.services import artifact_create_from_file, artifact_iter_range
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
-from langbot_host.api_errors import ApiError
+from langbot_host.api_errors import ApiError, invalid_fields
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 EXPIRES_IN_MAX = 10 * 365 * 24 * 3600
@@ -69,10 +69,6 @@ def _not_found(artifact_id: str) -> ApiError:
     return ApiError(404, "not_found", f"No artifact {artifact_id!r} in this workspace.")
 
 
-def _invalid(field: str, message: str) -> ApiError:
-    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": {field: message}})
-
-
 class ArtifactUploadApi(APIView):
     parser_classes = [MultiPartParser]
 
@@ -98,7 +94,7 @@ class ArtifactUploadApi(APIView):
         workspace = request_workspace(request)
         upload = request.FILES.get("file")
         if upload is None:
-            raise _invalid("file", "Send the content as the multipart field `file`.")
+            raise invalid_fields({"file": "Send the content as the multipart field `file`."})
         limit = settings.LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES
         if upload.size is not None and upload.size > limit:
             raise ApiError(413, "payload_too_large", f"The file is {upload.size} bytes; the limit is {limit}.")
@@ -106,11 +102,11 @@ class ArtifactUploadApi(APIView):
         expires_in = str(request.data.get("expires_in") or "")
         if expires_in:
             if not expires_in.isdigit() or not 1 <= int(expires_in) <= EXPIRES_IN_MAX:
-                raise _invalid("expires_in", f"Seconds between 1 and {EXPIRES_IN_MAX}.")
+                raise invalid_fields({"expires_in": f"Seconds between 1 and {EXPIRES_IN_MAX}."})
             expires_at = timezone.now() + timedelta(seconds=int(expires_in))
         conversation_id = str(request.data.get("conversation_id") or "")
         if len(conversation_id) > 255:
-            raise _invalid("conversation_id", "At most 255 characters.")
+            raise invalid_fields({"conversation_id": "At most 255 characters."})
         artifact = artifact_create_from_file(
             workspace=workspace,
             file=upload,

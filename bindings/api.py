@@ -40,7 +40,7 @@ from bindings.services import (
     bot_update,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn, field_errors
-from langbot_host.api_errors import ApiError
+from langbot_host.api_errors import ApiError, invalid_fields
 
 InputModel = TypeVar("InputModel", bound=BaseModel)
 
@@ -144,11 +144,7 @@ def _parse(model: type[InputModel], data: Any) -> InputModel:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise _invalid(field_errors(exc)) from None
-
-
-def _invalid(fields: dict[str, str]) -> ApiError:
-    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
+        raise invalid_fields(field_errors(exc)) from None
 
 
 def _binding_or_404(workspace: Workspace, binding_id: str) -> AgentBinding:
@@ -199,7 +195,7 @@ class BindingListApi(APIView):
         try:
             binding = binding_create(workspace=workspace, spec=spec)
         except BindingValidationError as exc:
-            raise _invalid(exc.fields) from None
+            raise invalid_fields(exc.fields) from None
         return Response(binding_out(binding), status=status.HTTP_201_CREATED)
 
 
@@ -220,7 +216,7 @@ class BindingDetailApi(APIView):
         try:
             binding = binding_update(binding=binding, patch=patch)
         except BindingValidationError as exc:
-            raise _invalid(exc.fields) from None
+            raise invalid_fields(exc.fields) from None
         return Response(binding_out(binding))
 
     @extend_schema(operation_id="bindings_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})
@@ -249,7 +245,7 @@ class BotListApi(APIView):
         try:
             bot = bot_create(workspace=workspace, spec=spec)
         except BindingValidationError as exc:
-            raise _invalid(exc.fields) from None
+            raise invalid_fields(exc.fields) from None
         return Response(bot_out(bot), status=status.HTTP_201_CREATED)
 
 
@@ -270,7 +266,7 @@ class BotDetailApi(APIView):
         try:
             bot = bot_update(bot=bot, patch=patch)
         except BindingValidationError as exc:
-            raise _invalid(exc.fields) from None
+            raise invalid_fields(exc.fields) from None
         return Response(bot_out(bot))
 
     @extend_schema(

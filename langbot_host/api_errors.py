@@ -4,10 +4,10 @@ Views raise `ApiError` (or a DRF exception); this module turns either into that 
 machine-readable code, so no client ever has to parse a message.
 """
 
-from typing import Any
+from typing import Any, overload
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
+from django.http import Http404, QueryDict
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -35,6 +35,30 @@ _CODES_BY_EXCEPTION: list[tuple[type[Exception], str]] = [
     (exceptions.UnsupportedMediaType, "unsupported_media_type"),
     (exceptions.Throttled, "rate_limited"),
 ]
+
+
+def invalid_fields(fields: dict[str, str]) -> ApiError:
+    """A 400 `invalid_argument` naming each bad field (dotted path → message), as every view answers."""
+    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
+
+
+@overload
+def query_int(query: QueryDict, name: str, *, default: int, low: int, high: int | None = None) -> int: ...
+@overload
+def query_int(query: QueryDict, name: str, *, default: None, low: int, high: int | None = None) -> int | None: ...
+def query_int(query: QueryDict, name: str, *, default: int | None, low: int, high: int | None = None) -> int | None:
+    """An integer query parameter within [low, high], `default` when absent; a 400 naming it otherwise."""
+    value = query.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise invalid_fields({name: "Must be an integer."}) from None
+    if number < low or (high is not None and number > high):
+        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise invalid_fields({name: f"Must be {bound}."})
+    return number
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.specs import field_errors
-from langbot_host.api_errors import ApiError
+from langbot_host.api_errors import ApiError, invalid_fields, query_int
 from langbot_sdk.protocol import AgentAPIException
 from runners import services as run_services
 from runners.models import Run, RunnerDescriptor
@@ -184,24 +184,6 @@ def run_out(run: Run) -> dict[str, Any]:
     }
 
 
-def _invalid(fields: dict[str, str]) -> ApiError:
-    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
-
-
-def _query_int(request: Request, name: str, *, default: int, low: int, high: int | None) -> int:
-    value = request.query_params.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise _invalid({name: "Must be an integer."}) from None
-    if number < low or (high is not None and number > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise _invalid({name: f"Must be {bound}."})
-    return number
-
-
 def _run_or_404(request: Request, run_id: str) -> Run:
     run = run_get(workspace=request_workspace(request), run_id=run_id)
     if run is None:
@@ -227,15 +209,15 @@ class RunListApi(APIView):
         params = request.query_params
         run_status = params.get("status") or None
         if run_status is not None and run_status not in Run.Status.values:
-            raise _invalid({"status": f"Must be one of: {', '.join(Run.Status.values)}."})
-        before = _query_int(request, "before", default=0, low=1, high=None)
+            raise invalid_fields({"status": f"Must be one of: {', '.join(Run.Status.values)}."})
+        before = query_int(request.query_params, "before", default=0, low=1, high=None)
         page = run_page(
             workspace=workspace,
             conversation_id=params.get("conversation_id") or None,
             status=run_status,
             binding_id=params.get("binding_id") or None,
             before=before or None,
-            limit=_query_int(request, "limit", default=50, low=1, high=RUN_PAGE_LIMIT_MAX),
+            limit=query_int(request.query_params, "limit", default=50, low=1, high=RUN_PAGE_LIMIT_MAX),
         )
         return Response({"items": [run_out(r) for r in page.items], "next_before": page.next_before})
 
@@ -260,8 +242,8 @@ class RunEventListApi(APIView):
         run = _run_or_404(request, run_id)
         page = run_events_page(
             run=run,
-            after_seq=_query_int(request, "after_seq", default=0, low=0, high=None),
-            limit=_query_int(request, "limit", default=RUN_PAGE_LIMIT_MAX, low=1, high=RUN_PAGE_LIMIT_MAX),
+            after_seq=query_int(request.query_params, "after_seq", default=0, low=0, high=None),
+            limit=query_int(request.query_params, "limit", default=RUN_PAGE_LIMIT_MAX, low=1, high=RUN_PAGE_LIMIT_MAX),
         )
         items = [
             {"seq": e.seq, "type": e.type, "data": e.data, "created_at": e.created_at.isoformat()} for e in page.items
@@ -285,7 +267,7 @@ class RunCancelApi(APIView):
         try:
             cancel = RunCancelIn.model_validate(body)
         except ValidationError as exc:
-            raise _invalid(field_errors(exc)) from None
+            raise invalid_fields(field_errors(exc)) from None
         if run.is_terminal:
             raise ApiError(409, "run.finished", f"The run already ended ({run.status}).", {"status": run.status})
         run = run_services.run_cancel_request(run=run, reason=cancel.reason)

@@ -28,7 +28,7 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.specs import field_errors
-from langbot_host.api_errors import ApiError
+from langbot_host.api_errors import ApiError, invalid_fields, query_int
 from runners import services as run_services
 from runners.api import RunSummaryOut, run_summary_out
 from runners.models import Run
@@ -190,24 +190,6 @@ def _declared_length(request: Request) -> int:
         return 0
 
 
-def _invalid(fields: dict[str, str]) -> ApiError:
-    return ApiError(400, "invalid_argument", "The request has invalid fields.", {"fields": fields})
-
-
-def _query_int(request: Request, name: str, *, default: int | None, low: int, high: int | None) -> int | None:
-    value = request.query_params.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise _invalid({name: "Must be an integer."}) from None
-    if number < low or (high is not None and number > high):
-        bound = f"between {low} and {high}" if high is not None else f"at least {low}"
-        raise _invalid({name: f"Must be {bound}."})
-    return number
-
-
 def _wait_seconds(request: Request) -> float:
     value = request.query_params.get("wait")
     if value is None or value == "":
@@ -215,9 +197,9 @@ def _wait_seconds(request: Request) -> float:
     try:
         seconds = float(value)
     except ValueError:
-        raise _invalid({"wait": "Must be a number of seconds."}) from None
+        raise invalid_fields({"wait": "Must be a number of seconds."}) from None
     if not math.isfinite(seconds) or not 0 <= seconds <= WAIT_MAX_SECONDS:
-        raise _invalid({"wait": f"Must be between 0 and {WAIT_MAX_SECONDS} seconds."})
+        raise invalid_fields({"wait": f"Must be between 0 and {WAIT_MAX_SECONDS} seconds."})
     return seconds
 
 
@@ -258,11 +240,11 @@ class EventIngestApi(APIView):
         try:
             envelope = EventEnvelopeIn.model_validate(body)
         except ValidationError as exc:
-            raise _invalid(field_errors(exc)) from None
+            raise invalid_fields(field_errors(exc)) from None
         try:
             result = event_ingest(workspace=workspace, envelope=envelope)
         except EventRefusedError as exc:
-            raise _invalid(exc.fields) from None
+            raise invalid_fields(exc.fields) from None
         runs = result.runs
         if wait > 0 and runs:
             # After commit (event_ingest's transaction is closed): the workers can see the runs.
@@ -295,8 +277,8 @@ class ConversationTranscriptApi(APIView):
     )
     def get(self, request: Request, conversation_id: str) -> Response:
         workspace = request_workspace(request)
-        before = _query_int(request, "before", default=None, low=1, high=None)
-        limit = _query_int(request, "limit", default=50, low=1, high=PAGE_LIMIT_MAX) or 50
+        before = query_int(request.query_params, "before", default=None, low=1, high=None)
+        limit = query_int(request.query_params, "limit", default=50, low=1, high=PAGE_LIMIT_MAX) or 50
         page = transcript_page(workspace=workspace, conversation_id=conversation_id, before=before, limit=limit)
         return Response(
             {
