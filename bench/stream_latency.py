@@ -3,11 +3,13 @@ streaming run (DESIGN §6: p99 ≤ 50 ms).
 
 Real processes: daphne, a Celery worker and its plugin runtime. Each client takes a one-time ticket,
 opens `/ws/v1/chat/`, and sends a message that starts a run of the stream-probe runner, which emits a
-`message.delta` and a `tool.call.started` per step (20 steps, 50 ms apart), each stamped with its emit
-time in ms. Latency = receipt time in the client − emit stamp, over every stamped event.
+`message.delta` and a `tool.call.started` per step (`STEPS` steps, `INTERVAL_MS` apart), each stamped
+with its emit time in ms. Latency = receipt time in the client − emit stamp, over every stamped event.
 
 The tool call right after each delta flushes the host's delta coalescing (≤ 50 ms by design, DESIGN §4),
 so the figures are the pipeline's: runtime → worker → ledger commit → channel layer → consumer → socket.
+All 100 messages are sent at once, so the first second or two also measure delivery while the web process
+works through 100 chat submissions (a real start-up burst, deliberately kept in the figures).
 """
 
 from __future__ import annotations

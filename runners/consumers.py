@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
@@ -56,6 +57,9 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4408
+
+# Channel-layer messages (from `runners.publish`) handled without a trip through the sync thread.
+LIVE_MESSAGE_TYPES = frozenset({"run.event", "run.status", "transcript.item"})
 
 # What a `transcript.item` from `runners.publish` carries to the client; anything else stays on the server.
 TRANSCRIPT_ITEM_KEYS = ("type", "action", "run_id", "item", "reaction")
@@ -305,6 +309,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._deliver(message)
 
     # --- channel layer → client -----------------------------------------------------------------------
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels closes stale database connections before every handler, on the one thread-sensitive
+        # sync thread — so each live event would queue behind every database call of this process (100
+        # chat submissions at once held live delivery back ~2 s). The live handlers reach the database
+        # only through `database_sync_to_async`, which closes stale connections itself.
+        if message.get("type") in LIVE_MESSAGE_TYPES:
+            await getattr(self, get_handler_name(message))(message)
+            return
+        await super().dispatch(message)
 
     async def run_event(self, message: dict[str, Any]) -> None:
         subscription = self.subscription

@@ -1,0 +1,111 @@
+"""Live run events reach chat sockets promptly: not queued behind the web process's synchronous database
+work, and read from the channel layer in batches without losing, repeating or reordering a message."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from runners.layers import BatchedRedisChannelLayer
+from tests.streaming.conftest import ORIGIN, collect, ids, make_run, open_socket, persist, publish, session_cookie
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def fresh_layer() -> BatchedRedisChannelLayer:
+    config: Any = settings.CHANNEL_LAYERS["default"]["CONFIG"]
+    return BatchedRedisChannelLayer(hosts=config["hosts"], prefix=f"test-{uuid.uuid4().hex[:8]}")
+
+
+async def test_live_events_reach_the_socket_while_the_sync_thread_is_busy(member):
+    # Given a subscribed socket and two persisted events
+    user, workspace = member
+    run = await database_sync_to_async(make_run)(workspace)
+    rows = await database_sync_to_async(persist)(run, "message.delta", "tool.call.started")
+    comm, connected, _ = await open_socket(ORIGIN, await database_sync_to_async(session_cookie)(user))
+    assert connected
+    await comm.send_json_to({"type": "subscribe", "conversation_id": "conv-1", "after_id": 0})
+    assert ids(await collect(comm, 3)) == [(str(run.run_id), row.seq) for row in rows]
+    # and the process's one thread-sensitive sync thread busy (as with a burst of chat submissions)
+    release = threading.Event()
+    busy = asyncio.ensure_future(sync_to_async(release.wait, thread_sensitive=True)())
+    try:
+        # When the events are published
+        await publish(run, await database_sync_to_async(persist)(run, "message.delta", "run.completed"))
+
+        # Then they are delivered before the sync thread is free again
+        live = await collect(comm, 2)
+        assert not busy.done()
+    finally:
+        release.set()
+        await busy
+    assert ids(live) == [(str(run.run_id), 3), (str(run.run_id), 4)]
+    await comm.disconnect()
+
+
+async def test_messages_for_many_local_channels_arrive_each_in_its_order():
+    # Given three process-local channels of the batched layer with messages waiting for all of them
+    layer = fresh_layer()
+    channels = [await layer.new_channel() for _ in range(3)]
+    try:
+        for n in range(30):
+            await layer.send(channels[n % 3], {"type": "test.message", "n": n})
+
+        # When each channel is read
+        received = [[(await layer.receive(channel))["n"] for _ in range(10)] for channel in channels]
+
+        # Then every message arrived once, in the order it was sent to its channel
+        assert received == [list(range(i, 30, 3)) for i in range(3)]
+    finally:
+        await layer.flush()
+
+
+async def test_a_reader_cancelled_while_waiting_loses_nothing():
+    # Given a reader waiting on an empty channel, cancelled
+    layer = fresh_layer()
+    channel = await layer.new_channel()
+    try:
+        waiting = asyncio.ensure_future(layer.receive(channel))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+        # When a message is sent afterwards
+        await layer.send(channel, {"type": "test.message", "n": 1})
+
+        # Then the next reader gets it
+        assert (await asyncio.wait_for(layer.receive(channel), 5))["n"] == 1
+    finally:
+        await layer.flush()
+
+
+async def test_messages_a_cancelled_reader_left_in_the_backup_are_delivered_first():
+    # Given a message popped by a reader that was cancelled before it had it (it sits in the backup set)
+    layer = fresh_layer()
+    channel = await layer.new_channel()
+    key = layer.prefix + layer.non_local_name(channel)
+    try:
+        await layer.send(channel, {"type": "test.message", "n": 1})
+        connection = layer.connection(layer.consistent_hash(layer.non_local_name(channel)))
+        [(member, score)] = await connection.zpopmin(key)
+        await connection.zadd(layer._backup_channel_name(key), {member: score})
+        await layer.send(channel, {"type": "test.message", "n": 2})
+
+        # When the channel is read
+        first = await asyncio.wait_for(layer.receive(channel), 5)
+        second = await asyncio.wait_for(layer.receive(channel), 5)
+
+        # Then the backed-up message comes back, before the later one, and only once
+        assert [first["n"], second["n"]] == [1, 2]
+        await asyncio.gather(*layer.receive_cleaners)
+        assert await connection.zcard(layer._backup_channel_name(key)) == 0
+    finally:
+        await layer.flush()
