@@ -3,6 +3,7 @@ event)."""
 
 from __future__ import annotations
 
+import functools
 import hmac
 import threading
 from collections.abc import Iterable
@@ -17,6 +18,7 @@ from bindings.models import AgentBinding, ApiKey, Bot, Workspace
 from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from langbot_host.crypto import SECRET_MASK
+from runners.orchestrator.db import sql_fetchall
 
 
 def api_key_by_plaintext(*, key: str) -> ApiKey | None:
@@ -177,31 +179,37 @@ _candidates_lock = threading.Lock()
 
 
 def _candidates(workspace: Workspace) -> list[AgentBinding]:
-    queryset = AgentBinding.objects.filter(
-        Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),
-        enabled=True,
-    )
-    if connection.vendor != "postgresql":
-        return list(queryset)
-    table = connection.ops.quote_name(AgentBinding._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id, xmin::text FROM {table} WHERE (workspace_id = %s OR (workspace_id IS NULL AND"
-            " scope_type = %s)) AND enabled ORDER BY id",
-            [workspace.pk, AgentBinding.ScopeType.GLOBAL.value],
+    def queryset() -> QuerySet[AgentBinding]:
+        return AgentBinding.objects.filter(
+            Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),
+            enabled=True,
         )
-        versions = tuple((int(pk), str(xmin)) for pk, xmin in cursor.fetchall())
+
+    if connection.vendor != "postgresql":
+        return list(queryset())
+    # A prepared statement: it runs for every event, and planning it costs more than running it.
+    rows = sql_fetchall(_versions_sql(), [workspace.pk, AgentBinding.ScopeType.GLOBAL.value])
+    versions = tuple((int(pk), str(xmin)) for pk, xmin in rows)
     with _candidates_lock:
         cached = _candidates_cache.get(workspace.pk)
     if cached is not None and cached[0] == versions:
         return cached[1]
     # Versions were read before the rows: a binding changed in between only makes the next event reload.
-    bindings = list(queryset.order_by("id"))
+    bindings = list(queryset().order_by("id"))
     with _candidates_lock:
         if len(_candidates_cache) >= _CACHE_MAX_WORKSPACES:
             _candidates_cache.clear()
         _candidates_cache[workspace.pk] = (versions, bindings)
     return bindings
+
+
+@functools.cache
+def _versions_sql() -> str:
+    table = connection.ops.quote_name(AgentBinding._meta.db_table)
+    return (
+        f"SELECT id, xmin::text FROM {table} WHERE (workspace_id = %s OR (workspace_id IS NULL AND"
+        " scope_type = %s)) AND enabled ORDER BY id"
+    )
 
 
 def bindings_choose(

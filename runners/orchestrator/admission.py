@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -32,8 +32,14 @@ from bindings.models import AgentBinding, Bot, Workspace
 from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import RunFailureCode
 from runners.models import Run, RunnerDescriptor
-from runners.orchestrator.context import BuiltContext, context_build
-from runners.orchestrator.db import ModelColumns, column, prep, sql_execute, sql_fetchone, table
+from runners.orchestrator.context import BuiltContext, context_build, context_state_set
+from runners.orchestrator.db import ModelColumns, column, prep, sql_execute, sql_fetchall, sql_fetchone, table
+from runners.orchestrator.state import (
+    state_snapshot,
+    state_snapshot_fold,
+    state_snapshot_params,
+    state_snapshot_select,
+)
 from runners.publish import run_status_publish_on_commit
 from runners.services import run_dispatch_next_on_commit
 from transcripts.models import EventLog, TranscriptItem
@@ -74,6 +80,7 @@ _BINDING = ModelColumns(AgentBinding, "b")
 _BOT = ModelColumns(Bot, "bt")
 _DESCRIPTOR = ModelColumns(RunnerDescriptor, "d")
 _PARTS: tuple[ModelColumns[Any], ...] = (_RUN, _EVENT, _WORKSPACE, _BINDING, _BOT, _DESCRIPTOR)
+_STATUS_INDEX = _RUN.attnames.index("status")
 
 
 @functools.cache
@@ -92,10 +99,18 @@ def _load_sql() -> str:
         f"(SELECT t1.{t_id} FROM {t} t1 WHERE t1.{column(TranscriptItem, 'event')} = {r}.{column(Run, 'event')}"
         f" AND t1.{column(TranscriptItem, 'role')} = '{user}' ORDER BY t1.{t_id} LIMIT 1)"
     )
+    # The newest item before the current one is the largest (workspace, conversation, id) below
+    # (run's workspace, run's conversation, current item), if it is in the same conversation. Written as
+    # a row comparison with no other condition, only a backward scan of the cursor index answers it, so
+    # that index is the plan even before the table has statistics (a plan that scans the workspace index
+    # and filters grows with the workspace).
     latest = (
-        f"(SELECT t2.{t_id} FROM {t} t2 WHERE t2.{t_ws} = {r}.{column(Run, 'workspace')}"
-        f" AND t2.{t_conv} = {r}.{column(Run, 'conversation_id')}"
-        f" AND t2.{t_id} < COALESCE({current}, 9223372036854775807) ORDER BY t2.{t_id} DESC LIMIT 1)"
+        f"(SELECT x.{t_id} FROM (SELECT t2.{t_ws}, t2.{t_conv}, t2.{t_id} FROM {t} t2"
+        f" WHERE (t2.{t_ws}, t2.{t_conv}, t2.{t_id})"
+        f" < ({r}.{column(Run, 'workspace')}, {r}.{column(Run, 'conversation_id')},"
+        f" COALESCE({current}, 9223372036854775807))"
+        f" ORDER BY t2.{t_ws} DESC, t2.{t_conv} DESC, t2.{t_id} DESC LIMIT 1) x"
+        f" WHERE x.{t_ws} = {r}.{column(Run, 'workspace')} AND x.{t_conv} = {r}.{column(Run, 'conversation_id')})"
     )
     return (
         f"SELECT {', '.join(part.select for part in _PARTS)}, {current}, {latest}"
@@ -106,13 +121,15 @@ def _load_sql() -> str:
         f" LEFT JOIN {table(Bot)} bt ON bt.{column(Bot, 'id')} = r.{column(Run, 'bot')}"
         f" LEFT JOIN {table(RunnerDescriptor)} d"
         f" ON d.{column(RunnerDescriptor, 'runner_id')} = r.{column(Run, 'runner_id')}"
-        f" WHERE r.{column(Run, 'run_id')} = %s AND r.{column(Run, 'status')} = %s"
+        f" WHERE r.{column(Run, 'run_id')} = %s"
     )
 
 
 def _run_load(key: uuid.UUID) -> tuple[Run, RunnerDescriptor | None, tuple[int | None, int | None]] | None:
-    row = sql_fetchone(_load_sql(), [prep(Run, "run_id", key), Run.Status.QUEUED.value])
-    if row is None:
+    # By run id only (the unique index); the status is checked here: a run that is not queued has
+    # nothing to claim, and the claim UPDATE checks the status again.
+    row = sql_fetchone(_load_sql(), [prep(Run, "run_id", key)])
+    if row is None or row[_STATUS_INDEX] != Run.Status.QUEUED.value:
         return None
     objects: list[Any] = []
     start = 0
@@ -142,6 +159,38 @@ def _claim_sql(*, queue_policy: bool) -> str:
             f" AND o.{c('status')} IN (%s, %s) AND o.{c('id')} < %s)"
         )
     return sql
+
+
+@functools.cache
+def _claim_with_state_sql(*, queue_policy: bool) -> str:
+    """The claim UPDATE and the state snapshot of the run's context in one round trip: no row when the
+    claim did not happen, else one row per state entry (or one row of NULLs when there is none)."""
+    return (
+        f"WITH claimed AS ({_claim_sql(queue_policy=queue_policy)} RETURNING {column(Run, 'id')})"
+        f" SELECT st.* FROM claimed LEFT JOIN LATERAL ({state_snapshot_select('se')}) st ON TRUE"
+    )
+
+
+def _claim(run: Run, params: list[Any], *, queue_policy: bool, built: BuiltContext) -> bool:
+    """Run the claim; on success the context gets its state snapshot (read in the same statement on
+    PostgreSQL, so the claim costs one round trip with or without state)."""
+    keys = built.state_keys
+    if not keys:
+        if not sql_execute(_claim_sql(queue_policy=queue_policy), params):
+            return False
+        context_state_set(built, {})
+        return True
+    if connection.vendor == "postgresql":
+        state_params = state_snapshot_params(workspace_id=run.workspace_id, scope_keys=keys)
+        rows = sql_fetchall(_claim_with_state_sql(queue_policy=queue_policy), [*params, *state_params])
+        if not rows:
+            return False
+        context_state_set(built, state_snapshot_fold(rows, keys))
+        return True
+    if not sql_execute(_claim_sql(queue_policy=queue_policy), params):
+        return False
+    context_state_set(built, state_snapshot(workspace_id=run.workspace_id, scope_keys=keys))
+    return True
 
 
 def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | None:
@@ -181,7 +230,13 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     deadline_at = now + timedelta(seconds=run.timeout_seconds)
     try:
         built = context_build(
-            run=run, event=run.event, binding=binding, descriptor=descriptor, deadline_at=deadline_at, handles=handles
+            run=run,
+            event=run.event,
+            binding=binding,
+            descriptor=descriptor,
+            deadline_at=deadline_at,
+            handles=handles,
+            read_state=False,
         )
     except (ValueError, TypeError) as exc:
         _fail_unstarted(
@@ -206,7 +261,7 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     ]
     if queue_policy:
         params += [run.workspace_id, run.conversation_id, run.binding_id, *Run.ACTIVE_STATUSES, run.pk]
-    if not sql_execute(_claim_sql(queue_policy=queue_policy), params):
+    if not _claim(run, params, queue_policy=queue_policy, built=built):
         return None
     run.status = Run.Status.RUNNING
     run.lease_owner, run.lease_token = lease_owner, token

@@ -16,10 +16,9 @@ context costs the same for 10 or 100,000 prior items.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -67,20 +66,43 @@ BOOTSTRAP_MAX_BYTES = 1024 * 1024
 
 @dataclass
 class BuiltContext:
+    """`request` is the `run_agent` payload; empty until the state snapshot is in (see `context_state_set`)."""
+
     context: AgentRunContext
     session: RunSession
     request: dict[str, Any]
+    # The scope -> state key map of the snapshot this context inlines (empty when state is off).
+    state_keys: dict[str, str] = field(default_factory=dict)
+    runner_id: str = ""
+    runner_name: str = ""
 
 
-@functools.lru_cache(maxsize=256)
-def _manifest(runner_id: str, digest: str, raw: str) -> AgentRunnerManifest:
-    return AgentRunnerManifest.model_validate_json(raw)
+def context_state_set(built: BuiltContext, snapshot: dict[str, dict[str, Any]]) -> None:
+    """Inline the state snapshot read for `built.state_keys` and produce the `run_agent` request."""
+    if built.session.state_enabled:
+        built.context = built.context.model_copy(update={"state": AgentRunState.model_validate(snapshot)})
+    request = AgentRunRequest(runner_id=built.runner_id, runner_name=built.runner_name, context=built.context)
+    built.request = request.model_dump(mode="json")
+
+
+_MANIFESTS_MAX = 256
+_manifests: dict[tuple[str, str], AgentRunnerManifest] = {}
 
 
 def descriptor_manifest(descriptor: RunnerDescriptor) -> AgentRunnerManifest:
-    """The runner's manifest as last synced; parsed once per manifest version."""
-    raw = json.dumps(descriptor.manifest, sort_keys=True)
-    return _manifest(descriptor.runner_id, descriptor.manifest_sha256, raw)
+    """The runner's manifest as last synced; parsed once per manifest version (the sync stores the
+    manifest's digest beside it, so the digest names the version without re-serializing it per run).
+    Manifests are never mutated by their readers."""
+    # A descriptor written without a digest (tests, hand-made rows) is keyed by its content.
+    digest = descriptor.manifest_sha256 or json.dumps(descriptor.manifest, sort_keys=True)
+    key = (descriptor.runner_id, digest)
+    manifest = _manifests.get(key)
+    if manifest is None:
+        manifest = AgentRunnerManifest.model_validate(descriptor.manifest)
+        if len(_manifests) >= _MANIFESTS_MAX:
+            _manifests.clear()
+        _manifests[key] = manifest
+    return manifest
 
 
 def _epoch(value: datetime | None) -> int | None:
@@ -183,11 +205,15 @@ def context_build(
     descriptor: RunnerDescriptor,
     deadline_at: datetime,
     handles: tuple[int | None, int | None] | None = None,
+    read_state: bool = True,
 ) -> BuiltContext:
     """Build the run context and its session. `handles` — (current input item id, newest item id before
     it) — may be given by a caller that read them with the run (the worker's claim) to spare the two
     lookups. Raises `ValueError` when the binding or manifest cannot
-    be turned into a context (the run then fails with `context.invalid`)."""
+    be turned into a context (the run then fails with `context.invalid`).
+
+    With `read_state=False` the state snapshot is left to the caller (the worker reads it in the same
+    statement that claims the run) and must be handed to `context_state_set` before the request exists."""
     manifest = descriptor_manifest(descriptor)
     config = binding_runner_config_plain(binding)
     try:
@@ -264,10 +290,9 @@ def context_build(
                 history(), max_events=policy.max_inline_events, max_bytes=policy.max_inline_bytes
             )
 
-    state = AgentRunState()
+    keys: dict[str, str] = {}
     if session.state_enabled:
         keys = {s: k for s in session.state_scopes if (k := scope.state_key(s)) is not None}
-        state = AgentRunState.model_validate(state_snapshot(workspace_id=run.workspace_id, scope_keys=keys))
 
     surface = bot.platform if bot is not None else event.source
     replies = not run.is_observer and delivery_policy.enable_reply
@@ -311,7 +336,7 @@ def context_build(
             inline_policy=inline,
             available_apis=apis,
         ),
-        state=state,
+        state=AgentRunState(),
         runtime=AgentRuntimeContext(
             trace_id=run_id,
             deadline_at=deadline_at.timestamp(),
@@ -321,5 +346,14 @@ def context_build(
         bootstrap=bootstrap,
         metadata={"binding_id": run.binding_key, "observer": run.is_observer},
     )
-    request = AgentRunRequest(runner_id=descriptor.runner_id, runner_name=descriptor.runner_name, context=context)
-    return BuiltContext(context=context, session=session, request=request.model_dump(mode="json"))
+    built = BuiltContext(
+        context=context,
+        session=session,
+        request={},
+        state_keys=keys,
+        runner_id=descriptor.runner_id,
+        runner_name=descriptor.runner_name,
+    )
+    if read_state:
+        context_state_set(built, state_snapshot(workspace_id=run.workspace_id, scope_keys=keys))
+    return built

@@ -7,9 +7,14 @@ the proxy handlers and the result normalizer write through `state_write`, so the
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
+
+from django.db import connection
 
 from langbot_sdk.protocol import AgentAPIException, StateScope, limits, state_value_size
+from runners.orchestrator.db import column, sql_fetchall, table
 from transcripts.models import StateEntry
 
 
@@ -73,19 +78,56 @@ def state_keys(*, workspace_id: int, scope_key: str, prefix: str | None, limit: 
     return keys[:limit], len(keys) > limit
 
 
-def state_snapshot(*, workspace_id: int, scope_keys: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """The state of several scopes for a run context: one indexed query, at most 100 keys per scope."""
+def state_snapshot_select(alias: str) -> str:
+    """`SELECT scope_key, key, value` of a state snapshot (parameters: workspace id, the list of scope
+    keys, the row cap), for `state_snapshot` and for statements that read a snapshot beside other work."""
+    c = functools.partial(column, StateEntry)
+    return (
+        f"SELECT {alias}.{c('scope_key')}, {alias}.{c('key')}, {alias}.{c('value')} FROM {table(StateEntry)} {alias}"
+        f" WHERE {alias}.{c('workspace')} = %s AND {alias}.{c('scope_key')} = ANY(%s)"
+        f" ORDER BY {alias}.{c('scope_key')}, {alias}.{c('key')} LIMIT %s"
+    )
+
+
+def state_snapshot_params(*, workspace_id: int, scope_keys: dict[str, str]) -> list[Any]:
+    return [workspace_id, list(scope_keys.values()), limits.STATE_LIST_MAX_KEYS * len(scope_keys)]
+
+
+def state_snapshot_fold(rows: Iterable[Sequence[Any]], scope_keys: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The snapshot of raw (scope_key, key, value) rows ordered by scope key and key; rows whose scope key
+    is NULL (an outer join that found no state) are skipped."""
     snapshot: dict[str, dict[str, Any]] = {scope: {} for scope in scope_keys}
+    by_key = {scope_key: scope for scope, scope_key in scope_keys.items()}
+    value_field = cast(Any, StateEntry._meta.get_field("value"))
+    cap = limits.STATE_LIST_MAX_KEYS
+    for scope_key, key, value in rows:
+        if scope_key is None:
+            continue
+        values = snapshot[by_key[scope_key]]
+        if len(values) < cap:
+            values[key] = value_field.from_db_value(value, None, connection)
+    return snapshot
+
+
+def state_snapshot(*, workspace_id: int, scope_keys: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The state of several scopes for a run context: one indexed query, at most 100 keys per scope.
+    Built for every run, so on PostgreSQL it is one prepared statement rather than an ORM query."""
     if not scope_keys:
-        return snapshot
+        return {}
+    if connection.vendor == "postgresql":
+        rows = sql_fetchall(
+            state_snapshot_select("s"), state_snapshot_params(workspace_id=workspace_id, scope_keys=scope_keys)
+        )
+        return state_snapshot_fold(rows, scope_keys)
+    snapshot: dict[str, dict[str, Any]] = {scope: {} for scope in scope_keys}
     by_key = {scope_key: scope for scope, scope_key in scope_keys.items()}
     cap = limits.STATE_LIST_MAX_KEYS
-    rows = (
+    queryset = (
         StateEntry.objects.filter(workspace_id=workspace_id, scope_key__in=list(by_key))
         .order_by("scope_key", "key")
         .values_list("scope_key", "key", "value")[: cap * len(by_key)]
     )
-    for scope_key, key, value in rows:
+    for scope_key, key, value in queryset:
         values = snapshot[by_key[scope_key]]
         if len(values) < cap:
             values[key] = value
