@@ -154,6 +154,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# No unacked-message bookkeeping in Redis: with it every message costs the worker's single consumer
+# thread two more Redis round trips (store on delivery, remove on ack), which capped a worker at about
+# 100 runs/s. Nothing depends on it: the database owns each run, a run whose message was lost with a
+# killed worker is still `queued` and `runs_sweep` re-sends it; a claimed run is owned by its lease.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": env.bool("LANGBOT_BROKER_ACK_EMULATION", default=False)}
 # Lets a test session or a second deployment on the same broker keep its own queue.
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
