@@ -50,6 +50,16 @@ def cursor_value(cursor: str | None, *, name: str) -> int | None:
     return int(cursor)
 
 
+def page_cursors(cursors: list[str | None], *, has_more: bool, forward: bool) -> tuple[str | None, str | None]:
+    """(next_cursor, prev_cursor) of a page whose item cursors are listed oldest first: `next` continues in
+    the walking direction (None when nothing more exists there now), `prev` turns back."""
+    if not cursors:
+        return None, None
+    newest, oldest = cursors[-1], cursors[0]
+    next_cursor = (newest if forward else oldest) if has_more else None
+    return next_cursor, oldest if forward else newest
+
+
 def own_conversation(session: RunSession, requested: str | None) -> str:
     """The run's conversation. Naming another one answers `not_found`, as for any object outside the
     run's scope: v1 grants no cross-conversation reads (`resources.history.cross_conversation` is never

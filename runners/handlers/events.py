@@ -16,6 +16,7 @@ from runners.handlers.base import (
     cursor_value,
     not_found,
     own_conversation,
+    page_cursors,
     require,
 )
 from transcripts.records import event_record
@@ -59,12 +60,7 @@ def _page(
         event_types=event_types,
     )
     items = [event_record(row) for row in page.rows]
-    next_cursor = prev_cursor = None
-    if items:
-        newest, oldest = items[-1].cursor, items[0].cursor
-        if page.has_more:
-            next_cursor = newest if forward else oldest
-        prev_cursor = oldest if forward else newest
+    next_cursor, prev_cursor = page_cursors([i.cursor for i in items], has_more=page.has_more, forward=forward)
     return EventPage(items=items, next_cursor=next_cursor, prev_cursor=prev_cursor, has_more=page.has_more).model_dump(
         mode="json"
     )

@@ -29,6 +29,7 @@ from runners.handlers.base import (
     cursor_value,
     own_conversation,
     own_thread,
+    page_cursors,
     require,
 )
 from transcripts.records import transcript_item_record
@@ -56,12 +57,7 @@ def _page(
         limit=limit,
     )
     items = [transcript_item_record(row, include_artifacts=include_artifacts) for row in page.rows]
-    next_cursor = prev_cursor = None
-    if items:
-        newest, oldest = items[-1].cursor, items[0].cursor
-        if page.has_more:
-            next_cursor = newest if forward else oldest
-        prev_cursor = oldest if forward else newest
+    next_cursor, prev_cursor = page_cursors([i.cursor for i in items], has_more=page.has_more, forward=forward)
     result = HistoryPage(items=items, next_cursor=next_cursor, prev_cursor=prev_cursor, has_more=page.has_more)
     return result.model_dump(mode="json")
 
