@@ -17,11 +17,17 @@ from django.utils.safestring import SafeString
 from langbot_sdk.protocol import AgentAPIException
 from runners.models import Run, RunEvent, RunnerDescriptor
 from runners.services import run_cancel_request, runner_descriptors_refresh
-from transcripts.admin import ConversationFilter, ReadOnlyWorkspaceAdmin, pretty_json, transcript_link
+from transcripts.admin import (
+    ConversationFilter,
+    ReadOnlyAdminMixin,
+    ReadOnlyWorkspaceAdmin,
+    pretty_json,
+    transcript_link,
+)
 
 
 @admin.register(RunnerDescriptor)
-class RunnerDescriptorAdmin(admin.ModelAdmin[RunnerDescriptor]):
+class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescriptor]):
     change_list_template = "admin/runners/runnerdescriptor/change_list.html"
     list_display = ["runner_id", "label_display", "plugin_version", "status", "last_seen_at"]
     list_filter = ["status", "plugin_author"]
@@ -60,14 +66,6 @@ class RunnerDescriptorAdmin(admin.ModelAdmin[RunnerDescriptor]):
     def config_schema_display(self, obj: RunnerDescriptor) -> str:
         return self._json(obj.config_schema)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def get_urls(self) -> list[URLPattern]:
         refresh = path(
@@ -116,7 +114,7 @@ class RunnerFilter(admin.SimpleListFilter):
         return queryset.filter(runner_id=value) if value else queryset
 
 
-class RunEventInline(admin.TabularInline[RunEvent, Run]):
+class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline[RunEvent, Run]):
     """The run's persisted results in seq order, read-only."""
 
     model = RunEvent
@@ -128,15 +126,6 @@ class RunEventInline(admin.TabularInline[RunEvent, Run]):
     @admin.display(description="data")
     def data_display(self, obj: RunEvent) -> SafeString:
         return pretty_json(obj.data)
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Run)

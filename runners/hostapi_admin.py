@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 from bindings.models import Workspace
 from runners.models import PlatformActionRequest, ProxyCallAudit
 from runners.platform_actions import platform_action_approve, platform_action_reject
-from transcripts.admin import ReadOnlyWorkspaceAdmin, pretty_json
+from transcripts.admin import ReadOnlyAdminMixin, ReadOnlyWorkspaceAdmin, pretty_json
 
 
 class _TextFilter(admin.SimpleListFilter):
@@ -51,7 +51,7 @@ class RunnerIdFilter(_TextFilter):
 
 
 @admin.register(ProxyCallAudit)
-class ProxyCallAuditAdmin(admin.ModelAdmin[ProxyCallAudit]):
+class ProxyCallAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ProxyCallAudit]):
     list_display = ["created_at", "action", "outcome", "resource", "run_id", "runner_id", "scope", "duration_ms"]
     list_filter = ["outcome", "action", RunnerIdFilter, RunIdFilter]
     search_fields = ["run_id", "resource", "scope"]
@@ -68,15 +68,6 @@ class ProxyCallAuditAdmin(admin.ModelAdmin[ProxyCallAudit]):
             return queryset
         member_of = Workspace.objects.filter(memberships__user_id=request.user.pk or 0).values_list("pk", flat=True)
         return queryset.filter(workspace_id__in=list(member_of))
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(PlatformActionRequest)

@@ -1,8 +1,8 @@
 """Admin for host facts — the event log, per-conversation transcripts and state — all read-only.
 
 Facts are written by the gateway and the run orchestrator only; admin shows them. Staff who are not
-superusers see the facts of their own workspaces. `ReadOnlyWorkspaceAdmin` and `ConversationFilter`
-are shared with the runs and artifacts admin.
+superusers see the facts of their own workspaces. `ReadOnlyAdminMixin`, `ReadOnlyWorkspaceAdmin` and
+`ConversationFilter` are shared with the runs and artifacts admin.
 """
 
 from __future__ import annotations
@@ -70,15 +70,8 @@ class ConversationFilter(admin.SimpleListFilter):
         return queryset.filter(conversation_id=value) if value else queryset
 
 
-class ReadOnlyWorkspaceAdmin(admin.ModelAdmin[ModelT]):
-    """Nothing can be added, changed or deleted; non-superusers see only their workspaces' rows."""
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[ModelT]:
-        queryset = super().get_queryset(request)
-        if getattr(request.user, "is_superuser", False):
-            return queryset
-        member_of = Workspace.objects.filter(memberships__user_id=request.user.pk or 0)
-        return queryset.filter(workspace__in=member_of)
+class ReadOnlyAdminMixin:
+    """For admins and inlines of rows only the host writes: nothing can be added, changed or deleted."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -88,6 +81,17 @@ class ReadOnlyWorkspaceAdmin(admin.ModelAdmin[ModelT]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyWorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ModelT]):
+    """Nothing can be added, changed or deleted; non-superusers see only their workspaces' rows."""
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ModelT]:
+        queryset = super().get_queryset(request)
+        if getattr(request.user, "is_superuser", False):
+            return queryset
+        member_of = Workspace.objects.filter(memberships__user_id=request.user.pk or 0)
+        return queryset.filter(workspace__in=member_of)
 
 
 @admin.register(EventLog)
