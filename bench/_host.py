@@ -83,6 +83,7 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
     from langbot_host.celery import app
 
     app.conf.task_default_queue = env["CELERY_TASK_DEFAULT_QUEUE"]
+    (REPO / "var").mkdir(exist_ok=True)
     log = open(REPO / "var" / "bench-worker.log", "wb")  # noqa: SIM115
     argv = [
         sys.executable, "-m", "celery", "-A", "langbot_host", "worker", "--pool", "threads", "--concurrency", "8",
