@@ -82,6 +82,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"}
     )
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(
+    "LANGBOT_DB_PREPARED_STATEMENTS", default=True
+):
+    # Django turns psycopg's prepared statements off (prepare_threshold None), which also ignores an
+    # explicit `execute(..., prepare=True)`. The run hot path (`runners/orchestrator/db.py`) prepares its
+    # statements: planning its joins costs more than running them. The ORM's client-side-binding cursors
+    # never prepare, whatever the threshold. Turn off behind a pooler that cannot keep prepared
+    # statements (PgBouncer before 1.21 in transaction mode).
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 5
+
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool("LANGBOT_DB_POOL", default=True):
     # Worker loops and threads open many short database sessions; a pool makes them cheap.
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -202,9 +202,10 @@ async def run_events_publish_committed(*, run: Run, events: list[RunEvent]) -> N
         await _send(run_groups(run), [run_event_message(run, event) for event in events])
 
 
-async def run_status_publish_committed(*, run: Run) -> None:
-    """Publish a run status that is already committed (for code running on an event loop)."""
-    await _send(run_groups(run), [run_status_message(run)])
+def run_status_publish_committed(*, run: Run) -> Coroutine[Any, Any, None]:
+    """Publish a run status that is already committed (for code running on an event loop). The message is
+    taken when this is called, so awaiting it later still sends the status the run had then."""
+    return _send(run_groups(run), [run_status_message(run)])
 
 
 async def run_end_publish_committed(*, run: Run, events: list[RunEvent]) -> None:

@@ -78,7 +78,13 @@ _EVENT = ModelColumns(EventLog, "e")
 _WORKSPACE = ModelColumns(Workspace, "w")
 _BINDING = ModelColumns(AgentBinding, "b")
 _BOT = ModelColumns(Bot, "bt")
-_DESCRIPTOR = ModelColumns(RunnerDescriptor, "d")
+# The manifest is parsed once per digest (`descriptor_manifest`) and the other JSON columns are not used
+# by a run: decoding them per run cost more than the rest of the row.
+_DESCRIPTOR = ModelColumns(
+    RunnerDescriptor,
+    "d",
+    defer=("label", "description", "capabilities", "permissions", "context_policy", "config_schema", "manifest"),
+)
 _PARTS: tuple[ModelColumns[Any], ...] = (_RUN, _EVENT, _WORKSPACE, _BINDING, _BOT, _DESCRIPTOR)
 _STATUS_INDEX = _RUN.attnames.index("status")
 

@@ -64,12 +64,15 @@ def prep(model: type[Model], field_name: str, value: Any) -> Any:
 
 
 class ModelColumns(Generic[M]):
-    """Every concrete column of `model` under a table alias, and the way back from a row to an instance."""
+    """The concrete columns of `model` under a table alias, and the way back from a row to an instance.
 
-    def __init__(self, model: type[M], alias: str) -> None:
+    Fields named in `defer` are left out of the statement; the instances have them deferred, as with
+    `QuerySet.defer()`, so reading one costs a query of its own."""
+
+    def __init__(self, model: type[M], alias: str, *, defer: Sequence[str] = ()) -> None:
         self.model = model
         self.alias = alias
-        self.fields: list[Any] = list(model._meta.concrete_fields)
+        self.fields: list[Any] = [f for f in model._meta.concrete_fields if f.name not in defer]
         self.attnames = [f.attname for f in self.fields]
         self.pk_index = self.fields.index(model._meta.pk)
         self._cols = [f.get_col(alias) for f in self.fields]

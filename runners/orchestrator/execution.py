@@ -100,6 +100,9 @@ class RunExecution:
         self._timers: list[asyncio.TimerHandle] = []
         self._completed: tuple[str, list[dict[str, Any]]] | None = None
         self._delta_text: list[str] = []
+        # Publication of `running`; every later publication of the run waits for it, so clients see
+        # `running` first while the runtime call and the first writes go ahead without waiting.
+        self._running_published: asyncio.Task[None] | None = None
 
     # -- stop requests (called on the loop) -----------------------------------------------------
 
@@ -167,17 +170,22 @@ class RunExecution:
         loop = asyncio.get_running_loop()
         grace = settings.LANGBOT_RUN_DEADLINE_GRACE
         self._timers.append(loop.call_later(max(0.0, self.deadline_at + grace - time.time()), self.deadline_reached))
-        # The runtime call starts while `running` is being published; results are published after it.
+        # The runtime call and the result writes start while `running` is being published; results are
+        # published after it (`_published_in_order`).
         reader = loop.create_task(self._read(), name=f"run-reader {self.run_id}")
+        self._running_published = loop.create_task(run_status_publish_committed(run=self.run))
         try:
-            await run_status_publish_committed(run=self.run)
             await self._write()
         finally:
             self.finished = True
             for timer in self._timers:
                 timer.cancel()
             reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+            await asyncio.gather(reader, self._running_published, return_exceptions=True)
+
+    async def _published_in_order(self) -> None:
+        if self._running_published is not None:
+            await asyncio.gather(self._running_published, return_exceptions=True)
 
     async def _read(self) -> None:
         try:
@@ -315,6 +323,7 @@ class RunExecution:
             self._send_cancel("host could not persist results")
             return False
         self.last_seq += len(batch.events)
+        await self._published_in_order()
         await run_events_publish_committed(run=self.run, events=rows)
         return True
 
@@ -348,6 +357,7 @@ class RunExecution:
             return
         self.finished = True
         self.last_seq += len(batch.events)
+        await self._published_in_order()
         await run_end_publish_committed(run=self.run, events=rows)
         logger.info(
             "run %s %s%s", self.run_id, outcome.status, f" ({outcome.status_reason})" if outcome.status_reason else ""
