@@ -48,7 +48,7 @@ from langbot_sdk.protocol import (
     StorageSetResult,
     ToolDetail,
     limits,
-    state_value_size,
+    state_value_checked,
 )
 
 __all__ = [
@@ -561,16 +561,7 @@ class StateAPI(_Namespace):
 
     async def set(self, scope: str, key: str, value: Any) -> StateSetResult:
         self._proxy._require_state_scope(scope)
-        try:
-            size = state_value_size(value)
-        except ValueError as exc:
-            raise AgentAPIException.invalid_argument(str(exc)) from None
-        if size > limits.STATE_VALUE_MAX_BYTES:
-            raise AgentAPIException.payload_too_large(
-                f"state value is {size} bytes as JSON; the limit is {limits.STATE_VALUE_MAX_BYTES}",
-                size=size,
-                max_bytes=limits.STATE_VALUE_MAX_BYTES,
-            )
+        state_value_checked(value)
         fields = {"scope": scope, "key": key, "value": value}
         return await self._proxy._call(Action.STATE_SET, fields, StateSetResult)
 

@@ -26,6 +26,16 @@ class TranscriptPage:
     next_before: int | None
 
 
+def keys_page(rows: QuerySet[Any], *, prefix: str | None, limit: int, cap: int) -> tuple[list[str], bool]:
+    """The `key`s of a state or storage scope in order — at most `limit`, clamped to 1..`cap`, from
+    `prefix` when given — and whether more follow (one row more than asked, no COUNT)."""
+    limit = max(1, min(limit, cap))
+    if prefix:
+        rows = rows.filter(key__startswith=prefix)
+    keys = list(rows.order_by("key").values_list("key", flat=True)[: limit + 1])
+    return keys[:limit], len(keys) > limit
+
+
 def event_get(*, workspace: Workspace, event_id: str) -> EventLog | None:
     return EventLog.objects.filter(workspace=workspace, event_id=event_id).select_related("bot").first()
 

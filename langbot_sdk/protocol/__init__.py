@@ -205,6 +205,7 @@ from langbot_sdk.protocol.state import (
     StorageSetResult,
     check_state_value,
     decode_base64,
+    state_value_checked,
     state_value_size,
 )
 
@@ -383,6 +384,7 @@ __all__ = [
     "decode_base64",
     "limits",
     "manifest_unknown_fields",
+    "state_value_checked",
     "state_value_size",
     "validate_id_part",
     "validate_result_payload",

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints, field_validator
 
 from langbot_sdk.protocol.base import HostModel, ProxyRequest
+from langbot_sdk.protocol.errors import AgentAPIException
 from langbot_sdk.protocol.limits import (
     STATE_KEY_MAX_LENGTH,
     STATE_LIST_MAX_KEYS,
@@ -58,10 +59,28 @@ def state_value_size(value: Any) -> int:
     return len(encoded.encode("utf-8"))
 
 
-def check_state_value(value: Any) -> Any:
-    size = state_value_size(value)
+def state_value_checked(value: Any) -> int:
+    """The JSON size of a state value within the cap; raises ``AgentAPIException`` (``invalid_argument``
+    when it is not JSON, ``payload_too_large`` over the cap). The one check the SDK and the host share."""
+    try:
+        size = state_value_size(value)
+    except ValueError as exc:
+        raise AgentAPIException.invalid_argument(str(exc)) from None
     if size > STATE_VALUE_MAX_BYTES:
-        raise ValueError(f"state value is {size} bytes as JSON; the limit is {STATE_VALUE_MAX_BYTES}")
+        raise AgentAPIException.payload_too_large(
+            f"state value is {size} bytes as JSON; the limit is {STATE_VALUE_MAX_BYTES}",
+            size=size,
+            max_bytes=STATE_VALUE_MAX_BYTES,
+        )
+    return size
+
+
+def check_state_value(value: Any) -> Any:
+    """``state_value_checked`` for pydantic validators, which report ``ValueError``."""
+    try:
+        state_value_checked(value)
+    except AgentAPIException as exc:
+        raise ValueError(exc.error.message) from None
     return value
 
 

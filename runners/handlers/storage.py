@@ -23,6 +23,7 @@ from langbot_sdk.protocol import (
 from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, require, unauthorized
 from runners.orchestrator.session import RunSession
 from transcripts.models import StorageEntry
+from transcripts.selectors import keys_page
 
 
 def storage_owner_key(session: RunSession, area: StorageArea | str) -> str:
@@ -70,12 +71,8 @@ def storage_remove(*, workspace_id: int, owner_key: str, key: str) -> bool:
 
 
 def storage_keys(*, workspace_id: int, owner_key: str, prefix: str | None, limit: int) -> tuple[list[str], bool]:
-    limit = max(1, min(limit, limits.STORAGE_LIST_MAX_KEYS))
     rows = StorageEntry.objects.filter(workspace_id=workspace_id, owner_key=owner_key)
-    if prefix:
-        rows = rows.filter(key__startswith=prefix)
-    keys = list(rows.order_by("key").values_list("key", flat=True)[: limit + 1])
-    return keys[:limit], len(keys) > limit
+    return keys_page(rows, prefix=prefix, limit=limit, cap=limits.STORAGE_LIST_MAX_KEYS)
 
 
 def _owner(call: ProxyCall) -> str:

@@ -13,24 +13,10 @@ from typing import Any, cast
 
 from django.db import connection
 
-from langbot_sdk.protocol import AgentAPIException, StateScope, limits, state_value_size
+from langbot_sdk.protocol import StateScope, limits, state_value_checked
 from runners.orchestrator.db import column, sql_fetchall, table
 from transcripts.models import StateEntry
-
-
-def state_value_checked(value: Any) -> int:
-    """The JSON size of `value`; raises `AgentAPIException` (invalid_argument / payload_too_large)."""
-    try:
-        size = state_value_size(value)
-    except ValueError as exc:
-        raise AgentAPIException.invalid_argument(str(exc)) from None
-    if size > limits.STATE_VALUE_MAX_BYTES:
-        raise AgentAPIException.payload_too_large(
-            f"state value is {size} bytes as JSON; the limit is {limits.STATE_VALUE_MAX_BYTES}",
-            size=size,
-            max_bytes=limits.STATE_VALUE_MAX_BYTES,
-        )
-    return size
+from transcripts.selectors import keys_page
 
 
 def state_read(*, workspace_id: int, scope_key: str, key: str) -> tuple[bool, Any]:
@@ -70,12 +56,8 @@ def state_remove(*, workspace_id: int, scope_key: str, key: str) -> bool:
 
 
 def state_keys(*, workspace_id: int, scope_key: str, prefix: str | None, limit: int) -> tuple[list[str], bool]:
-    limit = max(1, min(limit, limits.STATE_LIST_MAX_KEYS))
     rows = StateEntry.objects.filter(workspace_id=workspace_id, scope_key=scope_key)
-    if prefix:
-        rows = rows.filter(key__startswith=prefix)
-    keys = list(rows.order_by("key").values_list("key", flat=True)[: limit + 1])
-    return keys[:limit], len(keys) > limit
+    return keys_page(rows, prefix=prefix, limit=limit, cap=limits.STATE_LIST_MAX_KEYS)
 
 
 def state_snapshot_select(alias: str) -> str:
