@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import uuid
 
 import pytest
 
@@ -186,3 +188,38 @@ def test_observer_runs_beside_but_writes_no_reply(worker, qa_binding):
     assert run.status == Run.Status.COMPLETED
     assert run.output == "QA_OK:watching"
     assert _assistant_items(run) == []
+
+
+def test_listeners_see_running_first_then_the_events_in_order_then_the_end(worker, qa_binding):
+    # `running` is published beside the runtime call; nothing of the run may overtake it.
+    from asgiref.sync import async_to_sync
+    from channels.layers import get_channel_layer
+
+    from runners.publish import conversation_group
+
+    binding = qa_binding()
+    layer = get_channel_layer()
+    channel = f"test.order.{uuid.uuid4().hex}"
+    conversation = f"order-{uuid.uuid4().hex[:8]}"
+    group = conversation_group(workspace_id=binding.workspace_id, conversation_id=conversation)
+    async_to_sync(layer.group_add)(group, channel)
+    try:
+        run = wait_terminal(post_message(binding, "qa:stream:5 go", conversation_id=conversation))
+
+        async def collect() -> list[tuple[str, object]]:
+            received: list[tuple[str, object]] = []
+            while not received or received[-1] != ("status", "completed"):
+                message = await asyncio.wait_for(layer.receive(channel), 10)
+                if message["type"] == "run.status":
+                    received.append(("status", message["status"]))
+                else:
+                    received.append(("event", message["seq"]))
+            return received
+
+        received = async_to_sync(collect)()
+    finally:
+        async_to_sync(layer.group_discard)(group, channel)
+
+    assert run.status == Run.Status.COMPLETED
+    assert received[0] == ("status", "running")
+    assert received[1:-1] == [("event", seq) for seq in range(1, run.last_seq + 1)]
