@@ -122,9 +122,9 @@ def _setup_binding() -> None:
 class Driver:
     """Ingests events and waits, per run, for its terminal status.
 
-    Each waiting client listens on a channel of its own (a plain channel name, not a process-local
-    `!` one): channels_redis reads all process-local channels of a process through one serial receive
-    loop, which would make the driver, not the host, the bottleneck at concurrency 16-64.
+    Each waiting client listens on a process-local channel of its own, as `runs_wait` (`?wait=`) does:
+    the host's layer reads every waiting message of the process in one round trip
+    (`runners.layers.BatchedRedisChannelLayer`), which a plain channel name would bypass.
     """
 
     def __init__(self) -> None:
@@ -157,7 +157,7 @@ class Driver:
 
         started = time.perf_counter()
         run_id, _ = await sync_to_async(_ingest, thread_sensitive=False)(self.workspace, text, conversation)
-        channel = f"bench.{uuid.uuid4().hex}"
+        channel = await self.layer.new_channel()
         # Subscribe, then read the status once: a run that ended in between is not missed.
         await self.layer.group_add(f"run.{run_id}", channel)
         try:
