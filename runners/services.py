@@ -186,6 +186,29 @@ def run_dispatch_on_commit(*, run_id: str) -> None:
     transaction.on_commit(lambda: run_dispatch(run_id=run_id))
 
 
+def run_build(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run:
+    """The unsaved, queued run of `binding` for `event` (`run_create` saves it and applies the policy)."""
+    return Run(
+        workspace_id=event.workspace_id,
+        event=event,
+        binding=binding,
+        binding_key=binding.binding_id,
+        runner_id=binding.runner_id,
+        bot_id=event.bot_id,
+        conversation_id=event.conversation_id or "",
+        thread_id=event.thread_id or "",
+        is_observer=observer,
+        timeout_seconds=binding.timeout_seconds,
+    )
+
+
+def run_create_checks(*, event: EventLog, binding: AgentBinding) -> bool:
+    """Whether creating the run must look at the conversation's active runs (`reject`, `interrupt`)
+    under a lock; otherwise the run is a plain insert, which the gateway writes with the event."""
+    policy = ConcurrencyPolicy(binding.concurrency_policy)
+    return bool(event.conversation_id) and policy in (ConcurrencyPolicy.REJECT, ConcurrencyPolicy.INTERRUPT)
+
+
 def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run:
     """Create the run of `binding` for `event` inside the caller's transaction, applying the binding's
     concurrency policy for the event's conversation (DESIGN §4):
@@ -202,20 +225,8 @@ def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run
     """
     conversation_id = event.conversation_id or ""
     policy = ConcurrencyPolicy(binding.concurrency_policy)
-    run = Run(
-        workspace_id=event.workspace_id,
-        event=event,
-        binding=binding,
-        binding_key=binding.binding_id,
-        runner_id=binding.runner_id,
-        bot_id=event.bot_id,
-        conversation_id=conversation_id,
-        thread_id=event.thread_id or "",
-        is_observer=observer,
-        timeout_seconds=binding.timeout_seconds,
-    )
-    checks = conversation_id and policy in (ConcurrencyPolicy.REJECT, ConcurrencyPolicy.INTERRUPT)
-    if checks:
+    run = run_build(event=event, binding=binding, observer=observer)
+    if run_create_checks(event=event, binding=binding):
         _conversation_lock(binding=binding, conversation_id=conversation_id)
         active = _same_conversation_active(
             workspace_id=event.workspace_id, binding_id=binding.pk, conversation_id=conversation_id

@@ -1,12 +1,13 @@
 """Writes for host facts: accepting an event at the gateway (`event_ingest`).
 
-`event_ingest` is the whole of `POST /api/v1/events` below the HTTP layer, in one transaction: the
+`event_ingest` is the whole of `POST /api/v1/events` below the HTTP layer, written atomically: the
 EventLog row (idempotent on the workspace's `event_id`), the user's transcript item, the binding
-resolution and one queued run per chosen binding. Runs are sent to workers by `run_create` on commit.
+resolution and one queued run per chosen binding. Runs are sent to workers once they are committed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
 from runners import services as run_services
 from runners.models import Run
-from runners.orchestrator.db import insert
+from runners.orchestrator.db import insert_with_children
 from transcripts.envelope import EventEnvelopeIn
 from transcripts.models import EventLog, TranscriptItem
 
@@ -110,35 +111,56 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
         **({"message_chain": envelope.input.message_chain} if envelope.input.message_chain is not None else {}),
     }
 
-    with transaction.atomic():
-        # Resolved before the insert so the row is written once, with its final status.
-        resolution = binding_resolve_for_event(
-            workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
+    resolution = binding_resolve_for_event(
+        workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
+    )
+    status, error = _routing_outcome(resolution)
+    event = EventLog(
+        workspace=workspace,
+        event_id=event_id,
+        event_type=envelope.event_type,
+        source=envelope.source.value,
+        source_event_type=envelope.source_event_type or "",
+        event_time=envelope.event_time,
+        bot=bot,
+        conversation_id=conversation_id,
+        thread_id=envelope.thread_id or "",
+        actor=envelope.actor.model_dump(mode="json") if envelope.actor else None,
+        subject=envelope.subject.model_dump(mode="json") if envelope.subject else None,
+        input=input_json,
+        input_summary=input_summary(text=envelope.input.text, contents=contents, attachment_count=len(attachment_refs)),
+        data=data,
+        status=status,
+        error=error,
+    )
+    children: list[TranscriptItem | Run] = []
+    if envelope.is_message and not envelope.input.is_empty:
+        children.append(
+            TranscriptItem(
+                workspace=workspace,
+                conversation_id=conversation_id,
+                thread_id=envelope.thread_id or "",
+                role=TranscriptItem.Role.USER,
+                content=envelope.input.text or "",
+                contents=contents,
+                artifacts=input_json["attachments"],
+                actor=event.actor,
+            )
         )
-        status, error = _routing_outcome(resolution)
-        event = EventLog(
-            workspace=workspace,
-            event_id=event_id,
-            event_type=envelope.event_type,
-            source=envelope.source.value,
-            source_event_type=envelope.source_event_type or "",
-            event_time=envelope.event_time,
-            bot=bot,
-            conversation_id=conversation_id,
-            thread_id=envelope.thread_id or "",
-            actor=envelope.actor.model_dump(mode="json") if envelope.actor else None,
-            subject=envelope.subject.model_dump(mode="json") if envelope.subject else None,
-            input=input_json,
-            input_summary=input_summary(
-                text=envelope.input.text, contents=contents, attachment_count=len(attachment_refs)
-            ),
-            data=data,
-            status=status,
-            error=error,
-        )
-        # Losing the race for the (workspace, event_id) unique constraint writes nothing and leaves the
-        # transaction usable (ON CONFLICT DO NOTHING), so the winner's row can be read.
-        if not insert(event, skip_conflicts=True):
+    # Runs that need no look at the conversation (`queue`, `parallel`) are written with the event.
+    plain = {
+        binding.pk: run_services.run_build(event=event, binding=binding, observer=binding is not resolution.replying)
+        for binding in resolution.to_run
+        if not run_services.run_create_checks(event=event, binding=binding)
+    }
+    children += plain.values()
+    # The event, its transcript item and those runs are one statement (`insert_with_children`); a
+    # transaction is only needed when more is written with them.
+    writes_more = bool(stored_attachments) or raw_to_artifact or len(plain) < len(resolution.to_run)
+    with transaction.atomic() if writes_more else contextlib.nullcontext():
+        # Losing the race for the (workspace, event_id) unique constraint writes nothing (ON CONFLICT DO
+        # NOTHING) and leaves a transaction usable, so the winner's row can be read.
+        if not insert_with_children(event, children, link="event", skip_conflicts=True):
             existing = EventLog.objects.filter(workspace=workspace, event_id=event_id).first()
             if existing is None:  # not the idempotency constraint: a genuine error
                 raise IntegrityError(f"event {event_id} could not be recorded")
@@ -163,25 +185,14 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
             }
             EventLog.objects.filter(pk=event.pk).update(raw_ref=event.raw_ref)
 
-        if envelope.is_message and not envelope.input.is_empty:
-            insert(
-                TranscriptItem(
-                    workspace=workspace,
-                    conversation_id=conversation_id,
-                    thread_id=envelope.thread_id or "",
-                    role=TranscriptItem.Role.USER,
-                    content=envelope.input.text or "",
-                    contents=contents,
-                    artifacts=input_json["attachments"],
-                    event=event,
-                    actor=event.actor,
-                )
-            )
-
-        runs = [
-            run_services.run_create(event=event, binding=binding, observer=binding is not resolution.replying)
-            for binding in resolution.to_run
-        ]
+        runs: list[Run] = []
+        for binding in resolution.to_run:
+            run = plain.get(binding.pk)
+            if run is None:
+                run = run_services.run_create(event=event, binding=binding, observer=binding is not resolution.replying)
+            else:
+                run_services.run_dispatch_on_commit(run_id=str(run.run_id))
+            runs.append(run)
     return EventIngestResult(event=event, runs=runs)
 
 

@@ -1,14 +1,16 @@
 """The hand-written statements of the run hot path (`runners/orchestrator/db.py`): prepared on PostgreSQL,
-and rows turned back into model instances with deferred columns loaded on demand."""
+rows turned back into model instances with deferred columns loaded on demand, and a parent row written
+with its children in one statement."""
 
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import DataError, connection, transaction
 
 from runners.models import RunnerDescriptor
-from runners.orchestrator.db import ModelColumns, sql_fetchone, table
-from tests.factories import RunnerDescriptorFactory
+from runners.orchestrator.db import ModelColumns, insert_with_children, sql_fetchone, table
+from tests.factories import RunnerDescriptorFactory, WorkspaceFactory
+from transcripts.models import EventLog, TranscriptItem
 
 pytestmark = pytest.mark.django_db
 
@@ -38,3 +40,53 @@ def test_deferred_columns_are_left_out_and_loaded_when_read():
     assert loaded.get_deferred_fields() == {"manifest", "config_schema"}
     assert loaded.runner_id == descriptor.runner_id
     assert loaded.manifest == {"apiVersion": "v1", "marker": "kept"}
+
+
+def _event(workspace, event_id: str) -> EventLog:
+    return EventLog(
+        workspace=workspace, event_id=event_id, event_type="message.received", conversation_id="c1", input={}
+    )
+
+
+def _item(workspace, content: str, *, role: str = "user", conversation_id: str = "c1") -> TranscriptItem:
+    return TranscriptItem(workspace=workspace, conversation_id=conversation_id, role=role, content=content)
+
+
+def test_insert_with_children_writes_the_rows_linked_to_the_parent():
+    workspace = WorkspaceFactory.create()
+    event, first, second = _event(workspace, "e1"), _item(workspace, "one"), _item(workspace, "two", role="assistant")
+
+    assert insert_with_children(event, [first, second], link="event", skip_conflicts=True)
+
+    stored = EventLog.objects.get(pk=event.pk)
+    items = list(TranscriptItem.objects.filter(event=stored).order_by("id"))
+    assert [(i.pk, i.content) for i in items] == [(first.pk, "one"), (second.pk, "two")]
+    assert first.event_id == second.event_id == stored.pk
+
+
+def test_insert_with_children_writes_nothing_when_the_parent_conflicts():
+    workspace = WorkspaceFactory.create()
+    assert insert_with_children(
+        _event(workspace, "dup"), [_item(workspace, "first")], link="event", skip_conflicts=True
+    )
+
+    again = _event(workspace, "dup")
+    assert not insert_with_children(again, [_item(workspace, "second")], link="event", skip_conflicts=True)
+
+    assert again.pk is None
+    assert EventLog.objects.filter(workspace=workspace, event_id="dup").count() == 1
+    assert list(TranscriptItem.objects.values_list("content", flat=True)) == ["first"]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite does not enforce varchar lengths")
+def test_insert_with_children_refuses_an_over_long_child_value_and_writes_nothing():
+    # The children's values are cast without the length modifier: a cast to varchar(255) would have
+    # truncated the value silently instead of refusing it as a plain INSERT does.
+    workspace = WorkspaceFactory.create()
+    too_long = _item(workspace, "x", conversation_id="c" * 300)
+
+    with pytest.raises(DataError), transaction.atomic():
+        insert_with_children(_event(workspace, "long"), [too_long], link="event")
+
+    assert not EventLog.objects.filter(event_id="long").exists()
+    assert not TranscriptItem.objects.exists()
