@@ -21,7 +21,8 @@ from langbot_sdk.protocol import (
     SubjectContext,
 )
 from langbot_sdk.protocol import TranscriptItem as TranscriptItemRecord
-from transcripts.models import EventLog, TranscriptItem
+from transcripts.models import EventLog
+from transcripts.selectors import TranscriptRow
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def _contents(values: Any) -> list[ContentElement]:
     return parts
 
 
-def transcript_item_record(item: TranscriptItem, *, include_artifacts: bool) -> TranscriptItemRecord:
+def transcript_item_record(item: TranscriptRow, *, include_artifacts: bool) -> TranscriptItemRecord:
     """The stable projection of one transcript item; its `cursor` is the item id as a string."""
     cursor = str(item.pk)
     return TranscriptItemRecord(
@@ -65,8 +66,7 @@ def transcript_item_record(item: TranscriptItem, *, include_artifacts: bool) -> 
         content=item.content,
         contents=_contents(item.contents),
         artifacts=_refs(item.artifacts) if include_artifacts else [],
-        # Rows come with `select_related("event")`, so this costs no query.
-        event_id=item.event.event_id if item.event_id is not None and item.event is not None else None,
+        event_id=item.event_key,
         run_id=str(item.run_id) if item.run_id else None,
         runner_id=item.runner_id or None,
         actor=_model_or_none(ActorContext, item.actor),

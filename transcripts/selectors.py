@@ -6,7 +6,11 @@ Transcript pages use the item id as the cursor (`before`), newest first, on the
 
 from __future__ import annotations
 
+import functools
+import json
+import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVectorField
@@ -14,6 +18,7 @@ from django.db import connection
 from django.db.models import F, Func, QuerySet
 
 from bindings.models import Workspace
+from runners.orchestrator.db import column, sql_fetchall, table
 from transcripts.models import EventLog, TranscriptItem
 
 PAGE_LIMIT_MAX = 100
@@ -86,6 +91,70 @@ def _walk(queryset: QuerySet[Any], *, before: int | None, after: int | None, for
     return RowPage(rows=rows, has_more=has_more)
 
 
+@dataclass(frozen=True, slots=True)
+class TranscriptRow:
+    """The columns of a transcript item that its context-API projection (`transcript_item_record`)
+    shows, with the id of the event it came from."""
+
+    pk: int
+    conversation_id: str
+    thread_id: str
+    role: str
+    content: str
+    contents: Any
+    artifacts: Any
+    event_key: str | None
+    run_id: uuid.UUID | None
+    runner_id: str
+    actor: Any
+    created_at: datetime
+
+    @classmethod
+    def of(cls, item: TranscriptItem) -> TranscriptRow:
+        """The row of an item loaded with `select_related("event")`."""
+        return cls(
+            item.pk, item.conversation_id, item.thread_id, item.role, item.content, item.contents, item.artifacts,
+            item.event.event_id if item.event_id is not None and item.event is not None else None,
+            item.run_id, item.runner_id, item.actor, item.created_at,
+        )  # fmt: skip
+
+
+_JSON_COLUMNS = ("contents", "artifacts", "actor")
+_ROW_COLUMNS = (
+    "id", "conversation_id", "thread_id", "role", "content", "contents", "artifacts", "event", "run_id",
+    "runner_id", "actor", "created_at",
+)  # fmt: skip
+
+
+@functools.cache
+def _history_sql(*, thread: bool, before: bool, after: bool, forward: bool) -> str:
+    c = functools.partial(column, TranscriptItem)
+    selected = [f"e.{column(EventLog, 'event_id')}" if name == "event" else f"t.{c(name)}" for name in _ROW_COLUMNS]
+    conditions = [f"t.{c('workspace')} = %s", f"t.{c('conversation_id')} = %s"]
+    conditions += [f"t.{c('thread_id')} = %s"] * thread
+    conditions += [f"t.{c('id')} < %s"] * before + [f"t.{c('id')} > %s"] * after
+    return (
+        f"SELECT {', '.join(selected)} FROM {table(TranscriptItem)} t"
+        f" LEFT JOIN {table(EventLog)} e ON e.{column(EventLog, 'id')} = t.{c('event')}"
+        f" WHERE {' AND '.join(conditions)} ORDER BY t.{c('id')} {'ASC' if forward else 'DESC'} LIMIT %s"
+    )
+
+
+def _json(value: Any) -> Any:
+    # The driver hands JSON columns over as text (Django decodes them in `JSONField.from_db_value`).
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _history_row(values: tuple[Any, ...]) -> TranscriptRow:
+    pk, conversation, thread, role, content, contents, artifacts, event_key, run_id, runner, actor, created = values
+    # SQLite keeps UUIDs as 32 hex digits.
+    run_uuid = run_id if run_id is None or isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    return TranscriptRow(
+        pk, conversation, thread, role, content, _json(contents), _json(artifacts), event_key, run_uuid, runner,
+        _json(actor), created,
+    )  # fmt: skip
+
+
 def history_page_rows(
     *,
     workspace_id: int,
@@ -96,12 +165,23 @@ def history_page_rows(
     forward: bool,
     limit: int,
 ) -> RowPage:
-    """A page of transcript items of one conversation (and thread, when given), `limit` ≤ 100."""
+    """A page of transcript items of one conversation (and thread, when given), `limit` ≤ 100, as
+    `TranscriptRow`s.
+
+    A runner may page through a long conversation call after call, so this is one prepared statement
+    of the columns the projection shows, rather than model instances with the whole event row.
+    """
     limit = max(1, min(limit, PAGE_LIMIT_MAX))
-    queryset = TranscriptItem.objects.filter(workspace_id=workspace_id, conversation_id=conversation_id)
-    if thread_id is not None:
-        queryset = queryset.filter(thread_id=thread_id)
-    return _walk(queryset.select_related("event"), before=before, after=after, forward=forward, limit=limit)
+    params: list[Any] = [workspace_id, conversation_id]
+    params += [thread_id] * (thread_id is not None) + [before] * (before is not None) + [after] * (after is not None)
+    sql = _history_sql(
+        thread=thread_id is not None, before=before is not None, after=after is not None, forward=forward
+    )
+    fetched = sql_fetchall(sql, [*params, limit + 1])
+    rows = [_history_row(values) for values in fetched[:limit]]
+    if not forward:
+        rows.reverse()
+    return RowPage(rows=rows, has_more=len(fetched) > limit)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from runners.handlers.base import (
     require,
 )
 from transcripts.records import transcript_item_record
-from transcripts.selectors import history_page_rows, history_search_rows
+from transcripts.selectors import TranscriptRow, history_page_rows, history_search_rows
 
 
 def _page(
@@ -103,7 +103,9 @@ def _search(
     )
     items = [
         HistorySearchHit(
-            item=transcript_item_record(hit.item, include_artifacts=True), score=hit.score, snippet=hit.snippet
+            item=transcript_item_record(TranscriptRow.of(hit.item), include_artifacts=True),
+            score=hit.score,
+            snippet=hit.snippet,
         )
         for hit in hits
     ]

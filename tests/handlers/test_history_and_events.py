@@ -77,6 +77,32 @@ def test_artifacts_are_included_only_on_request(host_run):
     assert with_refs["items"][-1]["artifacts"][0]["artifact_id"] == "a1"
 
 
+def test_an_item_shows_its_event_actor_parts_and_run(host_run):
+    # given the run's input item with an actor and content parts, and an assistant reply of an earlier run
+    earlier = host_run(text="earlier")
+    TranscriptItem.objects.create(
+        workspace=earlier.workspace, conversation_id=earlier.conversation_id, role="assistant", content="reply",
+        run_id=earlier.run.run_id, runner_id=earlier.run.runner_id,
+    )  # fmt: skip
+    run = host_run(workspace=earlier.workspace, text="look")
+    current = TranscriptItem.objects.get(pk=run.built.context.context.transcript_seq)
+    parts = [{"type": "text", "text": "look"}]
+    TranscriptItem.objects.filter(pk=current.pk).update(
+        contents=parts, actor={"actor_type": "user", "actor_id": "u1", "actor_name": "Ada"}
+    )
+    # when the runner reads the page
+    items = run.call("history_page")["items"]
+    # then each item carries what it came from
+    reply, mine = items[-2], items[-1]
+    assert (reply["role"], reply["run_id"], reply["runner_id"]) == (
+        "assistant", str(earlier.run.run_id), earlier.run.runner_id
+    )  # fmt: skip
+    assert mine["event_id"] == run.run.event.event_id == EventLog.objects.get(transcript_items=current).event_id
+    assert mine["actor"]["actor_name"] == "Ada"
+    assert [{k: v for k, v in part.items() if v is not None} for part in mine["contents"]] == parts
+    assert mine["created_at"].startswith(str(current.created_at.year))
+
+
 def test_another_conversation_is_not_found_and_its_cursors_find_nothing(host_run):
     run = host_run(conversation_id="mine")
     _, foreign = post_event(run.workspace, "theirs", "secret")
