@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import logging
 import time
+import weakref
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
@@ -120,34 +121,37 @@ def _batched(layer: Any) -> bool:
     )
 
 
-async def _send_batched(layer: RedisChannelLayer, groups: list[str], messages: list[dict[str, Any]]) -> None:
-    """`group_send` of every message to every group in two Redis round trips (one pipeline reading the
-    groups' members, one script adding the messages), in order within each group."""
+async def _send_batched(layer: RedisChannelLayer, sends: list[tuple[list[str], list[dict[str, Any]]]]) -> None:
+    """`group_send` of every message of every send to each of its groups in two Redis round trips (one
+    pipeline reading the groups' members, one script adding the messages), in order within each group."""
     connection = layer.connection(0)
     pipe = connection.pipeline(transaction=False)
     now = time.time()
+    groups = list(dict.fromkeys(group for send_groups, _ in sends for group in send_groups))
     for group in groups:
         key = layer._group_key(group)
         pipe.zremrangebyscore(key, min=0, max=int(now) - layer.group_expiry)
         pipe.zrange(key, 0, -1)
     replies = await pipe.execute()
+    members = {group: [m.decode("utf8") for m in replies[2 * i + 1]] for i, group in enumerate(groups)}
     keys: list[Any] = []
     payloads: list[Any] = []
     scores: list[float] = []
     capacities: list[int] = []
-    members = [[m.decode("utf8") for m in replies[2 * i + 1]] for i in range(len(groups))]
-    for message in messages:
-        for channels in members:
-            if not channels:
-                continue
-            by_key, serialized, capacity = layer._map_channel_keys_to_connection(channels, message)
-            score = _next_score()
-            for channel_keys in by_key.values():
-                for key in channel_keys:
-                    keys.append(key)
-                    payloads.append(serialized[key])
-                    scores.append(score)
-                    capacities.append(capacity[key])
+    for send_groups, messages in sends:
+        for message in messages:
+            for group in send_groups:
+                channels = members[group]
+                if not channels:
+                    continue
+                by_key, serialized, capacity = layer._map_channel_keys_to_connection(channels, message)
+                score = _next_score()
+                for channel_keys in by_key.values():
+                    for key in channel_keys:
+                        keys.append(key)
+                        payloads.append(serialized[key])
+                        scores.append(score)
+                        capacities.append(capacity[key])
     if not keys:
         return
     full = await connection.register_script(_GROUPS_SEND_LUA)(
@@ -157,6 +161,46 @@ async def _send_batched(layer: RedisChannelLayer, groups: list[str], messages: l
         logger.info("%s message(s) not delivered to full channels of %s", full, ", ".join(groups))
 
 
+class _Coalescer:
+    """Sends the publications of one event loop in batches: what is asked while a batch is in flight
+    goes out together in the next one. A lone publication leaves at once; under load (a worker's loop
+    publishing for hundreds of runs) one batch replaces one pair of round trips per publication, which
+    was a quarter of a busy worker's Python time. Publications leave in the order they were asked, so a
+    run's messages keep their order."""
+
+    def __init__(self, layer: RedisChannelLayer) -> None:
+        self.layer = layer
+        self.waiting: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
+        self.flushing = False
+
+    async def send(self, groups: list[str], messages: list[dict[str, Any]]) -> None:
+        done = asyncio.get_running_loop().create_future()
+        self.waiting.append((groups, messages, done))
+        if not self.flushing:
+            self.flushing = True
+            asyncio.get_running_loop().create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                try:
+                    await _send_batched(self.layer, [(groups, messages) for groups, messages, _ in batch])
+                except Exception:
+                    # Publishing is best effort: the rows are committed and clients replay them on resume.
+                    groups = {group for send_groups, _, _ in batch for group in send_groups}
+                    logger.warning("publish to %s failed", ", ".join(sorted(groups)), exc_info=True)
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_result(None)
+        finally:
+            self.flushing = False
+
+
+_coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer] = weakref.WeakKeyDictionary()
+
+
 async def _send(groups: list[str], messages: Iterable[dict[str, Any]]) -> None:
     """Send `messages` to every group, in order within a group."""
     layer = get_channel_layer()
@@ -164,11 +208,11 @@ async def _send(groups: list[str], messages: Iterable[dict[str, Any]]) -> None:
         return
     batch = list(messages)
     if _batched(layer):
-        try:
-            await _send_batched(layer, groups, batch)
-        except Exception:
-            # Publishing is best effort: the rows are committed and clients replay them on resume.
-            logger.warning("publish to %s failed", ", ".join(groups), exc_info=True)
+        loop = asyncio.get_running_loop()
+        coalescer = _coalescers.get(loop)
+        if coalescer is None or coalescer.layer is not layer:
+            coalescer = _coalescers[loop] = _Coalescer(layer)
+        await coalescer.send(groups, batch)
         return
     if len(groups) == 1:
         await _send_group(layer, groups[0], batch)

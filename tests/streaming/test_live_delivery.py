@@ -1,5 +1,6 @@
 """Live run events reach chat sockets promptly: not queued behind the web process's synchronous database
-work, and read from the channel layer in batches without losing, repeating or reordering a message."""
+work, read from the channel layer in batches and published in batches, without losing, repeating or
+reordering a message."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 
+from runners import publish as publish_module
 from runners.layers import BatchedRedisChannelLayer
+from runners.models import Run
+from runners.publish import run_group, run_status_publish_committed
 from tests.streaming.conftest import ORIGIN, collect, ids, make_run, open_socket, persist, publish, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,3 +114,38 @@ async def test_messages_a_cancelled_reader_left_in_the_backup_are_delivered_firs
         assert await connection.zcard(layer._backup_channel_name(key)) == 0
     finally:
         await layer.flush()
+
+
+async def test_concurrent_publications_share_batches_and_keep_each_runs_order(monkeypatch):
+    # Given a listener on the groups of 20 runs, and the batches the publisher sends recorded
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    runs = [Run(run_id=uuid.uuid4(), workspace_id=1, conversation_id="") for _ in range(20)]
+    for run in runs:
+        await layer.group_add(run_group(run.run_id), channel)
+    batch_sizes: list[int] = []
+    real_send = publish_module._send_batched
+
+    async def recording(layer_, sends):
+        batch_sizes.append(len(sends))
+        await real_send(layer_, sends)
+
+    monkeypatch.setattr(publish_module, "_send_batched", recording)
+    statuses = ["queued", "running", "completed"]
+
+    # When every run publishes its three statuses at once, as a busy worker's runs do
+    async def lifecycle(run: Run) -> None:
+        for status in statuses:
+            run.status = status
+            await run_status_publish_committed(run=run)
+
+    await asyncio.gather(*(lifecycle(run) for run in runs))
+
+    # Then every message arrives, each run's in the order it was published, and they left in shared batches
+    received = [await asyncio.wait_for(layer.receive(channel), 5) for _ in range(len(runs) * len(statuses))]
+    by_run: dict[str, list[str]] = {}
+    for message in received:
+        by_run.setdefault(message["run_id"], []).append(message["status"])
+    assert by_run == {str(run.run_id): statuses for run in runs}
+    assert sum(batch_sizes) == len(runs) * len(statuses)
+    assert max(batch_sizes) > 1
