@@ -171,17 +171,19 @@ class _Coalescer:
     def __init__(self, layer: RedisChannelLayer) -> None:
         self.layer = layer
         self.waiting: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
-        self.flushing = False
+        # Held so the running flush cannot be garbage-collected (the loop keeps only a weak reference).
+        self.flusher: asyncio.Task[None] | None = None
 
     async def send(self, groups: list[str], messages: list[dict[str, Any]]) -> None:
-        done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
         self.waiting.append((groups, messages, done))
-        if not self.flushing:
-            self.flushing = True
-            asyncio.get_running_loop().create_task(self._flush())
+        if self.flusher is None:
+            self.flusher = loop.create_task(self._flush())
         await done
 
     async def _flush(self) -> None:
+        batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
         try:
             while self.waiting:
                 batch, self.waiting = self.waiting, []
@@ -191,11 +193,19 @@ class _Coalescer:
                     # Publishing is best effort: the rows are committed and clients replay them on resume.
                     groups = {group for send_groups, _, _ in batch for group in send_groups}
                     logger.warning("publish to %s failed", ", ".join(sorted(groups)), exc_info=True)
-                for _, _, done in batch:
-                    if not done.done():
-                        done.set_result(None)
+                _release(batch)
+                batch = []
         finally:
-            self.flushing = False
+            self.flusher = None
+            # Only a closing loop cancels a flush: what it had not sent is dropped, and nobody is left waiting.
+            _release([*batch, *self.waiting])
+            self.waiting = []
+
+
+def _release(batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]]) -> None:
+    for _, _, done in batch:
+        if not done.done():
+            done.set_result(None)
 
 
 _coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer] = weakref.WeakKeyDictionary()
