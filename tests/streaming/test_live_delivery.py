@@ -149,3 +149,18 @@ async def test_concurrent_publications_share_batches_and_keep_each_runs_order(mo
     assert by_run == {str(run.run_id): statuses for run in runs}
     assert sum(batch_sizes) == len(runs) * len(statuses)
     assert max(batch_sizes) > 1
+
+
+async def test_a_channel_added_to_a_group_gets_its_messages_and_the_group_expires():
+    layer = fresh_layer()
+    channel = await layer.new_channel()
+
+    await layer.group_add("run.added", channel)
+    await layer.group_send("run.added", {"type": "run.status", "status": "running"})
+
+    assert (await asyncio.wait_for(layer.receive(channel), 5))["status"] == "running"
+    ttl = await layer.connection(0).ttl(layer._group_key("run.added"))
+    assert 0 < ttl <= layer.group_expiry
+    with pytest.raises(TypeError):
+        await layer.group_add("not a valid group name", channel)
+    await layer.flush()
