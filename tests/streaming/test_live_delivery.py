@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 
 from runners import publish as publish_module
@@ -117,8 +116,10 @@ async def test_messages_a_cancelled_reader_left_in_the_backup_are_delivered_firs
 
 
 async def test_concurrent_publications_share_batches_and_keep_each_runs_order(monkeypatch):
-    # Given a listener on the groups of 20 runs, and the batches the publisher sends recorded
-    layer = get_channel_layer()
+    # Given a listener on the groups of 20 runs, and the batches the publisher sends recorded (on a layer
+    # of this test's own: a process-local receive leaves loop-bound state behind in the layer)
+    layer = fresh_layer()
+    monkeypatch.setattr(publish_module, "get_channel_layer", lambda: layer)
     channel = await layer.new_channel()
     runs = [Run(run_id=uuid.uuid4(), workspace_id=1, conversation_id="") for _ in range(20)]
     for run in runs:
@@ -149,6 +150,7 @@ async def test_concurrent_publications_share_batches_and_keep_each_runs_order(mo
     assert by_run == {str(run.run_id): statuses for run in runs}
     assert sum(batch_sizes) == len(runs) * len(statuses)
     assert max(batch_sizes) > 1
+    await layer.flush()
 
 
 async def test_a_channel_added_to_a_group_gets_its_messages_and_the_group_expires():
