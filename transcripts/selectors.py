@@ -119,7 +119,6 @@ class TranscriptRow:
         )  # fmt: skip
 
 
-_JSON_COLUMNS = ("contents", "artifacts", "actor")
 _ROW_COLUMNS = (
     "id", "conversation_id", "thread_id", "role", "content", "contents", "artifacts", "event", "run_id",
     "runner_id", "actor", "created_at",
