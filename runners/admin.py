@@ -66,7 +66,6 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
     def config_schema_display(self, obj: RunnerDescriptor) -> str:
         return self._json(obj.config_schema)
 
-
     def get_urls(self) -> list[URLPattern]:
         refresh = path(
             "refresh/", self.admin_site.admin_view(self.refresh_view), name="runners_runnerdescriptor_refresh"

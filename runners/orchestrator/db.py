@@ -7,8 +7,9 @@ connection back (to the PostgreSQL pool when it is configured) so idle threads h
 Claiming a run and persisting its results happen for every run, so they use hand-written statements
 instead of building ORM queries each time (query compilation costs more than the round trip on a small
 machine). `ModelColumns` keeps those statements tied to the models: the column lists come from the
-model's own fields, values are prepared by the fields (`prep`) and rows are turned back into model
-instances with the fields' own converters, so JSON, UUID and encrypted fields behave as with the ORM.
+model's own fields, values are prepared by the fields (`prep`, `insert_values`) and rows are turned back
+into model instances with the fields' own converters, so JSON, UUID and encrypted fields behave as with the
+ORM. New rows go in with `insert`, `insert_with_children` and, inside larger statements, `insert_select_sql`.
 """
 
 from __future__ import annotations
@@ -162,19 +163,46 @@ def _insert_fields(model: type[Model]) -> list[Any]:
     return [f for f in model._meta.concrete_fields if not f.primary_key]
 
 
+def insert_values(obj: Model, *, link: str | None = None) -> list[Any]:
+    """The parameters of a new row of `obj` (fields' `pre_save` and database preparation, as `save()`),
+    in the column order of `insert()` and `insert_select_sql()`; without the `link` field."""
+    return [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in _insert_fields(type(obj)) if f.name != link]
+
+
+def _cast_type(field: Any) -> str:
+    # Without length modifiers: an explicit cast to varchar(n) would truncate silently, where the
+    # assignment to the column refuses an over-long value as a plain INSERT does.
+    return re.sub(r"\(.*\)", "", field.db_type(connection))
+
+
+def insert_select_sql(model: type[Model], source: str, *, link: str | None = None, link_column: str = "") -> str:
+    """`INSERT INTO <model> (...) SELECT ... FROM <source>`: a new row of `model` written only when the CTE
+    `source` has a row, its parameters in `insert_values()` order and its `link` field (when given) taken
+    from `<source>.<link_column>`. Parameters in a SELECT list have no target column to take a type from
+    (a NULL would be text, which jsonb and bigint columns refuse), hence the casts."""
+    fields = _insert_fields(model)
+    expressions = [f"{source}.{link_column}" if f.name == link else f"CAST(%s AS {_cast_type(f)})" for f in fields]
+    return (
+        f"INSERT INTO {table(model)} ({', '.join(qn(f.column) for f in fields)})"
+        f" SELECT {', '.join(expressions)} FROM {source}"
+    )
+
+
 def insert(obj: Model, *, skip_conflicts: bool = False) -> bool:
     """`obj.save()` for a new row with an automatic primary key, as one prepared statement (no signals:
     the host registers none). With `skip_conflicts`, a row that would break a unique constraint is not
     written and False is returned (`INSERT ... ON CONFLICT DO NOTHING`), without aborting the transaction."""
-    model = type(obj)
-    values = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in _insert_fields(model)]
-    row = sql_fetchone(_insert_sql(model, connection.vendor, skip_conflicts), values)
+    row = sql_fetchone(_insert_sql(type(obj), connection.vendor, skip_conflicts), insert_values(obj))
     if row is None:
         return False
-    obj.pk = row[0]
+    _saved(obj, row[0])
+    return True
+
+
+def _saved(obj: Model, pk: Any) -> None:
+    obj.pk = pk
     obj._state.adding = False
     obj._state.db = connection.alias
-    return True
 
 
 def insert_with_children(parent: Model, children: Sequence[Model], *, link: str, skip_conflicts: bool = False) -> bool:
@@ -194,28 +222,18 @@ def insert_with_children(parent: Model, children: Sequence[Model], *, link: str,
                 setattr(child, link, parent)
                 insert(child)
         return True
-    shape = tuple(type(child) for child in children)
-    values = [f.get_db_prep_save(f.pre_save(parent, True), connection) for f in _insert_fields(type(parent))]
+    values = insert_values(parent)
     for child in children:
-        fields = [f for f in _insert_fields(type(child)) if f.name != link]
-        values += [f.get_db_prep_save(f.pre_save(child, True), connection) for f in fields]
-    rows = sql_fetchall(_insert_with_children_sql(type(parent), shape, link, skip_conflicts), values)
-    ids = dict(rows)
+        values += insert_values(child, link=link)
+    sql = _insert_with_children_sql(type(parent), tuple(type(child) for child in children), link, skip_conflicts)
+    ids = dict(sql_fetchall(sql, values))
     if 0 not in ids:
         return False
-    for index, obj in enumerate((parent, *children)):
-        if index:
-            setattr(obj, link, parent)
-        obj.pk = ids[index]
-        obj._state.adding = False
-        obj._state.db = connection.alias
+    _saved(parent, ids[0])
+    for index, child in enumerate(children, start=1):
+        setattr(child, link, parent)
+        _saved(child, ids[index])
     return True
-
-
-def _cast_type(field: Any) -> str:
-    # Without length modifiers: an explicit cast to varchar(n) would truncate silently, where the
-    # assignment to the column refuses an over-long value as a plain INSERT does.
-    return re.sub(r"\(.*\)", "", field.db_type(connection))
 
 
 @functools.cache
@@ -223,21 +241,10 @@ def _insert_with_children_sql(
     parent: type[Model], children: tuple[type[Model], ...], link: str, skip_conflicts: bool
 ) -> str:
     pk = qn(cast(Any, parent._meta.pk).column)
-    fields = _insert_fields(parent)
-    parts = [
-        f"p AS (INSERT INTO {table(parent)} ({', '.join(qn(f.column) for f in fields)})"
-        f" VALUES ({', '.join(['%s'] * len(fields))})"
-        f"{' ON CONFLICT DO NOTHING' if skip_conflicts else ''} RETURNING {pk})"
-    ]
+    parts = [f"p AS ({_insert_sql(parent, 'postgresql', skip_conflicts)})"]
     results = [f"SELECT 0, {pk} FROM p"]
     for index, model in enumerate(children, start=1):
-        fields = _insert_fields(model)
-        # Parameters in a SELECT list have no target column to take a type from, hence the casts.
-        expressions = [f"p.{pk}" if f.name == link else f"CAST(%s AS {_cast_type(f)})" for f in fields]
         child_pk = qn(cast(Any, model._meta.pk).column)
-        parts.append(
-            f"c{index} AS (INSERT INTO {table(model)} ({', '.join(qn(f.column) for f in fields)})"
-            f" SELECT {', '.join(expressions)} FROM p RETURNING {child_pk})"
-        )
+        parts.append(f"c{index} AS ({insert_select_sql(model, 'p', link=link, link_column=pk)} RETURNING {child_pk})")
         results.append(f"SELECT {index}, {child_pk} FROM c{index}")
     return f"WITH {', '.join(parts)} {' UNION ALL '.join(results)}"

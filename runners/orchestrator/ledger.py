@@ -17,7 +17,7 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -25,7 +25,7 @@ from django.utils import timezone
 from bindings.models import Workspace
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.models import Run, RunEvent
-from runners.orchestrator.db import column, prep, sql_fetchall, table
+from runners.orchestrator.db import column, insert_select_sql, insert_values, prep, sql_fetchall, table
 from runners.orchestrator.normalizer import Outcome
 from runners.orchestrator.state import state_write
 from runners.platform_actions import platform_actions_from_results
@@ -130,8 +130,6 @@ def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]
 # of the next queued run of the conversation are data-modifying CTEs of one prepared statement, so one
 # round trip and one implicit transaction do what the ORM path below does in six.
 
-_ITEM_FIELDS = [f for f in TranscriptItem._meta.concrete_fields if not f.primary_key]
-
 
 def _fast_path(batch: Batch) -> bool:
     return (
@@ -162,13 +160,7 @@ def _ledger_sql(*, final: bool, reply: bool) -> str:
         f" RETURNING {e('id')} AS id, {e('seq')} AS seq)"
     )
     if reply:
-        columns = ", ".join(column(TranscriptItem, f.name) for f in _ITEM_FIELDS)
-        # Typed placeholders: a NULL in a SELECT list is text otherwise, which jsonb/bigint columns refuse.
-        values = ", ".join(f"%s::{cast(Any, f).cast_db_type(connection)}" for f in _ITEM_FIELDS)
-        sql += (
-            f", item AS (INSERT INTO {table(TranscriptItem)} ({columns}) SELECT {values} FROM upd"
-            f" ON CONFLICT DO NOTHING)"
-        )
+        sql += f", item AS ({insert_select_sql(TranscriptItem, 'upd')} ON CONFLICT DO NOTHING)"
     sql += (
         " SELECT 'run', (SELECT count(*) FROM upd), NULL::bigint, NULL::uuid"
         " UNION ALL SELECT 'event', ev.id, ev.seq, NULL FROM ev"
@@ -206,7 +198,7 @@ def _ledger_write_fast(
         [json.dumps(data, ensure_ascii=False, separators=(",", ":")) for _, data in batch.events],
     ]
     if reply is not None:
-        params += [f.get_db_prep_save(f.pre_save(reply, True), connection) for f in _ITEM_FIELDS]
+        params += insert_values(reply)
     if final:
         # `run_next_queued`: only runs of a conversation under a binding wait behind another.
         waits = bool(run.conversation_id) and run.binding_id is not None

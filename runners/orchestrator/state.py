@@ -75,9 +75,12 @@ def state_snapshot_params(*, workspace_id: int, scope_keys: dict[str, str]) -> l
     return [workspace_id, list(scope_keys.values()), limits.STATE_LIST_MAX_KEYS * len(scope_keys)]
 
 
-def state_snapshot_fold(rows: Iterable[Sequence[Any]], scope_keys: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """The snapshot of raw (scope_key, key, value) rows ordered by scope key and key; rows whose scope key
-    is NULL (an outer join that found no state) are skipped."""
+def state_snapshot_fold(
+    rows: Iterable[Sequence[Any]], scope_keys: dict[str, str], *, decoded: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The snapshot of (scope_key, key, value) rows ordered by scope key and key, at most 100 keys per
+    scope; values are raw column values unless `decoded` (rows from the ORM). Rows whose scope key is NULL
+    (an outer join that found no state) are skipped."""
     snapshot: dict[str, dict[str, Any]] = {scope: {} for scope in scope_keys}
     by_key = {scope_key: scope for scope, scope_key in scope_keys.items()}
     value_field = cast(Any, StateEntry._meta.get_field("value"))
@@ -87,7 +90,7 @@ def state_snapshot_fold(rows: Iterable[Sequence[Any]], scope_keys: dict[str, str
             continue
         values = snapshot[by_key[scope_key]]
         if len(values) < cap:
-            values[key] = value_field.from_db_value(value, None, connection)
+            values[key] = value if decoded else value_field.from_db_value(value, None, connection)
     return snapshot
 
 
@@ -101,16 +104,9 @@ def state_snapshot(*, workspace_id: int, scope_keys: dict[str, str]) -> dict[str
             state_snapshot_select("s"), state_snapshot_params(workspace_id=workspace_id, scope_keys=scope_keys)
         )
         return state_snapshot_fold(rows, scope_keys)
-    snapshot: dict[str, dict[str, Any]] = {scope: {} for scope in scope_keys}
-    by_key = {scope_key: scope for scope, scope_key in scope_keys.items()}
-    cap = limits.STATE_LIST_MAX_KEYS
     queryset = (
-        StateEntry.objects.filter(workspace_id=workspace_id, scope_key__in=list(by_key))
+        StateEntry.objects.filter(workspace_id=workspace_id, scope_key__in=list(scope_keys.values()))
         .order_by("scope_key", "key")
-        .values_list("scope_key", "key", "value")[: cap * len(by_key)]
+        .values_list("scope_key", "key", "value")[: limits.STATE_LIST_MAX_KEYS * len(scope_keys)]
     )
-    for scope_key, key, value in queryset:
-        values = snapshot[by_key[scope_key]]
-        if len(values) < cap:
-            values[key] = value
-    return snapshot
+    return state_snapshot_fold(queryset, scope_keys, decoded=True)
