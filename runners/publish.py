@@ -8,8 +8,9 @@ Two flavours of the same messages:
 - `run_event_publish_on_commit` / `run_status_publish_on_commit` for synchronous code inside (or
   outside) a transaction: the message is sent by `transaction.on_commit`.
 - `run_events_publish_committed` / `run_status_publish_committed` for coroutines on an event loop
-  (the worker's orchestrator) whose writes have already committed; awaiting them keeps one run's
-  messages in order without a thread hop.
+  (the worker's orchestrator) whose writes have already committed. Each loop has one publication
+  queue (`_Coalescer`), so what a loop publishes leaves in the order it was published, and one run's
+  messages stay in order without a thread hop.
 
 Groups: `run.<run_id>` (one run) and `conv.<workspace_id>.<sha1(conversation_id)[:32]>` (every run of
 a conversation; channel group names allow only a short ASCII alphabet, hence the digest).
@@ -22,7 +23,7 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Coroutine, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -162,37 +163,34 @@ async def _send_batched(layer: RedisChannelLayer, sends: list[tuple[list[str], l
 
 
 class _Coalescer:
-    """Sends the publications of one event loop in batches: what is asked while a batch is in flight
-    goes out together in the next one. A lone publication leaves at once; under load (a worker's loop
-    publishing for hundreds of runs) one batch replaces one pair of round trips per publication, which
-    was a quarter of a busy worker's Python time. Publications leave in the order they were asked, so a
-    run's messages keep their order."""
+    """The publication queue of one event loop: publications leave in the order they were queued, so a
+    run's messages keep their order whatever awaits them. On the host's Redis layer, what is queued while
+    a batch is in flight goes out together in the next one (`_send_batched`): a lone publication leaves at
+    once, and under load (a worker's loop publishing for hundreds of runs) one batch replaces one pair of
+    round trips per publication, which was a quarter of a busy worker's Python time. Other layers get the
+    publications one `group_send` at a time."""
 
-    def __init__(self, layer: RedisChannelLayer) -> None:
+    def __init__(self, layer: Any) -> None:
         self.layer = layer
+        self.batched = _batched(layer)
         self.waiting: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
         # Held so the running flush cannot be garbage-collected (the loop keeps only a weak reference).
         self.flusher: asyncio.Task[None] | None = None
 
-    async def send(self, groups: list[str], messages: list[dict[str, Any]]) -> None:
+    def send(self, groups: list[str], messages: list[dict[str, Any]]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
         self.waiting.append((groups, messages, done))
         if self.flusher is None:
             self.flusher = loop.create_task(self._flush())
-        await done
+        return done
 
     async def _flush(self) -> None:
         batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
         try:
             while self.waiting:
                 batch, self.waiting = self.waiting, []
-                try:
-                    await _send_batched(self.layer, [(groups, messages) for groups, messages, _ in batch])
-                except Exception:
-                    # Publishing is best effort: the rows are committed and clients replay them on resume.
-                    groups = {group for send_groups, _, _ in batch for group in send_groups}
-                    logger.warning("publish to %s failed", ", ".join(sorted(groups)), exc_info=True)
+                await self._send(batch)
                 _release(batch)
                 batch = []
         finally:
@@ -200,6 +198,19 @@ class _Coalescer:
             # Only a closing loop cancels a flush: what it had not sent is dropped, and nobody is left waiting.
             _release([*batch, *self.waiting])
             self.waiting = []
+
+    async def _send(self, batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]]) -> None:
+        if not self.batched:
+            for groups, messages, _ in batch:
+                for group in groups:
+                    await _send_group(self.layer, group, messages)
+            return
+        try:
+            await _send_batched(self.layer, [(groups, messages) for groups, messages, _ in batch])
+        except Exception:
+            # Publishing is best effort: the rows are committed and clients replay them on resume.
+            failed = sorted({group for groups, _, _ in batch for group in groups})
+            logger.warning("publish to %s failed", ", ".join(failed), exc_info=True)
 
 
 def _release(batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]]) -> None:
@@ -211,27 +222,27 @@ def _release(batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[N
 _coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer] = weakref.WeakKeyDictionary()
 
 
-async def _send(groups: list[str], messages: Iterable[dict[str, Any]]) -> None:
-    """Send `messages` to every group, in order within a group."""
+def _send(groups: list[str], messages: Iterable[dict[str, Any]]) -> asyncio.Future[None]:
+    """Queue `messages` for every group on the running loop's publication queue; the future is done once
+    they are sent. Queued now, not when awaited: whatever this loop publishes later leaves after them."""
+    loop = asyncio.get_running_loop()
     layer = get_channel_layer()
     if layer is None:
-        return
-    batch = list(messages)
-    if _batched(layer):
-        loop = asyncio.get_running_loop()
-        coalescer = _coalescers.get(loop)
-        if coalescer is None or coalescer.layer is not layer:
-            coalescer = _coalescers[loop] = _Coalescer(layer)
-        await coalescer.send(groups, batch)
-        return
-    if len(groups) == 1:
-        await _send_group(layer, groups[0], batch)
-    else:
-        await asyncio.gather(*(_send_group(layer, group, batch) for group in groups))
+        done = loop.create_future()
+        done.set_result(None)
+        return done
+    coalescer = _coalescers.get(loop)
+    if coalescer is None or coalescer.layer is not layer:
+        coalescer = _coalescers[loop] = _Coalescer(layer)
+    return coalescer.send(groups, list(messages))
+
+
+async def _send_and_wait(groups: list[str], messages: list[dict[str, Any]]) -> None:
+    await _send(groups, messages)
 
 
 def _send_sync(groups: list[str], messages: list[dict[str, Any]]) -> None:
-    async_to_sync(_send)(groups, messages)
+    async_to_sync(_send_and_wait)(groups, messages)
 
 
 def run_event_publish_on_commit(*, run: Run, events: list[RunEvent]) -> None:
@@ -256,9 +267,10 @@ async def run_events_publish_committed(*, run: Run, events: list[RunEvent]) -> N
         await _send(run_groups(run), [run_event_message(run, event) for event in events])
 
 
-def run_status_publish_committed(*, run: Run) -> Coroutine[Any, Any, None]:
-    """Publish a run status that is already committed (for code running on an event loop). The message is
-    taken when this is called, so awaiting it later still sends the status the run had then."""
+def run_status_publish_committed(*, run: Run) -> asyncio.Future[None]:
+    """Publish a run status that is already committed (for code running on an event loop). It is queued
+    when this is called, with the status the run has then, ahead of anything the loop publishes later;
+    await the result to know it was sent."""
     return _send(run_groups(run), [run_status_message(run)])
 
 

@@ -100,9 +100,6 @@ class RunExecution:
         self._timers: list[asyncio.TimerHandle] = []
         self._completed: tuple[str, list[dict[str, Any]]] | None = None
         self._delta_text: list[str] = []
-        # Publication of `running`; every later publication of the run waits for it, so clients see
-        # `running` first while the runtime call and the first writes go ahead without waiting.
-        self._running_published: asyncio.Task[None] | None = None
 
     # -- stop requests (called on the loop) -----------------------------------------------------
 
@@ -170,10 +167,11 @@ class RunExecution:
         loop = asyncio.get_running_loop()
         grace = settings.LANGBOT_RUN_DEADLINE_GRACE
         self._timers.append(loop.call_later(max(0.0, self.deadline_at + grace - time.time()), self.deadline_reached))
-        # The runtime call and the result writes start while `running` is being published; results are
-        # published after it (`_published_in_order`).
+        # The runtime call starts first. `running` is queued before any result can be written, so every
+        # later publication of the run leaves after it (the loop's publication queue keeps that order)
+        # while the results go ahead without waiting for it to be sent.
         reader = loop.create_task(self._read(), name=f"run-reader {self.run_id}")
-        self._running_published = loop.create_task(run_status_publish_committed(run=self.run))
+        running = run_status_publish_committed(run=self.run)
         try:
             await self._write()
         finally:
@@ -181,11 +179,7 @@ class RunExecution:
             for timer in self._timers:
                 timer.cancel()
             reader.cancel()
-            await asyncio.gather(reader, self._running_published, return_exceptions=True)
-
-    async def _published_in_order(self) -> None:
-        if self._running_published is not None:
-            await asyncio.gather(self._running_published, return_exceptions=True)
+            await asyncio.gather(reader, running, return_exceptions=True)
 
     async def _read(self) -> None:
         try:
@@ -294,9 +288,7 @@ class RunExecution:
             return
         if isinstance(payload, ArtifactCreatedPayload):
             artifact_id = payload.artifact_id or str(uuid.uuid4())
-            batch.artifacts.append(
-                ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, artifact_id)
-            )
+            batch.artifacts.append(ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, artifact_id))
             # The run event names the stored artifact; inline bytes stay out of the ledger.
             batch.events.append((accepted.type, artifact_event_data(payload, artifact_id)))
             return
@@ -323,7 +315,6 @@ class RunExecution:
             self._send_cancel("host could not persist results")
             return False
         self.last_seq += len(batch.events)
-        await self._published_in_order()
         await run_events_publish_committed(run=self.run, events=rows)
         return True
 
@@ -357,7 +348,6 @@ class RunExecution:
             return
         self.finished = True
         self.last_seq += len(batch.events)
-        await self._published_in_order()
         await run_end_publish_committed(run=self.run, events=rows)
         logger.info(
             "run %s %s%s", self.run_id, outcome.status, f" ({outcome.status_reason})" if outcome.status_reason else ""
