@@ -80,7 +80,7 @@ class Run(models.Model):
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
     run_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs")
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs", db_index=False)
     event = models.ForeignKey(EventLog, on_delete=models.CASCADE, related_name="runs")
     binding = models.ForeignKey(AgentBinding, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
     # Snapshots: the run keeps its identity even if the binding is edited or deleted later.
@@ -117,10 +117,24 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # The run hot path (claim, run end) runs prepared statements on pooled connections, which keep
+        # the plan made while the table was young and had no statistics. Such a plan takes the smallest
+        # index with a matching column: with a workspace-only or status-leading index it read every run of
+        # the workspace, or every queued run, at each claim and each run's end. So the indexes of active
+        # runs are partial — they hold only queued or running runs, stay small whatever the host's history,
+        # and a statement can use them only when it names those statuses as literals — and the workspace
+        # has no index of its own (`run_conversation_idx` leads with it).
         indexes = [
             models.Index(fields=["workspace", "conversation_id", "status"], name="run_conversation_idx"),
-            models.Index(fields=["status", "lease_expires_at"], name="run_lease_idx"),
-            models.Index(fields=["status", "created_at"], name="run_queue_idx"),
+            # The conversation checks: `queue` claim, next queued run, `reject`, `interrupt`, sweep.
+            models.Index(
+                fields=["workspace", "conversation_id", "binding"],
+                name="run_active_idx",
+                condition=Q(status__in=["queued", "running"]),
+            ),
+            # The sweep: expired leases, runs left queued.
+            models.Index(fields=["lease_expires_at"], name="run_lease_idx", condition=Q(status="running")),
+            models.Index(fields=["created_at"], name="run_queue_idx", condition=Q(status="queued")),
         ]
         constraints = [
             models.CheckConstraint(

@@ -33,7 +33,16 @@ from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import RunFailureCode
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.context import BuiltContext, context_build, context_state_set
-from runners.orchestrator.db import ModelColumns, column, prep, sql_execute, sql_fetchall, sql_fetchone, table
+from runners.orchestrator.db import (
+    ModelColumns,
+    column,
+    prep,
+    sql_execute,
+    sql_fetchall,
+    sql_fetchone,
+    sql_text_literals,
+    table,
+)
 from runners.orchestrator.state import (
     state_snapshot,
     state_snapshot_fold,
@@ -158,11 +167,12 @@ def _claim_sql(*, queue_policy: bool) -> str:
         f" WHERE {c('id')} = %s AND {c('status')} = %s"
     )
     if queue_policy:
-        # Under `queue`, an earlier active run of the same binding and conversation goes first.
+        # Under `queue`, an earlier active run of the same binding and conversation goes first. The
+        # statuses are literals so that `run_active_idx` answers it.
         sql += (
             f" AND NOT EXISTS (SELECT 1 FROM {table(Run)} o WHERE o.{c('workspace')} = %s"
             f" AND o.{c('conversation_id')} = %s AND o.{c('binding')} = %s"
-            f" AND o.{c('status')} IN (%s, %s) AND o.{c('id')} < %s)"
+            f" AND o.{c('status')} IN ({sql_text_literals(Run.ACTIVE_STATUSES)}) AND o.{c('id')} < %s)"
         )
     return sql
 
@@ -266,7 +276,7 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
         Run.Status.QUEUED.value,
     ]
     if queue_policy:
-        params += [run.workspace_id, run.conversation_id, run.binding_id, *Run.ACTIVE_STATUSES, run.pk]
+        params += [run.workspace_id, run.conversation_id, run.binding_id, run.pk]
     if not _claim(run, params, queue_policy=queue_policy, built=built):
         return None
     run.status = Run.Status.RUNNING

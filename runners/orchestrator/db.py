@@ -60,6 +60,12 @@ def column(model: type[Model], field_name: str) -> str:
     return qn(cast(Any, model._meta.get_field(field_name)).column)
 
 
+def sql_text_literals(values: Sequence[str]) -> str:
+    """Constant strings written into a statement as SQL literals, for a condition that must match a
+    partial index's predicate: a generic plan cannot prove the predicate from a parameter."""
+    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
+
+
 def prep(model: type[Model], field_name: str, value: Any) -> Any:
     """`value` as the database driver takes it for `model.field_name` (JSON, UUID, datetimes...)."""
     return cast(Any, model._meta.get_field(field_name)).get_db_prep_save(value, connection)

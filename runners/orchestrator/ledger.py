@@ -25,7 +25,15 @@ from django.utils import timezone
 from bindings.models import Workspace
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.models import Run, RunEvent
-from runners.orchestrator.db import column, insert_select_sql, insert_values, prep, sql_fetchall, table
+from runners.orchestrator.db import (
+    column,
+    insert_select_sql,
+    insert_values,
+    prep,
+    sql_fetchall,
+    sql_text_literals,
+    table,
+)
 from runners.orchestrator.normalizer import Outcome
 from runners.orchestrator.state import state_write
 from runners.platform_actions import platform_actions_from_results
@@ -169,7 +177,8 @@ def _ledger_sql(*, final: bool, reply: bool) -> str:
         sql += (
             f" UNION ALL (SELECT 'next', NULL, NULL, q.{c('run_id')} FROM {table(Run)} q"
             f" WHERE q.{c('workspace')} = %s AND q.{c('conversation_id')} = %s AND q.{c('binding')} = %s"
-            f" AND q.{c('status')} = %s AND EXISTS (SELECT 1 FROM upd) ORDER BY q.{c('id')} LIMIT 1)"
+            f" AND q.{c('status')} = {sql_text_literals([Run.Status.QUEUED])} AND EXISTS (SELECT 1 FROM upd)"
+            f" ORDER BY q.{c('id')} LIMIT 1)"
         )
     return sql
 
@@ -202,7 +211,7 @@ def _ledger_write_fast(
     if final:
         # `run_next_queued`: only runs of a conversation under a binding wait behind another.
         waits = bool(run.conversation_id) and run.binding_id is not None
-        params += [run.workspace_id, run.conversation_id, run.binding_id if waits else -1, Run.Status.QUEUED.value]
+        params += [run.workspace_id, run.conversation_id, run.binding_id if waits else -1]
     rows = sql_fetchall(_ledger_sql(final=final, reply=reply is not None), params)
     events: list[RunEvent] = []
     by_seq = dict(zip(seqs, batch.events, strict=True))

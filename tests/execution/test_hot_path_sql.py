@@ -4,12 +4,18 @@ with its children in one statement."""
 
 from __future__ import annotations
 
+import itertools
+import re
+from typing import Any
+
 import pytest
 from django.db import DataError, connection, transaction
 
-from runners.models import RunnerDescriptor
+from runners.models import Run, RunnerDescriptor
+from runners.orchestrator.admission import _claim_sql
 from runners.orchestrator.db import ModelColumns, insert_with_children, sql_fetchone, table
-from tests.factories import RunnerDescriptorFactory, WorkspaceFactory
+from runners.orchestrator.ledger import _ledger_sql
+from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, TranscriptItem
 
 pytestmark = pytest.mark.django_db
@@ -90,3 +96,60 @@ def test_insert_with_children_refuses_an_over_long_child_value_and_writes_nothin
 
     assert not EventLog.objects.filter(event_id="long").exists()
     assert not TranscriptItem.objects.exists()
+
+
+def _generic_plan_indexes(sql: str, relation: str) -> set[str]:
+    """The indexes on `relation` that the generic plan of `sql` (the plan a prepared statement keeps)
+    scans, planned now."""
+    numbers = itertools.count(1)
+    prepared = re.sub(r"%s", lambda _: f"${next(numbers)}", sql)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE probe AS {prepared}")
+        cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE probe({', '.join(['NULL'] * sql.count('%s'))})")
+        plan = cursor.fetchone()[0]
+        cursor.execute("DEALLOCATE probe")
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("Relation Name") == relation and "Index Name" in node:
+                found.add(node["Index Name"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(plan)
+    return found
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared generic plans are a PostgreSQL feature")
+@pytest.mark.parametrize("statement", ["claim under queue", "run end"])
+def test_conversation_checks_read_only_active_runs_on_a_table_without_statistics(statement):
+    # The claim and the run's end look for the conversation's other active runs in statements prepared on
+    # pooled connections, which keep the plan made while the table was young. With full-table indexes
+    # only, that plan read every run of the workspace (or every run of a status) at each claim and each
+    # run's end, until autovacuum analyzed the table. The partial indexes hold active runs only.
+    workspace = WorkspaceFactory.create()
+    binding = AgentBindingFactory.create(workspace=workspace)
+    events = EventLog.objects.bulk_create([_event(workspace, f"e{i}") for i in range(200)])
+    Run.objects.bulk_create(
+        Run(
+            workspace=workspace,
+            event=event,
+            binding=binding,
+            binding_key=binding.binding_id,
+            runner_id=binding.runner_id,
+            conversation_id=f"c{i}",
+            status=Run.Status.COMPLETED,
+        )
+        for i, event in enumerate(events)
+    )
+    sql = _claim_sql(queue_policy=True) if statement == "claim under queue" else _ledger_sql(final=True, reply=False)
+
+    indexes = _generic_plan_indexes(sql, table(Run).strip('"'))
+
+    assert indexes & {"run_active_idx", "run_queue_idx"}
+    assert indexes <= {"run_active_idx", "run_queue_idx", "run_lease_idx", "runners_run_pkey"}
