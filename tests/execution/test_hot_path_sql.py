@@ -33,6 +33,17 @@ def test_hot_path_statements_are_prepared_on_the_server():
     assert prepared == ["SELECT $1::int + 41"]
 
 
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are a PostgreSQL feature")
+def test_long_statements_with_many_parameters_run_and_a_stray_percent_sign_is_refused():
+    # Statements go to PostgreSQL in their `$n` form, numbered here once per statement.
+    values = list(range(60))
+    sql = "SELECT " + ", ".join(["%s::int"] * len(values)) + " -- " + "x" * 5000
+    assert sql_fetchone(sql, values) == tuple(values)
+
+    with pytest.raises(ValueError, match="placeholders"):
+        sql_fetchone("SELECT %s::text || '%%'", ["a"])
+
+
 def test_deferred_columns_are_left_out_and_loaded_when_read():
     descriptor = RunnerDescriptorFactory.create(manifest={"apiVersion": "v1", "marker": "kept"})
     columns = ModelColumns(RunnerDescriptor, "d", defer=("manifest", "config_schema"))
