@@ -176,7 +176,7 @@ def history_page_rows(
     sql = _history_sql(
         thread=thread_id is not None, before=before is not None, after=after is not None, forward=forward
     )
-    fetched = sql_fetchall(sql, [*params, limit + 1])
+    fetched = sql_fetchall(sql, [*params, limit + 1], binary=True)
     rows = [_history_row(values) for values in fetched[:limit]]
     if not forward:
         rows.reverse()

@@ -127,7 +127,7 @@ def _numbered(sql: str) -> str:
     return numbered
 
 
-def _execute(sql: str, params: Sequence[Any], prepare: bool) -> Any:
+def _execute(sql: str, params: Sequence[Any], prepare: bool, binary: bool = False) -> Any:
     """Execute on the current connection and return the cursor (the caller closes it). On PostgreSQL,
     hot statements run with server-side binding and are prepared once per connection (planning a wide
     join costs more than executing it), from a raw cursor fed the `$n` form of the statement."""
@@ -137,7 +137,7 @@ def _execute(sql: str, params: Sequence[Any], prepare: bool) -> Any:
         import psycopg
 
         cursor = psycopg.RawCursor(connection.connection)
-        statement, options = _numbered(sql), {"prepare": True}
+        statement, options = _numbered(sql), {"prepare": True, "binary": binary}
     else:
         cursor = connection.cursor()
         statement, options = sql, {}
@@ -155,8 +155,10 @@ def sql_fetchone(sql: str, params: Sequence[Any], *, prepare: bool = True) -> tu
         return tuple(row) if row is not None else None
 
 
-def sql_fetchall(sql: str, params: Sequence[Any], *, prepare: bool = True) -> list[tuple[Any, ...]]:
-    with connection.wrap_database_errors, _execute(sql, params, prepare) as cursor:
+def sql_fetchall(
+    sql: str, params: Sequence[Any], *, prepare: bool = True, binary: bool = False
+) -> list[tuple[Any, ...]]:
+    with connection.wrap_database_errors, _execute(sql, params, prepare, binary) as cursor:
         return [tuple(row) for row in cursor.fetchall()]
 
 
