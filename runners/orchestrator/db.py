@@ -158,6 +158,10 @@ def sql_fetchone(sql: str, params: Sequence[Any], *, prepare: bool = True) -> tu
 def sql_fetchall(
     sql: str, params: Sequence[Any], *, prepare: bool = True, binary: bool = False
 ) -> list[tuple[Any, ...]]:
+    """All rows of a statement. With `binary` (PostgreSQL, prepared), values come in the server's binary
+    format through psycopg's own loaders, which decode timestamps far faster than Django's text loader;
+    JSON then arrives decoded, not as the text a model field's converters expect, so `binary` is for
+    rows read without them."""
     with connection.wrap_database_errors, _execute(sql, params, prepare, binary) as cursor:
         return [tuple(row) for row in cursor.fetchall()]
 
