@@ -4,6 +4,10 @@ ORM calls run on a small dedicated thread pool (`LANGBOT_WORKER_DB_THREADS`) rat
 single thread-sensitive thread, so the runs of one process write concurrently; each call hands its
 connection back (to the PostgreSQL pool when it is configured) so idle threads hold nothing.
 
+A running run's result writes (`ledger.py`) need no ORM in the common case: `LoopStatements` runs them
+on the loop itself, over psycopg's async connections on PostgreSQL, without handing each one to a
+thread and back.
+
 Claiming a run and persisting its results happen for every run, so they use hand-written statements
 instead of building ORM queries each time (query compilation costs more than the round trip on a small
 machine). `ModelColumns` keeps those statements tied to the models: the column lists come from the
@@ -46,6 +50,58 @@ def _call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
     finally:
         close_old_connections()
+
+
+class LoopStatements:
+    """Hand-written statements awaited on the worker's loop.
+
+    On PostgreSQL they run over a pool of psycopg async connections opened with Django's own connection
+    parameters (so values load as through the ORM: the same adapters, JSON as text for the fields to
+    decode), in autocommit, prepared on the server in their `$n` form like `sql_fetchall`. Each one costs
+    its round trip and no thread hand-off. Elsewhere (SQLite) they go through `sql_fetchall` on the
+    executor. Errors are the driver's own, not Django's wrappers.
+    """
+
+    def __init__(self, executor: DatabaseExecutor, size: int) -> None:
+        self.executor = executor
+        self.size = max(1, size)
+        self._pool: Any = None
+
+    @property
+    def native(self) -> bool:
+        return connection.vendor == "postgresql"
+
+    async def open(self) -> None:
+        if not self.native or self._pool is not None:
+            return
+        from psycopg_pool import AsyncConnectionPool
+
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)  # Django's is a synchronous cursor
+        self._pool = AsyncConnectionPool(
+            kwargs={**params, "autocommit": True},
+            min_size=1,
+            max_size=self.size,
+            open=False,
+            name="langbot-run-statements",
+        )
+        await self._pool.open()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        if not self.native:
+            return await self.executor(sql_fetchall, sql, params)
+        if self._pool is None:
+            await self.open()
+        import psycopg
+
+        async with self._pool.connection() as conn, psycopg.AsyncRawCursor(conn) as cursor:
+            await cursor.execute(_numbered(sql), params, prepare=True)
+            return [tuple(row) for row in await cursor.fetchall()]
 
 
 def qn(name: str) -> str:

@@ -298,8 +298,9 @@ class RunExecution:
 
     async def _append(self, batch: Batch) -> bool:
         try:
-            rows = await self.orchestrator.db(
-                ledger_append,
+            rows = await ledger_append(
+                self.orchestrator.statements,
+                self.orchestrator.db,
                 run=self.run,
                 lease_token=self.lease_token,
                 last_seq=self.last_seq,
@@ -330,8 +331,9 @@ class RunExecution:
             if outcome.status == "completed" and streamed:
                 reply = AssistantReply(streamed, [])
         try:
-            rows = await self.orchestrator.db(
-                ledger_finish,
+            rows = await ledger_finish(
+                self.orchestrator.statements,
+                self.orchestrator.db,
                 run=self.run,
                 lease_token=self.lease_token,
                 last_seq=self.last_seq,

@@ -1,4 +1,4 @@
-"""Writes of a running run (synchronous; the execution calls them through the loop's database executor).
+"""Writes of a running run, awaited by the execution on the worker's loop.
 
 Every write is fenced by the lease: the same transaction first updates the run row on
 `(pk, lease_token, status=running)` — advancing `last_seq` and renewing the lease — and rolls back with
@@ -6,6 +6,9 @@ Every write is fenced by the lease: the same transaction first updates the run r
 inserted in bulk with host-assigned `seq` values; state updates and artifacts go to their own stores and
 are never RunEvents (they are not delivered to clients). The final write also stores the outcome and
 the assistant transcript item (at most one per run: a duplicate is ignored by the unique constraint).
+
+The common batch is one statement awaited on the loop (`LoopStatements`); a batch with state updates,
+artifacts or action requests is an ORM transaction on the database executor.
 """
 
 from __future__ import annotations
@@ -26,18 +29,19 @@ from bindings.models import Workspace
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.models import Run, RunEvent
 from runners.orchestrator.db import (
+    DatabaseExecutor,
+    LoopStatements,
     column,
     insert_select_sql,
     insert_values,
     prep,
-    sql_fetchall,
     sql_text_literals,
     table,
 )
 from runners.orchestrator.normalizer import Outcome
 from runners.orchestrator.state import state_write
 from runners.platform_actions import platform_actions_from_results
-from runners.services import run_dispatch_next_on_commit, run_dispatch_on_commit
+from runners.services import run_dispatch, run_dispatch_next_on_commit
 from transcripts.models import TranscriptItem
 
 logger = logging.getLogger(__name__)
@@ -183,7 +187,9 @@ def _ledger_sql(*, final: bool, reply: bool) -> str:
     return sql
 
 
-def _ledger_write_fast(
+async def _ledger_write_fast(
+    statements: LoopStatements,
+    db: DatabaseExecutor,
     *,
     run: Run,
     lease_token: str,
@@ -212,7 +218,7 @@ def _ledger_write_fast(
         # `run_next_queued`: only runs of a conversation under a binding wait behind another.
         waits = bool(run.conversation_id) and run.binding_id is not None
         params += [run.workspace_id, run.conversation_id, run.binding_id if waits else -1]
-    rows = sql_fetchall(_ledger_sql(final=final, reply=reply is not None), params)
+    rows = await statements.fetchall(_ledger_sql(final=final, reply=reply is not None), params)
     events: list[RunEvent] = []
     by_seq = dict(zip(seqs, batch.events, strict=True))
     following = None
@@ -225,20 +231,39 @@ def _ledger_write_fast(
         elif kind == "next":
             following = next_run_id
     if following is not None:
-        run_dispatch_on_commit(run_id=str(following))
+        # The statement has committed (autocommit); sending is a blocking broker call.
+        await db(run_dispatch, run_id=str(following))
     events.sort(key=lambda event: event.seq)
     return events
 
 
-def ledger_append(*, run: Run, lease_token: str, last_seq: int, batch: Batch, lease_seconds: float) -> list[RunEvent]:
+async def ledger_append(
+    statements: LoopStatements,
+    db: DatabaseExecutor,
+    *,
+    run: Run,
+    lease_token: str,
+    last_seq: int,
+    batch: Batch,
+    lease_seconds: float,
+) -> list[RunEvent]:
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
     now = timezone.now()
     if _fast_path(batch):
         sets = [last_seq + len(batch.events), now + timedelta(seconds=lease_seconds)]
-        return _ledger_write_fast(
-            run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets, final=False,
-            reply=None,
+        return await _ledger_write_fast(
+            statements, db, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
+            final=False, reply=None,
         )  # fmt: skip
+    return await db(
+        _ledger_append_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
+        lease_seconds=lease_seconds,
+    )  # fmt: skip
+
+
+def _ledger_append_orm(
+    *, run: Run, lease_token: str, last_seq: int, batch: Batch, now: datetime, lease_seconds: float
+) -> list[RunEvent]:
     with transaction.atomic():
         held = Run.objects.filter(pk=run.pk, lease_token=lease_token, status=Run.Status.RUNNING).update(
             last_seq=last_seq + len(batch.events), lease_expires_at=now + timedelta(seconds=lease_seconds)
@@ -249,7 +274,9 @@ def ledger_append(*, run: Run, lease_token: str, last_seq: int, batch: Batch, le
         return _event_rows(run, last_seq + 1, batch.events)
 
 
-def ledger_finish(
+async def ledger_finish(
+    statements: LoopStatements,
+    db: DatabaseExecutor,
     *,
     run: Run,
     lease_token: str,
@@ -284,13 +311,14 @@ def ledger_finish(
             last_seq + len(batch.events),
             now,
         ]
-        rows = _ledger_write_fast(
-            run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets, final=True, reply=item
-        )
+        rows = await _ledger_write_fast(
+            statements, db, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
+            final=True, reply=item,
+        )  # fmt: skip
     else:
-        rows = _ledger_finish_orm(
-            run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, outcome=outcome, output=output,
-            item=item, now=now,
+        rows = await db(
+            _ledger_finish_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, outcome=outcome,
+            output=output, item=item, now=now,
         )  # fmt: skip
     run.status, run.status_reason, run.error = outcome.status, outcome.status_reason, outcome.error
     run.usage, run.output, run.finished_at = outcome.usage, output, now

@@ -30,7 +30,7 @@ from django.conf import settings
 from runners.audit import AuditLog
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.cancel import CancelListener
-from runners.orchestrator.db import DatabaseExecutor
+from runners.orchestrator.db import DatabaseExecutor, LoopStatements
 from runners.orchestrator.execution import RunExecution
 from runners.orchestrator.ledger import leases_renew
 from runners.orchestrator.proxy import proxy_handlers
@@ -48,6 +48,7 @@ class Orchestrator:
         self.loop = link.loop
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.db = DatabaseExecutor(settings.LANGBOT_WORKER_DB_THREADS)
+        self.statements = LoopStatements(self.db, settings.LANGBOT_WORKER_DB_THREADS)
         self.max_runs = settings.LANGBOT_WORKER_MAX_RUNS
         self.slots = threading.BoundedSemaphore(self.max_runs)
         self.executions: dict[str, RunExecution] = {}
@@ -62,6 +63,7 @@ class Orchestrator:
     # -- loop side ------------------------------------------------------------------------------
 
     async def _start(self) -> None:
+        await self.statements.open()
         self._heartbeat = asyncio.get_running_loop().create_task(self._beat(), name="run-lease-heartbeat")
         self._listener = CancelListener(self._on_cancel)
         self._listener.start()
@@ -137,6 +139,7 @@ class Orchestrator:
             await asyncio.wait(list(self._background), timeout=2)
         # Audit rows are batched; the last batch must not die with the process.
         await self.audit.flush()
+        await self.statements.close()
 
     # -- task-thread side -----------------------------------------------------------------------
 
