@@ -177,7 +177,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "runs-sweep": {"task": "runners.tasks.runs_sweep", "schedule": env.float("LANGBOT_SWEEP_SECONDS", default=5.0)},
 }
 
-# Run execution in workers (runners.orchestrator): in-flight runs per worker process, the lease a worker
+# Run execution in workers (runners.orchestrator): in-flight runs per worker process, the database threads
+# of its loop (also the most connections its loop's own pool for result writes opens), the lease a worker
 # holds on each run and how often it renews them, the grace given to runs at worker shutdown.
 LANGBOT_WORKER_MAX_RUNS = env.int("LANGBOT_WORKER_MAX_RUNS", default=1000)
 LANGBOT_WORKER_DB_THREADS = env.int("LANGBOT_WORKER_DB_THREADS", default=8)
