@@ -300,7 +300,6 @@ class RunExecution:
         try:
             rows = await ledger_append(
                 self.orchestrator.statements,
-                self.orchestrator.db,
                 run=self.run,
                 lease_token=self.lease_token,
                 last_seq=self.last_seq,
@@ -333,7 +332,6 @@ class RunExecution:
         try:
             rows = await ledger_finish(
                 self.orchestrator.statements,
-                self.orchestrator.db,
                 run=self.run,
                 lease_token=self.lease_token,
                 last_seq=self.last_seq,

@@ -8,7 +8,7 @@ are never RunEvents (they are not delivered to clients). The final write also st
 the assistant transcript item (at most one per run: a duplicate is ignored by the unique constraint).
 
 The common batch is one statement awaited on the loop (`LoopStatements`); a batch with state updates,
-artifacts or action requests is an ORM transaction on the database executor.
+artifacts or action requests is an ORM transaction on the loop's database executor (`statements.executor`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from bindings.models import Workspace
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.models import Run, RunEvent
 from runners.orchestrator.db import (
-    DatabaseExecutor,
     LoopStatements,
     column,
     insert_select_sql,
@@ -189,7 +188,6 @@ def _ledger_sql(*, final: bool, reply: bool) -> str:
 
 async def _ledger_write_fast(
     statements: LoopStatements,
-    db: DatabaseExecutor,
     *,
     run: Run,
     lease_token: str,
@@ -232,14 +230,13 @@ async def _ledger_write_fast(
             following = next_run_id
     if following is not None:
         # The statement has committed (autocommit); sending is a blocking broker call.
-        await db(run_dispatch, run_id=str(following))
+        await statements.executor(run_dispatch, run_id=str(following))
     events.sort(key=lambda event: event.seq)
     return events
 
 
 async def ledger_append(
     statements: LoopStatements,
-    db: DatabaseExecutor,
     *,
     run: Run,
     lease_token: str,
@@ -252,10 +249,10 @@ async def ledger_append(
     if _fast_path(batch):
         sets = [last_seq + len(batch.events), now + timedelta(seconds=lease_seconds)]
         return await _ledger_write_fast(
-            statements, db, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
+            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
             final=False, reply=None,
         )  # fmt: skip
-    return await db(
+    return await statements.executor(
         _ledger_append_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
         lease_seconds=lease_seconds,
     )  # fmt: skip
@@ -276,7 +273,6 @@ def _ledger_append_orm(
 
 async def ledger_finish(
     statements: LoopStatements,
-    db: DatabaseExecutor,
     *,
     run: Run,
     lease_token: str,
@@ -312,11 +308,11 @@ async def ledger_finish(
             now,
         ]
         rows = await _ledger_write_fast(
-            statements, db, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
+            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
             final=True, reply=item,
         )  # fmt: skip
     else:
-        rows = await db(
+        rows = await statements.executor(
             _ledger_finish_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, outcome=outcome,
             output=output, item=item, now=now,
         )  # fmt: skip
