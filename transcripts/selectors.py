@@ -140,7 +140,8 @@ def _history_sql(*, thread: bool, before: bool, after: bool, forward: bool) -> s
 
 
 def _json(value: Any) -> Any:
-    # The driver hands JSON columns over as text (Django decodes them in `JSONField.from_db_value`).
+    # Rows read in binary (PostgreSQL) have their JSON decoded by the driver; elsewhere it is text, which
+    # the ORM would have decoded in `JSONField.from_db_value`.
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 

@@ -2,8 +2,8 @@
 
 One `Orchestrator` per worker process owns: the asyncio loop thread and the one multiplexed runtime
 connection of `runners.runtime.RuntimeLink`, the proxy handlers registered on that connection, a
-database executor for the loop, the runs in flight (bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease
-heartbeat and the cancel listener.
+database executor for the loop and the loop's own statement pool (result writes), the runs in flight
+(bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease heartbeat and the cancel listener.
 
 `run_admit` (called by the `run_execute` task thread) waits for a free slot — a full process stops
 taking messages, which pushes back on the queue — claims the run (`admission.run_claim`), hands its
