@@ -4,8 +4,6 @@ with its children in one statement."""
 
 from __future__ import annotations
 
-import itertools
-import re
 from typing import Any
 
 import pytest
@@ -13,7 +11,7 @@ from django.db import DataError, connection, transaction
 
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.admission import _claim_sql
-from runners.orchestrator.db import ModelColumns, insert_with_children, sql_fetchone, table
+from runners.orchestrator.db import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
 from runners.orchestrator.ledger import _ledger_sql
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, TranscriptItem
@@ -112,11 +110,9 @@ def test_insert_with_children_refuses_an_over_long_child_value_and_writes_nothin
 def _generic_plan_indexes(sql: str, relation: str) -> set[str]:
     """The indexes on `relation` that the generic plan of `sql` (the plan a prepared statement keeps)
     scans, planned now."""
-    numbers = itertools.count(1)
-    prepared = re.sub(r"%s", lambda _: f"${next(numbers)}", sql)
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE probe AS {prepared}")
+        cursor.execute(f"PREPARE probe AS {_numbered(sql)}")
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE probe({', '.join(['NULL'] * sql.count('%s'))})")
         plan = cursor.fetchone()[0]
         cursor.execute("DEALLOCATE probe")
