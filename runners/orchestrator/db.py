@@ -96,7 +96,7 @@ class LoopStatements:
         if not self.native:
             return await self.executor(sql_fetchall, sql, params)
         if self._pool is None:
-            await self.open()
+            raise RuntimeError("the loop's statement pool is not open")
         import psycopg
 
         async with self._pool.connection() as conn, psycopg.AsyncRawCursor(conn) as cursor:
