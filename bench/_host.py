@@ -95,6 +95,10 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
     )
     try:
         _setup_binding()
+        # This process stands in for the web process, which freezes its start-up objects (asgi.py).
+        from langbot_host.process import startup_objects_freeze
+
+        startup_objects_freeze()
         yield worker
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -48,16 +48,20 @@ def _start_run_loop(sender: Any = None, **kwargs: Any) -> None:
     pool = getattr(sender, "pool", None)
     if pool is not None and type(pool).__module__.endswith("prefork"):
         return
+    from langbot_host.process import startup_objects_freeze
     from runners.orchestrator.worker import orchestrator_start
 
     orchestrator_start()
+    startup_objects_freeze()
 
 
 @worker_process_init.connect
 def _start_child_run_loop(**kwargs: Any) -> None:
+    from langbot_host.process import startup_objects_freeze
     from runners.orchestrator.worker import orchestrator_start
 
     orchestrator_start()
+    startup_objects_freeze()
 
 
 @worker_shutdown.connect

@@ -13,3 +13,6 @@ STORAGES = {
 }
 # Static files are collected by `make run`, not by the test run.
 MIDDLEWARE = [m for m in MIDDLEWARE if not m.startswith("whitenoise.")]  # noqa: F405
+# The test process imports the ASGI application (tests/streaming): its own objects are not frozen unless a
+# test asks for it (tests/host/test_process_startup.py).
+LANGBOT_GC_FREEZE = env.bool("LANGBOT_GC_FREEZE", default=False)  # noqa: F405

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ logger = logging.getLogger("langbot_sdk.runtime")
 
 PLUGIN_DIRS_ENV = "LANGBOT_PLUGIN_DIRS"
 TOKEN_ENV = "LANGBOT_RUNTIME_TOKEN"
+GC_FREEZE_ENV = "LANGBOT_GC_FREEZE"
 DEFAULT_PLUGIN_DIR = "plugins"
 
 
@@ -162,6 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.pathsep.join(map(str, plugin_dirs)),
             failed,
         )
+        if os.environ.get(GC_FREEZE_ENV, "true").strip().lower() not in {"0", "false", "no", "off"}:
+            # The loaded plugins and their imports live as long as the process: frozen, a full garbage
+            # collection no longer walks them (and no longer holds every run's results back meanwhile).
+            gc.collect()
+            gc.freeze()
         return RuntimeService(registry, cancel_grace=max(0.0, args.cancel_grace))
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
