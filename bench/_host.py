@@ -136,6 +136,9 @@ class Driver:
 
         self.layer = get_channel_layer()
         self.workspace: Any = None
+        # run id -> wall-clock times of the gateway call, its return and the client's receipt of the end
+        # (comparable with the Run row's `started_at`/`finished_at`, written by the worker on this machine).
+        self.marks: dict[str, tuple[float, float, float]] = {}
 
     async def start(self) -> None:
         from asgiref.sync import sync_to_async
@@ -159,8 +162,9 @@ class Driver:
         """Seconds from the gateway call to the terminal status, and that status."""
         from asgiref.sync import sync_to_async
 
-        started = time.perf_counter()
+        started, called = time.perf_counter(), time.time()
         run_id, _ = await sync_to_async(_ingest, thread_sensitive=False)(self.workspace, text, conversation)
+        ingested = time.time()
         channel = await self.layer.new_channel()
         # Subscribe, then read the status once: a run that ended in between is not missed.
         await self.layer.group_add(f"run.{run_id}", channel)
@@ -174,6 +178,7 @@ class Driver:
                 except TimeoutError:
                     # A status message can be dropped when a channel is full: read once.
                     result = await sync_to_async(_status, thread_sensitive=False)(run_id)
+            self.marks[run_id] = (called, ingested, time.time())
             return time.perf_counter() - started, result
         finally:
             await self.layer.group_discard(f"run.{run_id}", channel)
@@ -204,6 +209,33 @@ def _ingest(workspace: Any, text: str, conversation: str) -> tuple[str, str]:
         result = event_ingest(workspace=workspace, envelope=envelope)
         [run] = result.runs
         return str(run.run_id), run.status
+    finally:
+        close_old_connections()
+
+
+def run_stages(marks: dict[str, tuple[float, float, float]]) -> dict[str, list[float]]:
+    """Where each run's time went, in seconds, from the driver's marks and the Run row's timestamps:
+    the gateway call (EventLog, transcript, run row, broker publish); from its return to the worker's
+    claim (broker, Celery, run load); from the claim to the run's end (context, claim update, runtime round
+    trip, result normalization); from there to the client's receipt (ledger end, publication, channel
+    layer). `started_at` is taken just after the run is loaded and `finished_at` when the worker takes the
+    terminal result, before writing it."""
+    from django.db import close_old_connections
+
+    from runners.models import Run
+
+    try:
+        rows = Run.objects.filter(run_id__in=list(marks)).values_list("run_id", "started_at", "finished_at")
+        stages: dict[str, list[float]] = {"gateway call": [], "to claim": [], "claim to end": [], "to receipt": []}
+        for run_id, started_at, finished_at in rows:
+            if started_at is None or finished_at is None:
+                continue
+            called, ingested, received = marks[str(run_id)]
+            stages["gateway call"].append(ingested - called)
+            stages["to claim"].append(started_at.timestamp() - ingested)
+            stages["claim to end"].append(finished_at.timestamp() - started_at.timestamp())
+            stages["to receipt"].append(received - finished_at.timestamp())
+        return stages
     finally:
         close_old_connections()
 
