@@ -6,7 +6,10 @@ backup, pop, back up, clear the backup). When the process is also busy with sync
 chat submissions on its sync thread), every round trip waits for the GIL, and live delivery falls hundreds
 of milliseconds behind. Here one round trip takes up to `receive_batch` waiting messages, with the same
 backup guarantee: the script that pops them also copies them to the backup set, which is cleared once they
-are in this process's memory and restored to the channel if a reader was cancelled in between.
+are in this process's memory and restored to the channel if a reader was cancelled in between. A reader
+that found nothing and blocked (BZPOPMIN) has its message in memory as soon as the pop returns, so it
+sends nothing more: channels_redis backs that message up and clears the backup again, two round trips on
+the way of every live event to an idle socket.
 
 `group_add` sends its two commands in one pipeline instead of one after the other.
 """
@@ -78,18 +81,23 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
         try:
             popped = await connection.eval(_POP_BATCH_LUA, 2, key, backup, self.receive_batch)
             members = list(popped[::2])
+            backed_up = bool(members)
             while not members:
-                # Nothing waiting: block for the next message (kept in the backup until it is in memory).
+                # Nothing waiting: block for the next message. Nothing awaits between its arrival and
+                # `into.extend` below, so a backup copy could not be needed (a reader cancelled while the
+                # reply is on its way loses the message either way: the server has popped it).
                 result = await connection.bzpopmin(key, timeout=self.brpop_timeout)
                 if result is not None:
-                    _, member, score = result
-                    await connection.zadd(backup, {member: float(score)})
-                    members = [member]
+                    members = [result[1]]
         except BaseException:
             self.receive_clean_locks.release(key)
             raise
         # From here on nothing awaits until the messages are in memory; then the backup can go.
         into.extend(members)
+        if not backed_up:
+            # The script emptied the backup and put nothing in it: there is nothing to clean.
+            self.receive_clean_locks.release(key)
+            return
         cleaner = asyncio.ensure_future(connection.delete(backup))
         self.receive_cleaners.append(cleaner)
 

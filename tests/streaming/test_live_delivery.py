@@ -91,6 +91,39 @@ async def test_a_reader_cancelled_while_waiting_loses_nothing():
         await layer.flush()
 
 
+async def test_a_waiting_reader_gets_its_message_without_further_round_trips(monkeypatch):
+    # Given a reader waiting on an empty process-local channel, its Redis commands recorded
+    layer = fresh_layer()
+    channel = await layer.new_channel()
+    connection = layer.connection(layer.consistent_hash(layer.non_local_name(channel)))
+    commands: list[str] = []
+    real_execute = connection.execute_command
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        commands.append(str(args[0]).upper())
+        return await real_execute(*args, **kwargs)
+
+    monkeypatch.setattr(connection, "execute_command", recording)
+    config: Any = settings.CHANNEL_LAYERS["default"]["CONFIG"]
+    sender = BatchedRedisChannelLayer(hosts=config["hosts"], prefix=layer.prefix)
+    try:
+        waiting = asyncio.ensure_future(layer.receive(channel))
+        await asyncio.sleep(0.05)
+        assert commands == ["EVAL", "BZPOPMIN"]
+
+        # When a message arrives
+        await sender.send(channel, {"type": "test.message", "n": 1})
+
+        # Then the reader has it with nothing sent to Redis after the blocking pop: every command after
+        # it would delay each live event on its way to a socket
+        assert (await asyncio.wait_for(waiting, 5))["n"] == 1
+        await asyncio.gather(*layer.receive_cleaners)
+        assert commands[2:] == []
+    finally:
+        await sender.flush()
+        await layer.flush()
+
+
 async def test_messages_a_cancelled_reader_left_in_the_backup_are_delivered_first():
     # Given a message popped by a reader that was cancelled before it had it (it sits in the backup set)
     layer = fresh_layer()
