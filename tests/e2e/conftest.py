@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connections
 
 from tests.integration.conftest import (  # noqa: F401  (fixtures shared with the integration tests)
     _database_url,
@@ -120,6 +121,10 @@ def browser(monkeypatch) -> Iterator[Any]:
             yield instance
         finally:
             instance.close()
+            # While Playwright's loop runs in this thread, Django keeps the test's database connections per
+            # context, not per thread: only here can they be closed (returned to the pool). Left open, they
+            # kept the test database from being dropped at the end of the run.
+            connections.close_all()
 
 
 @pytest.fixture
