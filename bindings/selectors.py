@@ -165,7 +165,8 @@ def _rank(binding: AgentBinding) -> tuple[int, int, str, bool]:
 
 def binding_resolve_for_event(*, workspace: Workspace, event_type: str, bot_id: str | None) -> BindingResolution:
     """Choose the bindings of `workspace` (and host-wide global ones) that handle an event."""
-    return bindings_choose(_candidates(workspace), workspace=workspace, event_type=event_type, bot_id=bot_id)
+    candidates = binding_candidates(workspace=workspace)
+    return bindings_choose(candidates, workspace=workspace, event_type=event_type, bot_id=bot_id)
 
 
 # The resolver runs for every event. On PostgreSQL the candidate bindings are kept per process and
@@ -178,7 +179,9 @@ _candidates_cache: dict[int, tuple[tuple[tuple[int, str], ...], list[AgentBindin
 _candidates_lock = threading.Lock()
 
 
-def _candidates(workspace: Workspace) -> list[AgentBinding]:
+def binding_candidates(*, workspace: Workspace) -> list[AgentBinding]:
+    """The enabled bindings of `workspace` and the enabled global ones: what the resolver chooses from
+    (`bindings_choose`). Shared, cached instances: read them, never change them."""
     def queryset() -> QuerySet[AgentBinding]:
         return AgentBinding.objects.filter(
             Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),

@@ -22,7 +22,14 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Workspace
-from bindings.selectors import WorkspaceChoiceError, binding_resolve_for_event, bot_list, workspace_for_user
+from bindings.selectors import (
+    BindingResolution,
+    WorkspaceChoiceError,
+    binding_candidates,
+    bindings_choose,
+    bot_list,
+    workspace_for_user,
+)
 from bindings.specs import field_errors
 from runners.api import run_summary_out
 from runners.models import Run
@@ -33,6 +40,7 @@ from transcripts.models import EventLog
 from transcripts.services import EventRefusedError, event_ingest
 
 CANCEL_REASON = "cancelled from the web chat"
+CHAT_EVENT_TYPE = "message.received"
 RECENT_CONVERSATIONS = 30
 
 
@@ -85,15 +93,23 @@ def chat_message_submit(
     """Ingest one chat message as a gateway event and describe the runs it started as `run.status`
     messages. Raises `ChatRefusedError` for invalid input or a binding that would not receive it."""
     workspace = Workspace.objects.get(pk=caller.workspace_id)
+    resolution: BindingResolution | None = None
     if binding_id is not None:
-        binding = _binding_of(workspace, binding_id)
+        # The resolver's candidates (cached per process) hold every binding that could receive the message;
+        # a disabled or unknown one is looked up only to say why it cannot.
+        candidates = binding_candidates(workspace=workspace)
+        binding = min(
+            (b for b in candidates if b.binding_id == binding_id),
+            key=lambda b: b.workspace_id is None,  # the workspace's own binding before a global one
+            default=None,
+        ) or _binding_of(workspace, binding_id)
         if binding.scope_type == AgentBinding.ScopeType.BOT:
             if bot_id is not None and bot_id != binding.scope_id:
                 raise ChatRefusedError(
                     "invalid_argument", f"Binding {binding_id!r} belongs to bot {binding.scope_id!r}, not {bot_id!r}."
                 )
             bot_id = binding.scope_id
-        resolution = binding_resolve_for_event(workspace=workspace, event_type="message.received", bot_id=bot_id)
+        resolution = bindings_choose(candidates, workspace=workspace, event_type=CHAT_EVENT_TYPE, bot_id=bot_id)
         if binding.pk not in {b.pk for b in resolution.to_run}:
             chosen = resolution.replying.binding_id if resolution.replying else None
             raise ChatRefusedError(
@@ -106,6 +122,7 @@ def chat_message_submit(
         envelope = EventEnvelopeIn.model_validate(
             {
                 "source": EventSource.WEBUI,
+                "event_type": CHAT_EVENT_TYPE,
                 "bot_id": bot_id,
                 "conversation_id": conversation_id,
                 "actor": {"actor_type": "user", "actor_id": caller.principal, "actor_name": caller.display_name},
@@ -116,7 +133,7 @@ def chat_message_submit(
         fields = field_errors(exc)
         raise ChatRefusedError("invalid_argument", "The message has invalid fields.", fields=fields) from None
     try:
-        result = event_ingest(workspace=workspace, envelope=envelope)
+        result = event_ingest(workspace=workspace, envelope=envelope, resolution=resolution)
     except EventRefusedError as exc:
         raise ChatRefusedError("invalid_argument", str(exc), fields=exc.fields) from None
     event = result.event

@@ -77,9 +77,15 @@ def input_summary(*, text: str | None, contents: list[dict[str, Any]], attachmen
     return preview
 
 
-def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIngestResult:
+def event_ingest(
+    *, workspace: Workspace, envelope: EventEnvelopeIn, resolution: BindingResolution | None = None
+) -> EventIngestResult:
     """Record the event and create its runs, or return what an earlier delivery of the same `event_id`
-    created (`duplicate=True`). Raises `EventRefusedError` for a bot or attachment the workspace lacks."""
+    created (`duplicate=True`). Raises `EventRefusedError` for a bot or attachment the workspace lacks.
+
+    `resolution` is the event's routing when the caller has already resolved it (the web chat checks the
+    binding it was asked for); it must be for this workspace, event type and bot. Resolved here otherwise.
+    """
     bot = _bot_of_workspace(workspace, envelope.bot_id)
     stored_attachments = _stored_attachments(workspace, envelope)
     event_id = envelope.event_id_or_new()
@@ -111,9 +117,10 @@ def event_ingest(*, workspace: Workspace, envelope: EventEnvelopeIn) -> EventIng
         **({"message_chain": envelope.input.message_chain} if envelope.input.message_chain is not None else {}),
     }
 
-    resolution = binding_resolve_for_event(
-        workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
-    )
+    if resolution is None:
+        resolution = binding_resolve_for_event(
+            workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
+        )
     status, error = _routing_outcome(resolution)
     event = EventLog(
         workspace=workspace,
