@@ -43,10 +43,9 @@ from runners.streaming import (
     REPLAY_PAGE_SIZE,
     TERMINAL_STATUSES,
     RunCursor,
-    conversation_active_runs,
     conversation_events_after,
     conversation_exists,
-    conversation_last_event_id,
+    conversation_now,
     run_events_range,
 )
 from runners.tickets import ws_ticket_consume
@@ -273,7 +272,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                     break
         else:
             # Without a cursor: what is in progress (the active runs, from their start), then live.
-            floor, active = await database_sync_to_async(_conversation_now)(workspace_id, conversation_id)
+            floor, active = await database_sync_to_async(conversation_now)(
+                workspace_id=workspace_id, conversation_id=conversation_id
+            )
             cursor = RunCursor(floor_id=floor)
             self.subscription = _Subscription(conversation_id, group, cursor)
             for run_id in active:
@@ -394,11 +395,3 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         while True:
             await asyncio.sleep(self.ping_seconds)
             self._deliver({"type": "ping"})
-
-
-def _conversation_now(workspace_id: int, conversation_id: str) -> tuple[int, list[str]]:
-    """The conversation's newest event id and its active runs, read after joining its group."""
-    return (
-        conversation_last_event_id(workspace_id=workspace_id, conversation_id=conversation_id),
-        conversation_active_runs(workspace_id=workspace_id, conversation_id=conversation_id),
-    )

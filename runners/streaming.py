@@ -11,10 +11,13 @@ filled from the database before the live message is passed on. Nothing here poll
 
 from __future__ import annotations
 
+import functools
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from runners.models import Run, RunEvent
+from runners.orchestrator.db import column, sql_fetchall, sql_text_literals, table
 from runners.publish import run_event_message
 from transcripts.models import EventLog
 
@@ -43,14 +46,6 @@ def conversation_events_after(
         .order_by("id")[:limit]
     )
     return [run_event_message(row.run, row) for row in rows]
-
-
-def conversation_active_runs(*, workspace_id: int, conversation_id: str) -> list[str]:
-    """Run ids of the conversation's queued or running runs, oldest first."""
-    rows = Run.objects.filter(
-        workspace_id=workspace_id, conversation_id=conversation_id, status__in=Run.ACTIVE_STATUSES
-    ).order_by("id")
-    return [str(run_id) for run_id in rows.values_list("run_id", flat=True)]
 
 
 def run_events_range(
@@ -120,12 +115,29 @@ class RunCursor:
             self.finished.add(run_id)
 
 
-def conversation_last_event_id(*, workspace_id: int, conversation_id: str) -> int:
-    """The id of the conversation's newest persisted run event (0 when there is none)."""
-    newest = (
-        RunEvent.objects.filter(run__workspace_id=workspace_id, run__conversation_id=conversation_id)
-        .order_by("-id")
-        .values_list("id", flat=True)
-        .first()
+def conversation_now(*, workspace_id: int, conversation_id: str) -> tuple[int, list[str]]:
+    """Where a subscription without a cursor starts: the id of the conversation's newest persisted run
+    event (0 when there is none) and the run ids of its queued or running runs, oldest first.
+
+    One statement, because every chat message to a new conversation waits for it on the web process's one
+    sync thread. It is not prepared: like the ORM's queries it replaces, each execution is planned with its
+    own values (a generic plan made on a young table could read every run event for a conversation that
+    has none).
+    """
+    rows = sql_fetchall(_conversation_now_sql(), [workspace_id, conversation_id] * 2, prepare=False)
+    floor = int(rows[0][1] or 0)
+    return floor, [str(uuid.UUID(str(run_id))) for kind, _, run_id in rows if kind == 1]
+
+
+@functools.cache
+def _conversation_now_sql() -> str:
+    r, e = table(Run), table(RunEvent)
+    run_pk, run_ws, run_conv = column(Run, "id"), column(Run, "workspace"), column(Run, "conversation_id")
+    event_pk, event_run = column(RunEvent, "id"), column(RunEvent, "run")
+    return (
+        f"SELECT 0, (SELECT e.{event_pk} FROM {e} e JOIN {r} x ON x.{run_pk} = e.{event_run}"
+        f" WHERE x.{run_ws} = %s AND x.{run_conv} = %s ORDER BY e.{event_pk} DESC LIMIT 1), NULL"
+        f" UNION ALL SELECT 1, r.{run_pk}, r.{column(Run, 'run_id')} FROM {r} r WHERE r.{run_ws} = %s"
+        f" AND r.{run_conv} = %s AND r.{column(Run, 'status')} IN ({sql_text_literals(Run.ACTIVE_STATUSES)})"
+        " ORDER BY 1, 2"
     )
-    return int(newest or 0)
