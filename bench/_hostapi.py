@@ -42,6 +42,10 @@ def django_on_scratch_database(suffix: str) -> None:
     import django
 
     django.setup()
+    # This process stands in for a worker answering host API calls, which freezes its start-up objects.
+    from langbot_host.process import startup_objects_freeze
+
+    startup_objects_freeze()
 
 
 def drop_scratch_database() -> None:
