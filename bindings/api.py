@@ -8,6 +8,7 @@ parsed by the strict pydantic models of `bindings.specs`; validation errors answ
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal, TypeVar
 
@@ -40,7 +41,7 @@ from bindings.services import (
     bot_update,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn, field_errors
-from langbot_host.api_errors import ApiError, invalid_fields
+from langbot_host.api_errors import ApiError, invalid_fields, query_bool
 
 InputModel = TypeVar("InputModel", bound=BaseModel)
 
@@ -142,7 +143,8 @@ def _parse(model: type[InputModel], data: Any) -> InputModel:
     if not isinstance(data, dict):
         raise ApiError(400, "invalid_argument", "The body must be a JSON object.", {"fields": {}})
     try:
-        return model.model_validate(data)
+        # JSON's own types, as the schema documents them: `0` is not a boolean, `"5"` not an integer.
+        return model.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as exc:
         raise invalid_fields(field_errors(exc)) from None
 
@@ -176,10 +178,10 @@ class BindingListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         workspace = request_workspace(request)
-        enabled_param = request.query_params.get("enabled")
-        enabled = None if enabled_param is None else enabled_param.lower() in ("1", "true", "yes")
         bindings = binding_list(
-            workspace=workspace, enabled=enabled, runner_id=request.query_params.get("runner_id") or None
+            workspace=workspace,
+            enabled=query_bool(request.query_params, "enabled"),
+            runner_id=request.query_params.get("runner_id") or None,
         )
         return Response({"items": [binding_out(b) for b in bindings]})
 

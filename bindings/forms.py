@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.forms.fields import InvalidJSONInput
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, Workspace
@@ -24,6 +25,7 @@ from bindings.selectors import binding_runner_config_masked, bot_credentials_mas
 from bindings.services import BindingValidationError, binding_prepare, credentials_merge
 from bindings.specs import BindingIn, field_errors
 from langbot_host.crypto import SECRET_MASK
+from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 from runners.models import RunnerDescriptor
 
@@ -39,6 +41,32 @@ def _text(value: Any) -> str:
     return str(root)
 
 
+def _json_text(value: Any, **options: Any) -> str:
+    """JSON to show in a field again; escaped to ASCII when it holds a lone surrogate, which a page
+    cannot carry."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    return text if is_storable(text) else json.dumps(value, **options)
+
+
+def _refuse_unstorable(value: Any) -> None:
+    # A form field's text cannot hold NUL (Django refuses it), but JSON escapes can.
+    if unstorable_text_path(value) is not None:
+        raise forms.ValidationError(UNSTORABLE_MESSAGE)
+
+
+class StorableJSONField(forms.JSONField):
+    """A JSON field that refuses text the database cannot store."""
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        _refuse_unstorable(value)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, InvalidJSONInput):
+            return value
+        return _json_text(value, cls=self.encoder)
+
+
 class PromptField(forms.CharField):
     """A prompt: plain text, or a JSON list of {role, content} messages."""
 
@@ -51,9 +79,13 @@ class PromptField(forms.CharField):
                 raise forms.ValidationError("Not valid JSON: write plain text or a JSON list of messages.") from None
         return text
 
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        _refuse_unstorable(value)
+
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, list):
-            return json.dumps(value, indent=2, ensure_ascii=False)
+            return _json_text(value, indent=2)
         return value
 
 
@@ -100,7 +132,7 @@ def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = 
             return forms.MultipleChoiceField(choices=choices, **options)
         return forms.ChoiceField(choices=[("", "---------"), *choices], **options)
     if kind is DynamicFormItemType.JSON:
-        return forms.JSONField(widget=forms.Textarea(attrs={"rows": 4}), **options)
+        return StorableJSONField(widget=forms.Textarea(attrs={"rows": 4}), **options)
     if kind is DynamicFormItemType.PROMPT_EDITOR:
         return PromptField(widget=forms.Textarea(attrs={"rows": 6}), **options)
     # string, model-selector, knowledge-base-selector
@@ -145,9 +177,9 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         initial="message.received", help_text="Comma-separated, e.g. `message.received`; `*` matches every event."
     )
     runner_id = forms.ChoiceField(label="Runner", choices=[])
-    resource_policy = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
-    state_policy = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
-    delivery_policy = forms.JSONField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    resource_policy = StorableJSONField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    state_policy = StorableJSONField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+    delivery_policy = StorableJSONField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
 
     class Meta:
         model = AgentBinding
@@ -282,7 +314,7 @@ def binding_admin_form(
 
 
 class BotAdminForm(forms.ModelForm[Bot]):
-    credentials_input = forms.JSONField(
+    credentials_input = StorableJSONField(
         label="Credentials",
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),

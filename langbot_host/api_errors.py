@@ -7,10 +7,10 @@ machine-readable code, so no client ever has to parse a message.
 from typing import Any, overload
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
 
 
 class ApiError(exceptions.APIException):
@@ -61,11 +61,30 @@ def query_int(query: QueryDict, name: str, *, default: int | None, low: int, hig
     return number
 
 
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def query_bool(query: QueryDict, name: str) -> bool | None:
+    """A boolean query parameter (`true`/`false`, `1`/`0`, `yes`/`no`), None when absent; a 400 naming
+    it otherwise, so that a typo never silently selects the opposite."""
+    value = query.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        return _BOOLEANS[value.lower()]
+    except KeyError:
+        raise invalid_fields({name: "Must be true or false."}) from None
+
+
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    # Imported here: `rest_framework.views` reads the parser setting at import, and that parser
+    # (`api_input.JSONParser`) raises this module's errors.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -85,3 +104,22 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         response["WWW-Authenticate"] = 'Bearer realm="api"'
     response.data = body
     return response
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """`handler404`: a URL under `/api/` that matches no route (a malformed id, say) answers in the API's
+    error shape; other pages keep Django's."""
+    if _is_api(request):
+        return JsonResponse(error_body("not_found", "No such resource."), status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """`handler500`: an API client gets the API's error shape; the exception itself is logged by Django."""
+    if _is_api(request):
+        return JsonResponse(error_body("internal", "The server could not answer; the error is logged."), status=500)
+    return defaults.server_error(request)

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from bindings.specs import field_errors
+from langbot_host.storable import UNSTORABLE_MESSAGE, unstorable_text_path
 from runners.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
 from runners.publish import conversation_group
 from runners.streaming import (
@@ -192,6 +193,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             parsed = model.model_validate(content)
         except ValidationError as exc:
             self._error("invalid_argument", "The message has invalid fields.", fields=field_errors(exc))
+            return
+        unstorable = unstorable_text_path(content)
+        if unstorable is not None:
+            # Refused here: the database would fail the submission, and with it this socket.
+            fields = {unstorable or "(message)": UNSTORABLE_MESSAGE}
+            self._error("invalid_argument", "The message has invalid fields.", fields=fields)
             return
         if isinstance(parsed, SubscribeIn):
             await self._on_subscribe(parsed)

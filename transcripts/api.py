@@ -29,6 +29,7 @@ from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.specs import field_errors
 from langbot_host.api_errors import ApiError, invalid_fields, query_int
+from langbot_host.api_input import refuse_unstorable_text
 from runners import services as run_services
 from runners.api import RunSummaryOut, run_summary_out
 from runners.models import Run
@@ -174,9 +175,10 @@ class EventJSONParser(JSONParser):
         if len(raw) > limit:
             raise _too_large()
         try:
-            return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+            data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
         except (UnicodeDecodeError, ValueError) as exc:
             raise exceptions.ParseError(f"Malformed JSON: {exc}") from None
+        return refuse_unstorable_text(data)
 
 
 def _refuse_constant(name: str) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import ValidationError
 
+from langbot_host.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode, limits
 from langbot_sdk.wire import CallInfo, Handler
 from runners.audit import AuditLog
@@ -122,7 +123,8 @@ def proxy_handlers(
 
         async def handle(data: dict[str, Any], info: CallInfo | None) -> Any:
             started = time.perf_counter()
-            run_id = str(data.get("run_id") or "")
+            # Audit rows are written in batches: one value the database cannot store would fail them all.
+            run_id = storable_text(str(data.get("run_id") or ""))
             session: RunSession | None = None
             resource = ""
 
@@ -134,12 +136,17 @@ def proxy_handlers(
                     action=action.value,
                     resource=resource,
                     scope=_scope_of(session),
-                    caller=str(data.get("caller_plugin_identity") or ""),
+                    caller=storable_text(str(data.get("caller_plugin_identity") or "")),
                     outcome=outcome,
                     duration_ms=(time.perf_counter() - started) * 1000,
                 )
 
             try:
+                unstorable = unstorable_text_path(data)
+                if unstorable is not None:
+                    raise AgentAPIException.invalid_argument(
+                        f"{unstorable or 'the request'}: {UNSTORABLE_MESSAGE}", field=unstorable
+                    )
                 held = sessions(run_id)
                 if held is None:
                     raise AgentAPIException.unauthorized(f"run {run_id!r} is not active")

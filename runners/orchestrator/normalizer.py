@@ -10,7 +10,8 @@ Rules, in order:
 - a known type whose payload fails its typed model is dropped (logged) — the rest of the run goes on;
   an invalid *terminal* result is dropped the same way, and the run then ends because the stream ends
   without a terminal result (`runner.invalid_result`).
-Accepted results keep the runner's `data` unchanged (it already passed the strict payload model).
+Accepted results keep the runner's `data` unchanged (it already passed the strict payload model), except
+that a NUL character or an unpaired surrogate, which the database cannot store, becomes U+FFFD.
 
 Consecutive `message.delta` results of the same role with text content are coalesced (`delta_merge`)
 by the execution for at most 50 ms before they are persisted; `outcome_of` maps the terminal result to
@@ -26,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from langbot_host.storable import storable_copy
 from langbot_sdk.protocol import (
     MessageCompletedPayload,
     ResultType,
@@ -80,10 +82,20 @@ class ResultNormalizer:
                 return None
             self.max_sequence = sequence
         try:
-            size = len(_encode({"type": type_, "data": data}).encode("utf-8"))
+            encoded = _encode({"type": type_, "data": data})
         except (TypeError, ValueError):
             self._drop("%s is not JSON", type_)
             return None
+        try:
+            size = len(encoded.encode("utf-8"))
+            storable = "\\u0000" not in encoded
+        except UnicodeEncodeError:
+            storable = False
+        if not storable:
+            # A NUL or an unpaired surrogate would fail the ledger write, and with it the run.
+            logger.warning("run %s: replaced text the database cannot store in a %s result", self.run_id, type_)
+            data = storable_copy(data)
+            size = len(_encode({"type": type_, "data": data}).encode("utf-8"))
         if size > limits.RESULT_EVENT_MAX_BYTES:
             self._drop("%s is %d bytes; the limit is %d", type_, size, limits.RESULT_EVENT_MAX_BYTES)
             return None

@@ -202,3 +202,37 @@ def _errors(response) -> dict:
     if context is None or "adminform" not in context:
         return {}
     return dict(context["adminform"].form.errors)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"cfg__prompt": '[{"role": "system", "content": "nul \\u0000"}]'}, "cfg__prompt"),
+        ({"resource_policy": '{"allowed_model_ids": ["m\\u0000"]}'}, "resource_policy"),
+    ],
+)
+def test_text_the_database_cannot_store_is_refused_on_its_field(admin_client, workspace, runner, overrides, field):
+    response = admin_client.post(ADD_URL, form_data(workspace, runner, **overrides))
+
+    assert response.status_code == 200
+    assert _errors(response)[field] == ["Must not contain NUL characters or unpaired surrogates."]
+    assert not AgentBinding.objects.exists()
+
+
+def test_bot_credentials_the_database_cannot_store_are_refused(admin_client, workspace):
+    response = admin_client.post(
+        "/admin/bindings/bot/add/",
+        {
+            "workspace": str(workspace.pk),
+            "bot_id": "tg",
+            "name": "TG",
+            "platform": "telegram",
+            "enabled": "on",
+            "credentials_input": '{"token": "\\ud800"}',
+            "_save": "Save",
+        },
+    )
+
+    assert response.status_code == 200
+    assert _errors(response)["credentials_input"] == ["Must not contain NUL characters or unpaired surrogates."]
+    assert not Bot.objects.exists()

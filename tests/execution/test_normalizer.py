@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langbot_sdk.protocol import AgentRunResult, limits
 from runners.orchestrator.execution import host_failure
-from runners.orchestrator.normalizer import ResultNormalizer, delta_merge, outcome_of
+from runners.orchestrator.normalizer import ResultNormalizer, delta_merge, message_of, outcome_of
 
 
 def _wire(result: AgentRunResult, sequence: int | None = None) -> dict:
@@ -77,3 +77,19 @@ def test_terminal_results_map_to_run_statuses():
     assert (failed.status, failed.status_reason) == ("failed", "worker_shutdown")
     assert failed.error is not None
     assert failed.error["retryable"] is True
+
+
+def test_text_the_database_cannot_store_is_kept_with_replacement_characters():
+    normalizer = ResultNormalizer("r1")
+    nul = normalizer.accept(_wire(AgentRunResult.message_completed("r1", "a\x00b"), 1))
+    lone = normalizer.accept({"type": "message.delta", "data": {"chunk": {"content": "c\ud800d"}}, "sequence": 2})
+    literal = normalizer.accept(_wire(AgentRunResult.message_delta("r1", "\\u0000 as typed"), 3))
+
+    assert nul is not None
+    assert lone is not None
+    assert literal is not None
+    assert nul.data["message"]["content"] == "a\ufffdb"
+    assert message_of(nul) == ("a\ufffdb", [])
+    assert lone.data["chunk"]["content"] == "c\ufffdd"
+    assert literal.data["chunk"]["content"] == "\\u0000 as typed"
+    assert normalizer.dropped == 0

@@ -72,6 +72,26 @@ def test_every_call_allowed_or_refused_is_audited(host_run):
     assert all(r.duration_ms >= 0 for r in rows)
 
 
+def test_text_the_database_cannot_store_is_invalid_argument_and_the_audit_goes_on(host_run):
+    run = host_run()
+    nul = run.refused("state_set", scope="conversation", key="k", value={"text": "a\x00b"})
+    lone = run.refused("state_set", scope="conversation", key="k", value={"key\ud800": 1})
+    run.call("state_set", scope="conversation", key="k", value=1)
+
+    assert (nul.code, nul.error.details) == ("invalid_argument", {"field": "value.text"})
+    assert (lone.code, lone.error.details) == ("invalid_argument", {"field": "value"})
+    rows = ProxyCallAudit.objects.filter(run_id=str(run.run.run_id)).order_by("id")
+    assert list(rows.values_list("outcome", flat=True)) == ["invalid_argument", "invalid_argument", "ok"]
+
+
+def test_a_run_id_the_database_cannot_store_is_refused_and_audited(host_run):
+    run = host_run()
+    run.run.run_id = "not\x00a-run"  # only the payload's copy; the row is untouched
+
+    assert run.refused("history_page").code == "invalid_argument"
+    assert ProxyCallAudit.objects.filter(run_id="not\ufffda-run", outcome="invalid_argument").exists()
+
+
 # --- state -------------------------------------------------------------------------------------------
 
 

@@ -57,6 +57,16 @@ def test_stream_run_persists_ordered_deltas_that_add_up_to_the_reply(worker, qa_
     assert run.output == "".join(f"chunk{i} " for i in range(8))
 
 
+def test_a_reply_with_a_nul_character_is_kept_with_a_replacement_character(worker, qa_binding):
+    run = wait_terminal(post_message(qa_binding(), "qa:nul end"))
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.output == "QA_NUL:\ufffdend"
+    assert [e.type for e in _events(run)] == ["message.delta", "message.completed", "run.completed"]
+    [item] = _assistant_items(run)
+    assert item.content == "QA_NUL:\ufffdend"
+
+
 def test_empty_run_completes_without_a_reply(worker, qa_binding):
     run = wait_terminal(post_message(qa_binding(), "qa:empty"))
     assert run.status == Run.Status.COMPLETED

@@ -180,6 +180,25 @@ async def test_a_malformed_request_gets_an_error_and_the_socket_stays_open(membe
     await comm.disconnect()
 
 
+async def test_a_message_with_a_nul_character_is_refused_and_the_socket_stays_open(member):
+    user, workspace = member
+    await database_sync_to_async(make_run)(workspace, conversation_id="c-1")
+    events = await database_sync_to_async(EventLog.objects.count)()
+    comm = await signed_in(user)
+
+    await comm.send_json_to({"type": "message", "conversation_id": "c-1", "text": "a\x00b"})
+    refused = await next_json(comm)
+    await comm.send_json_to({"type": "subscribe", "conversation_id": "c-1"})
+
+    assert (refused["code"], refused["details"]["fields"]) == (
+        "invalid_argument",
+        {"text": "Must not contain NUL characters or unpaired surrogates."},
+    )
+    assert (await next_json(comm))["type"] == "subscribed"
+    assert await database_sync_to_async(EventLog.objects.count)() == events
+    await comm.disconnect()
+
+
 async def test_cancel_stops_a_queued_run_of_the_workspace(member):
     user, workspace = member
     run = await database_sync_to_async(make_run)(workspace, status=Run.Status.QUEUED)

@@ -17,7 +17,7 @@ from langbot_sdk.proxy import channel_for_run
 from langbot_sdk.runner import AgentRunner
 
 BEHAVIOURS = frozenset(
-    {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy", "artifact"}
+    {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy", "artifact", "nul"}
 )
 STATE_KEY = "qa.counter"
 STREAMING_ACTIONS = frozenset({"artifact_stream", "invoke_llm_stream"})
@@ -66,6 +66,10 @@ class QARunner(AgentRunner):
             pass
         elif behaviour == "malformed":
             yield {"type": "message.completed", "data": {"message": 42}}
+        elif behaviour == "nul":
+            # Text PostgreSQL cannot store: the host must still keep the reply.
+            yield AgentRunResult.message_delta(ctx.run_id, "QA_NUL:\x00")
+            yield AgentRunResult.message_completed(ctx.run_id, f"QA_NUL:\x00{text}")
         elif behaviour == "fail":
             yield AgentRunResult.run_failed(
                 ctx.run_id, code="runner.error", message="qa-runner failed on purpose", retryable=False

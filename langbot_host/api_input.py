@@ -1,0 +1,56 @@
+"""Input the REST API refuses before any view sees it: text the database cannot store (`storable`).
+
+Such text reaching a query would fail the request with a database error, i.e. a 500. The API's JSON
+parser and `StorableTextMiddleware` (path and query string of `/api/` requests) answer 400
+`invalid_argument` naming the field instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework import parsers
+
+from langbot_host.api_errors import error_body, invalid_fields
+from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+
+
+def refuse_unstorable_text(data: Any) -> Any:
+    """`data` unchanged, or a 400 naming where it holds text the database cannot store."""
+    where = unstorable_text_path(data)
+    if where is not None:
+        raise invalid_fields({where or "(body)": UNSTORABLE_MESSAGE})
+    return data
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, refusing text the database cannot store."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        return refuse_unstorable_text(super().parse(stream, media_type, parser_context))
+
+
+class StorableTextMiddleware:
+    """A 400 for an `/api/` request whose path or query string holds text the database cannot store."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith("/api/"):
+            field = None
+            if not is_storable(request.path):
+                field = "(path)"
+            else:
+                for name, values in request.GET.lists():
+                    if not is_storable(name) or not all(is_storable(v) for v in values):
+                        field = name
+                        break
+            if field is not None:
+                body = error_body(
+                    "invalid_argument", "The request has invalid fields.", {"fields": {field: UNSTORABLE_MESSAGE}}
+                )
+                return JsonResponse(body, status=400)
+        return self.get_response(request)

@@ -1,0 +1,67 @@
+"""The OpenAPI schema class of the REST API: drf-spectacular's, plus the error answers every view can give.
+
+Views declare their successful answers and the errors peculiar to them (409 `run.finished`, 413
+`payload_too_large`, ...). The errors any operation can give come from shared code — authentication,
+the workspace choice (`bindings.access`), parsing and `api_errors.exception_handler` — so they are
+added here, with the one error body of DESIGN §3.2, instead of being repeated on every view.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+
+
+class ApiErrorSerializer(serializers.Serializer[Any]):
+    code = serializers.CharField(help_text="Machine-readable, e.g. `invalid_argument`, `not_found`.")
+    message = serializers.CharField()
+    details = serializers.DictField(help_text="For `invalid_argument`: `fields`, dotted path → message.")
+
+
+class ApiErrorResponseSerializer(serializers.Serializer[Any]):
+    error = ApiErrorSerializer()
+
+
+_ANY_OPERATION = {
+    "401": "`unauthenticated`: no valid API key or session",
+    "403": "`forbidden`",
+}
+_WITH_INPUT = {"400": "`invalid_argument` (the fields are named in `details.fields`), or `invalid_json`"}
+_WITH_BODY = {"415": "`unsupported_media_type`: the body is not of a media type the operation takes"}
+_WITH_LOOKUP = {"404": "`not_found`: no such object, or no such workspace of the caller's"}
+
+
+class ApiAutoSchema(AutoSchema):
+    def _get_parameters(self) -> list[dict[str, Any]]:
+        parameters: list[dict[str, Any]] = super()._get_parameters()
+        for parameter in parameters:
+            if parameter["in"] == "query" and not parameter.get("required"):
+                # Every view reads an empty optional query parameter as an absent one (DRF's reading too).
+                parameter["allowEmptyValue"] = True
+        return parameters
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        errors = dict(_ANY_OPERATION)
+        parameters = {(p["name"], p["in"]) for p in self._get_parameters()}
+        has_body = self.method in {"POST", "PUT", "PATCH"} and bool(self._get_request_body())
+        if parameters or has_body:
+            errors.update(_WITH_INPUT)
+        if has_body:
+            errors.update(_WITH_BODY)
+        if "{" in self.path or ("workspace", "query") in parameters:
+            errors.update(_WITH_LOOKUP)
+        for code, described in responses.items():
+            # An error a view declares by description only gets the error body too.
+            if code >= "400" and "content" not in described:
+                errors[code] = described.get("description") or errors.get(code, "")
+        for code, description in errors.items():
+            if code in responses and "content" in responses[code]:
+                continue
+            responses[code] = self._get_response_for_code(
+                OpenApiResponse(ApiErrorResponseSerializer, description=description), code, direction=direction
+            )
+        return dict(sorted(responses.items()))
