@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
+from pydantic import ValidationError
 
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
 from bindings.runner_config import (
@@ -20,7 +21,7 @@ from bindings.runner_config import (
     runner_config_unmask,
     runner_config_validate,
 )
-from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn
+from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn, field_errors
 from langbot_host.crypto import SECRET_MASK
 from runners.models import RunnerDescriptor
 from runners.selectors import runner_descriptor_get
@@ -273,34 +274,39 @@ def binding_create(
     return binding_save(values=values, source=source, source_detail=source_detail)
 
 
-def binding_spec(binding: AgentBinding) -> BindingIn:
-    """A stored binding as input again, its secrets masked (what a client that read it would send)."""
-    return BindingIn.model_validate(
-        {
-            "binding_id": binding.binding_id,
-            "name": binding.name,
-            "scope": {"scope_type": binding.scope_type, "scope_id": binding.scope_id or None},
-            "event_types": binding.event_types,
-            "runner_id": binding.runner_id,
-            "runner_config": runner_config_masked(plain=binding.runner_config, secrets=binding.runner_secrets or {}),
-            "resource_policy": binding.resource_policy,
-            "state_policy": binding.state_policy,
-            "delivery_policy": binding.delivery_policy,
-            "concurrency_policy": binding.concurrency_policy,
-            "timeout_seconds": binding.timeout_seconds,
-            "priority": binding.priority,
-            "enabled": binding.enabled,
-        }
-    )
+def _binding_input(binding: AgentBinding) -> dict[str, Any]:
+    """A stored binding as the input that would create it, secrets masked (what a client that read it
+    would send). Not validated here: a row written by an older version may break a rule today."""
+    return {
+        "binding_id": binding.binding_id,
+        "name": binding.name,
+        "scope": {"scope_type": binding.scope_type, "scope_id": binding.scope_id or None},
+        "event_types": binding.event_types,
+        "runner_id": binding.runner_id,
+        "runner_config": runner_config_masked(plain=binding.runner_config, secrets=binding.runner_secrets or {}),
+        "resource_policy": binding.resource_policy,
+        "state_policy": binding.state_policy,
+        "delivery_policy": binding.delivery_policy,
+        "concurrency_policy": binding.concurrency_policy,
+        "timeout_seconds": binding.timeout_seconds,
+        "priority": binding.priority,
+        "enabled": binding.enabled,
+    }
 
 
 def binding_update(*, binding: AgentBinding, patch: BindingPatchIn) -> AgentBinding:
-    """Apply a PATCH: given keys replace stored ones; runner and config are re-checked when either is given."""
+    """Apply a PATCH: given keys replace stored ones; runner and config are re-checked when either is given.
+
+    The result is validated as a whole binding, so a PATCH meets the rules of a create (and a stored
+    value that breaks one is named, to be repaired by the same PATCH)."""
     given = patch.model_fields_set
     nulls = {name: "May not be null." for name in given if getattr(patch, name) is None}
     if nulls:
         raise BindingValidationError(nulls)
-    merged = binding_spec(binding).model_copy(update={name: getattr(patch, name) for name in given})
+    try:
+        merged = BindingIn.model_validate({**_binding_input(binding), **patch.model_dump(mode="json", include=given)})
+    except ValidationError as exc:
+        raise BindingValidationError(field_errors(exc)) from None
     check_runner = bool(given & {"runner_id", "runner_config"})
     if check_runner and "runner_config" not in given:
         # A new runner checks the stored config as it is, secrets included.

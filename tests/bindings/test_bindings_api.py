@@ -247,6 +247,38 @@ def test_patch_cannot_change_the_binding_id(api_client, runner):
     assert "binding_id" in fields_of(response)
 
 
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"event_types": []}, "event_types"),
+        ({"timeout_seconds": 0}, "timeout_seconds"),
+        ({"timeout_seconds": 10**6}, "timeout_seconds"),
+        ({"priority": 10**12}, "priority"),
+        ({"name": "n" * 201}, "name"),
+    ],
+)
+def test_patch_holds_each_field_to_the_same_rules_as_create(api_client, runner, patch, field):
+    api_client.post("/api/v1/bindings", body(runner), format="json")
+
+    response = api_client.patch("/api/v1/bindings/support", patch, format="json")
+
+    assert field in fields_of(response)
+    stored = api_client.get("/api/v1/bindings/support").json()
+    assert (stored["event_types"], stored["timeout_seconds"], stored["priority"]) == (["message.received"], 300, 0)
+
+
+def test_a_stored_binding_that_breaks_a_rule_is_named_by_a_patch_and_can_be_repaired(api_client, runner):
+    api_client.post("/api/v1/bindings", body(runner), format="json")
+    AgentBinding.objects.filter(binding_id="support").update(event_types=[])  # e.g. written by an older version
+
+    refused = api_client.patch("/api/v1/bindings/support", {"name": "renamed"}, format="json")
+    repaired = api_client.patch("/api/v1/bindings/support", {"event_types": ["message.*"]}, format="json")
+
+    assert "event_types" in fields_of(refused)
+    assert repaired.status_code == 200, repaired.content
+    assert repaired.json()["event_types"] == ["message.*"]
+
+
 def test_a_binding_whose_runner_went_missing_can_still_be_disabled(api_client, runner):
     api_client.post("/api/v1/bindings", body(runner), format="json")
     RunnerDescriptor.objects.filter(pk=runner.pk).update(status=RunnerDescriptor.Status.MISSING)

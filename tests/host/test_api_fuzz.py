@@ -17,11 +17,14 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
 from bindings.models import ApiKey
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
-from tests.factories import AgentBindingFactory, WorkspaceFactory
+from tests.bindings.conftest import EVERY_TYPE_SCHEMA
+from tests.factories import AgentBindingFactory, BotFactory, RunnerDescriptorFactory, WorkspaceFactory
+from tests.streaming.conftest import make_run
 
 KEY_PREFIX, KEY_SECRET = "fuzz0000", "schemathesis-fuzz-secret"
 
@@ -51,16 +54,34 @@ def _requests_keep_the_test_connection() -> Iterator[None]:
 
 
 @pytest.fixture
-def fuzz_workspace(db: Any) -> None:
+def existing(db: Any) -> dict[str, str]:
+    """The fuzz workspace's key and one object of each kind; path parameter name → the object's id."""
     workspace = WorkspaceFactory.create(slug="fuzz")
-    AgentBindingFactory.create(workspace=workspace, binding_id="fuzz")
     ApiKey.objects.create(workspace=workspace, prefix=KEY_PREFIX, secret_sha256=api_key_secret_digest(KEY_SECRET))
+    runner = RunnerDescriptorFactory.create(plugin_name="fuzz", config_schema=EVERY_TYPE_SCHEMA)
+    AgentBindingFactory.create(
+        workspace=workspace, binding_id="fuzz", runner_id=runner.runner_id, runner_config={"greeting": "hi"}
+    )
+    BotFactory.create(workspace=workspace, bot_id="fuzz")
+    run = make_run(workspace, conversation_id="fuzz")
+    return {
+        "binding_id": "fuzz",
+        "bot_id": "fuzz",
+        "run_id": str(run.run_id),
+        "event_id": run.event.event_id,
+        "conversation_id": "fuzz",
+    }
 
 
 @schema.parametrize()
 # Derandomized: the same cases on every run of the same code, so CI never fails on a new draw.
 @settings(max_examples=50, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
-def test_every_operation_answers_as_documented(case: Any, fuzz_workspace: None) -> None:
+def test_every_operation_answers_as_documented(case: Any, existing: dict[str, str]) -> None:
+    if case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE:
+        # Valid requests act on objects that exist, or they would mostly be answered 404.
+        for name in case.path_parameters or {}:
+            if name in existing:
+                case.path_parameters[name] = existing[name]
     wait = (case.query or {}).get("wait")
     if isinstance(wait, int | float) and wait > 0:
         # No worker runs in this test: a run would stay queued for the whole wait.
