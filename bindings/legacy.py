@@ -25,6 +25,7 @@ from bindings.services import (
     workspace_get_or_create,
 )
 from bindings.specs import BindingIn, BindingScopeIn
+from langbot_host.storable import unstorable_text_path
 from runners.models import RunnerDescriptor
 
 # OFFICIAL_RUNNER_PLUGINS §3: old built-in runner → runner id of its official plugin.
@@ -97,6 +98,11 @@ def legacy_pipeline_parse(data: Any) -> LegacyPipeline:
     block = ai.get(legacy_runner, {})
     if not isinstance(block, dict):
         raise LegacyImportError(f"`ai.{legacy_runner}` must be an object")
+    unstorable = unstorable_text_path(block)
+    if unstorable is not None:
+        # The block is copied as it is or not at all.
+        where = f"ai.{legacy_runner}" + (f".{unstorable}" if unstorable else "")
+        raise LegacyImportError(f"`{where}` holds a NUL character or an unpaired surrogate, which cannot be stored")
     return LegacyPipeline(
         name=name, legacy_runner=legacy_runner, runner_id=LEGACY_RUNNER_IDS[legacy_runner], runner_config=block
     )

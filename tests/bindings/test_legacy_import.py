@@ -112,6 +112,15 @@ def test_an_unknown_runner_is_a_clear_error_and_writes_nothing(tmp_path, workspa
     assert not AgentBinding.objects.exists()
 
 
+def test_a_block_with_text_the_database_cannot_store_is_refused_by_path_and_writes_nothing(tmp_path, workspace):
+    path = write(tmp_path, pipeline("dify-service-api", {"nested": {"api-key": "app-\x00"}}))
+
+    with pytest.raises(CommandError, match=r"`ai\.dify-service-api\.nested\.api-key` holds a NUL.*nothing was written"):
+        call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
+
+    assert not AgentBinding.objects.exists()
+
+
 def test_a_dry_run_writes_nothing(tmp_path, capsys):
     path = write(tmp_path, pipeline("coze-api", {"api-key": "k"}))
 
