@@ -106,20 +106,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return response
 
 
-def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith("/api/")
+def is_api_request(request: HttpRequest) -> bool:
+    # `path_info`: without the prefix of a deployment under a sub-path (SCRIPT_NAME).
+    return request.path_info.startswith("/api/")
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     """`handler404`: a URL under `/api/` that matches no route (a malformed id, say) answers in the API's
     error shape; other pages keep Django's."""
-    if _is_api(request):
+    if is_api_request(request):
         return JsonResponse(error_body("not_found", "No such resource."), status=404)
     return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """`handler500`: an API client gets the API's error shape; the exception itself is logged by Django."""
-    if _is_api(request):
+    if is_api_request(request):
         return JsonResponse(error_body("internal", "The server could not answer; the error is logged."), status=500)
     return defaults.server_error(request)

@@ -13,7 +13,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import parsers
 
-from langbot_host.api_errors import error_body, invalid_fields
+from langbot_host.api_errors import error_body, invalid_fields, is_api_request
 from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 
 
@@ -39,7 +39,7 @@ class StorableTextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
+        if is_api_request(request):
             field = None
             if not is_storable(request.path):
                 field = "(path)"
