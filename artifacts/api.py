@@ -21,7 +21,6 @@ from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import BaseModel, Field
-from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -32,6 +31,7 @@ from artifacts.services import artifact_create_from_file, artifact_iter_range
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from langbot_host.api_errors import ApiError, invalid_fields
+from langbot_host.api_input import MultiPartParser
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 EXPIRES_IN_MAX = 10 * 365 * 24 * 3600
@@ -70,7 +70,7 @@ def _not_found(artifact_id: str) -> ApiError:
 
 
 class ArtifactUploadApi(APIView):
-    parser_classes = [MultiPartParser]
+    parser_classes = [MultiPartParser]  # with the API's text check (`api_input`)
 
     @extend_schema(
         operation_id="artifacts_upload",

@@ -32,6 +32,19 @@ class JSONParser(parsers.JSONParser):
         return refuse_unstorable_text(super().parse(stream, media_type, parser_context))
 
 
+class MultiPartParser(parsers.MultiPartParser):
+    """DRF's multipart parser, refusing form fields and file names the database cannot store."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        parsed = super().parse(stream, media_type, parser_context)
+        for name, values in parsed.data.lists():
+            refuse_unstorable_text({name: values[0] if len(values) == 1 else values})
+        for name, uploads in parsed.files.lists():
+            if any(upload.name and not is_storable(upload.name) for upload in uploads):
+                raise invalid_fields({name: f"The file name: {UNSTORABLE_MESSAGE}"})
+        return parsed
+
+
 class StorableTextMiddleware:
     """A 400 for an `/api/` request whose path or query string holds text the database cannot store."""
 

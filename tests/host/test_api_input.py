@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
+from artifacts.models import Artifact
 from bindings.models import AgentBinding, Bot
 from tests.factories import AgentBindingFactory
 from tests.gateway.support import field_errors_of, message
@@ -59,6 +61,19 @@ def test_a_nul_in_the_path_or_query_is_refused(api_client, url):
 
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_argument"
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"), [({"name": "x\x00y"}, "name"), ({"conversation_id": "c\x00"}, "conversation_id")]
+)
+def test_an_upload_with_a_field_the_database_cannot_store_is_refused(api_client, settings, tmp_path, fields, field):
+    settings.ARTIFACT_STORAGE_URL = f"file://{tmp_path}"
+    upload = SimpleUploadedFile("note.txt", b"hello", content_type="text/plain")
+
+    response = api_client.post("/api/v1/artifacts", {"file": upload, **fields}, format="multipart")
+
+    assert field_errors_of(response) == {field: "Must not contain NUL characters or unpaired surrogates."}
+    assert not Artifact.objects.exists()
 
 
 def test_a_form_encoded_body_is_refused_as_an_unsupported_media_type(api_client):
