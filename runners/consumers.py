@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from bindings.specs import field_errors
-from langbot_host.storable import UNSTORABLE_MESSAGE, unstorable_text_path
+from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from runners.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
 from runners.publish import conversation_group
 from runners.streaming import (
@@ -85,8 +85,12 @@ def caller_from_scope(scope: dict[str, Any]) -> ChatCaller:
     user = scope.get("user")
     if user is None or not user.is_authenticated:
         raise _CallerRefusedError(CLOSE_UNAUTHENTICATED)
+    requested = (query.get("workspace") or [""])[0] or None
+    if requested is not None and not is_storable(requested):
+        # No workspace has such a slug, and the database would fail the lookup.
+        raise _CallerRefusedError(CLOSE_FORBIDDEN)
     try:
-        workspace: Workspace = workspace_for_user(user=user, requested_slug=(query.get("workspace") or [""])[0] or None)
+        workspace: Workspace = workspace_for_user(user=user, requested_slug=requested)
     except WorkspaceChoiceError:
         raise _CallerRefusedError(CLOSE_FORBIDDEN) from None
     return ChatCaller(workspace.pk, f"user:{user.pk}", user.get_full_name() or user.get_username())

@@ -39,6 +39,15 @@ async def test_a_session_user_without_a_workspace_is_closed_with_4403(transactio
     assert await comm.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
 
 
+@pytest.mark.parametrize("slug", ["someone-elses", "a%00b"])
+async def test_a_workspace_the_member_does_not_have_is_closed_with_4403(member, slug):
+    user, _ = member
+    cookie = await database_sync_to_async(session_cookie)(user)
+    comm, _, _ = await open_socket(ORIGIN, cookie, query=f"workspace={slug}")
+
+    assert await comm.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+
+
 async def test_a_handshake_from_a_foreign_origin_is_refused(member):
     user, _ = member
     cookie = await database_sync_to_async(session_cookie)(user)
