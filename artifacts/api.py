@@ -70,7 +70,7 @@ def _not_found(artifact_id: str) -> ApiError:
 
 
 class ArtifactUploadApi(APIView):
-    parser_classes = [MultiPartParser]  # with the API's text check (`api_input`)
+    parser_classes = [MultiPartParser]
 
     @extend_schema(
         operation_id="artifacts_upload",

@@ -1,7 +1,7 @@
 """Input the REST API refuses before any view sees it: text the database cannot store (`storable`).
 
-Such text reaching a query would fail the request with a database error, i.e. a 500. The API's JSON
-parser and `StorableTextMiddleware` (path and query string of `/api/` requests) answer 400
+Such text reaching a query would fail the request with a database error, i.e. a 500. The API's JSON and
+multipart parsers and `StorableTextMiddleware` (path and query string of `/api/` requests) answer 400
 `invalid_argument` naming the field instead.
 """
 
