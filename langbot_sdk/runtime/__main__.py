@@ -15,7 +15,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from langbot_sdk.runtime.loader import load_plugins
 from langbot_sdk.runtime.service import DEFAULT_CANCEL_GRACE, RUNTIME_VERSION, RuntimeService
@@ -81,16 +81,16 @@ async def _serve_stdio(build_service: Callable[[], RuntimeService]) -> None:
     # The wire takes over stdout before any plugin is imported, so import-time prints go to stderr.
     transport = await open_stdio_transport()
     service = build_service()
-    serving = asyncio.create_task(service.serve(transport, name="stdio"))
-    stop = _stop_event()
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    if not serving.done():
-        for session in list(service.sessions):
-            await session.connection.close()
-        await serving
-    await _stop_leftover_tasks(service.cancel_grace)
+    with _stop_signals() as stop:
+        serving = asyncio.create_task(service.serve(transport, name="stdio"))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not serving.done():
+            for session in list(service.sessions):
+                await session.connection.close()
+            await serving
+        await _stop_leftover_tasks(service.cancel_grace)
 
 
 async def _serve_websocket(
@@ -109,16 +109,17 @@ async def _serve_websocket(
         finally:
             logger.info("host connection %s closed", name)
 
-    handle = await serve_websocket(host, port, on_transport, token=token)
-    # Tests and supervisors parse this line to learn the port when 0 was asked for.
-    print(f"langbot runtime listening on ws://{host}:{handle.port}", file=sys.stderr, flush=True)
-    try:
-        await _stop_event().wait()
-    finally:
-        for session in list(service.sessions):
-            await session.connection.close()
-        await handle.close()
-    await _stop_leftover_tasks(service.cancel_grace)
+    with _stop_signals() as stop:
+        handle = await serve_websocket(host, port, on_transport, token=token)
+        # Tests and supervisors parse this line to learn the port when 0 was asked for.
+        print(f"langbot runtime listening on ws://{host}:{handle.port}", file=sys.stderr, flush=True)
+        try:
+            await stop.wait()
+        finally:
+            for session in list(service.sessions):
+                await session.connection.close()
+            await handle.close()
+        await _stop_leftover_tasks(service.cancel_grace)
 
 
 async def _stop_leftover_tasks(grace: float) -> None:
@@ -136,13 +137,27 @@ async def _stop_leftover_tasks(grace: float) -> None:
         os._exit(0)
 
 
-def _stop_event() -> asyncio.Event:
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[asyncio.Event]:
+    """An event that SIGTERM or SIGINT sets while the block runs.
+
+    The handlers go when the block ends, while the loop is still open. Left to `asyncio.run`, they
+    outlive the loop's wakeup pipe for a moment. A host that closes the connection and then sends SIGTERM
+    (as the host does when it stops a stdio runtime) could hit that moment, and Python then prints
+    "Exception ignored when trying to write to the signal wakeup fd" to stderr, into the host's log.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
-    return stop
+            installed.append(signum)
+    try:
+        yield stop
+    finally:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
