@@ -65,3 +65,78 @@ class ApiAutoSchema(AutoSchema):
                 OpenApiResponse(ApiErrorResponseSerializer, description=description), code, direction=direction
             )
         return dict(sorted(responses.items()))
+
+
+RUN_STREAM_PATH = "/api/v1/runs/{run_id}/stream"
+_RUN_DETAIL_PATH = "/api/v1/runs/{run_id}"
+_SEQ = {"type": "integer", "minimum": 0}
+# One event of the stream, as Open API before 3.2 reads the schema of `text/event-stream`.
+_SSE_EVENT = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "description": "The result type (`message.delta`, ...) or `run.status`."},
+        "data": {"type": "string", "description": "JSON text; see the operation's description."},
+        "id": {"type": "string", "pattern": "^[0-9]+$", "description": "The result's seq; not on `run.status`."},
+    },
+}
+_RUN_STREAM_DESCRIPTION = """One run's result events as Server-Sent Events, until the run ends.
+
+Each result is one event: `id:` is its `seq`, `event:` its type (`message.delta`, `run.completed`, ...)
+and `data:` the JSON `{"id", "run_id", "seq", "type", "data"}`. Status changes come as `event: run.status`
+without an `id:`, with `data:` `{"run_id", "status", "status_reason"}`. The stream first replays the
+persisted events after the given seq, then forwards live ones, sends `: ping` comments while it waits,
+and ends after `run.completed`/`run.failed` (or the run's terminal `run.status` when it ended without one).
+
+A reconnecting `EventSource` sends `Last-Event-ID`; other clients pass `?after_seq=`. When both are
+given, the header wins."""
+
+
+def run_stream_document(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: `GET /api/v1/runs/{run_id}/stream` (`runners.sse.run_stream`).
+
+    The SSE view is a plain async Django view (DRF has no streaming async views), so the generator does
+    not see it. It takes the run detail operation's authentication, `run_id` and `workspace`, and answers
+    errors with the same body, so its description is built from that operation.
+    """
+    paths = result["paths"]
+    detail = paths[_RUN_DETAIL_PATH]["get"]
+    errors = {code: detail["responses"][code] for code in ("401", "403", "404")}
+    paths[RUN_STREAM_PATH] = {
+        "get": {
+            "operationId": "runs_stream",
+            "summary": "Stream a run's result events (SSE)",
+            "description": _RUN_STREAM_DESCRIPTION,
+            "tags": detail.get("tags", []),
+            "security": detail.get("security", []),
+            "parameters": [
+                *detail["parameters"],
+                {
+                    "in": "query",
+                    "name": "after_seq",
+                    "schema": _SEQ,
+                    "allowEmptyValue": True,
+                    "description": "Replay only the events after this seq (default 0: all of them).",
+                },
+                {
+                    "in": "header",
+                    "name": "Last-Event-ID",
+                    "schema": _SEQ,
+                    "required": False,
+                    "description": "The seq of the last event received; sent by a reconnecting EventSource.",
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "The event stream.",
+                    "content": {"text/event-stream": {"schema": _SSE_EVENT}},
+                },
+                "400": {
+                    "description": "`invalid_argument`: `after_seq` or `Last-Event-ID` is not a seq (an integer ≥ 0)",
+                    "content": errors["404"]["content"],
+                },
+                **errors,
+            },
+        }
+    }
+    return result

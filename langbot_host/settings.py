@@ -240,6 +240,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        # The SSE endpoint is a plain Django view the generator cannot see.
+        "langbot_host.api_schema.run_stream_document",
+    ],
     # Several resources have a `status` field with its own set of values; name each set after its owner.
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": ["queued", "running", "completed", "failed", "cancelled", "timeout"],

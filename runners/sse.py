@@ -37,9 +37,10 @@ RETRY_MILLISECONDS = 3000
 
 
 class _RefusedError(Exception):
-    def __init__(self, status: int, code: str, message: str):
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None):
         super().__init__(message)
-        self.response = JsonResponse({"error": {"code": code, "message": message, "details": {}}}, status=status)
+        body = {"error": {"code": code, "message": message, "details": details or {}}}
+        self.response = JsonResponse(body, status=status)
 
 
 def _workspace_of(authorization: str, user: Any, requested_slug: str | None) -> Workspace:
@@ -58,13 +59,23 @@ def _workspace_of(authorization: str, user: Any, requested_slug: str | None) -> 
 
 
 def _after_seq(request: HttpRequest) -> int:
-    raw = request.headers.get("Last-Event-ID") or request.GET.get("after_seq") or "0"
+    """`Last-Event-ID` (a reconnecting EventSource) wins over `?after_seq=`; both are checked when given,
+    so a malformed one is refused rather than silently overridden."""
+    header = _seq(request.headers.get("Last-Event-ID"), "Last-Event-ID")
+    query = _seq(request.GET.get("after_seq"), "after_seq")
+    return header if header is not None else query or 0
+
+
+def _seq(raw: str | None, name: str) -> int | None:
+    if not raw:
+        return None
     try:
         value = int(raw)
     except ValueError:
-        raise _RefusedError(400, "invalid_argument", "Last-Event-ID / after_seq must be a seq (an integer).") from None
+        value = -1
     if value < 0:
-        raise _RefusedError(400, "invalid_argument", "Last-Event-ID / after_seq must be at least 0.")
+        message = "Must be a seq: an integer, at least 0."
+        raise _RefusedError(400, "invalid_argument", f"{name}: {message}", {"fields": {name: message}})
     return value
 
 

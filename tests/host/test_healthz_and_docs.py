@@ -46,5 +46,15 @@ def test_openapi_schema_and_docs_are_served():
     assert docs.status_code == 200
 
 
+def test_the_schema_documents_the_sse_stream_beside_the_json_operations():
+    paths = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()["paths"]
+
+    stream = paths["/api/v1/runs/{run_id}/stream"]["get"]
+    assert stream["operationId"] == "runs_stream"
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    assert {p["name"] for p in stream["parameters"]} == {"run_id", "workspace", "after_seq", "Last-Event-ID"}
+    assert stream["security"] == paths["/api/v1/runs/{run_id}"]["get"]["security"]
+
+
 def test_admin_login_page_is_served():
     assert Client().get("/admin/login/").status_code == 200

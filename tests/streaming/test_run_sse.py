@@ -165,3 +165,16 @@ async def test_a_malformed_cursor_is_refused(workspace):
     response = await client.get(f"/api/v1/runs/{run.run_id}/stream?after_seq=soon")
 
     assert response.status_code == 400
+    assert response.json()["error"]["details"]["fields"].keys() == {"after_seq"}
+
+
+async def test_a_malformed_cursor_is_refused_even_when_the_other_one_would_win(workspace):
+    run = await database_sync_to_async(make_run)(workspace)
+    client = await api_key_client(workspace)
+
+    bad_query = await client.get(f"/api/v1/runs/{run.run_id}/stream?after_seq=-3", headers={"Last-Event-ID": "1"})
+    bad_header = await client.get(f"/api/v1/runs/{run.run_id}/stream?after_seq=1", headers={"Last-Event-ID": "x"})
+
+    assert bad_query.status_code == bad_header.status_code == 400
+    assert bad_query.json()["error"]["details"]["fields"].keys() == {"after_seq"}
+    assert bad_header.json()["error"]["details"]["fields"].keys() == {"Last-Event-ID"}
