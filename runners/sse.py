@@ -70,10 +70,10 @@ def _seq(raw: str | None, name: str) -> int | None:
     if not raw:
         return None
     try:
-        value = int(raw)
+        value: int | None = int(raw)
     except ValueError:
-        value = -1
-    if value < 0:
+        value = None
+    if value is None or value < 0:
         message = "Must be a seq: an integer, at least 0."
         raise _RefusedError(400, "invalid_argument", f"{name}: {message}", {"fields": {name: message}})
     return value
