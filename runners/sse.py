@@ -25,6 +25,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
+from django.views.decorators.csrf import csrf_exempt
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, workspace_for_user
@@ -87,7 +88,14 @@ def _lookup(authorization: str, user: Any, requested_slug: str | None, run_id: s
     return workspace.pk, str(run.run_id)
 
 
+# Exempt so that another method gets the API's JSON 405 below rather than CSRF's HTML 403: the view only
+# ever reads.
+@csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
+    if request.method not in {"GET", "HEAD"}:
+        refused = _RefusedError(405, "method_not_allowed", f'Method "{request.method}" not allowed.').response
+        refused["Allow"] = "GET, HEAD"
+        return refused
     authorization = request.headers.get("Authorization", "")
     user = None if authorization else await request.auser()
     try:

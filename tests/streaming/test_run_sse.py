@@ -178,3 +178,16 @@ async def test_a_malformed_cursor_is_refused_even_when_the_other_one_would_win(w
     assert bad_query.status_code == bad_header.status_code == 400
     assert bad_query.json()["error"]["details"]["fields"].keys() == {"after_seq"}
     assert bad_header.json()["error"]["details"]["fields"].keys() == {"Last-Event-ID"}
+
+
+async def test_another_method_gets_the_api_405_not_a_csrf_page(workspace):
+    run = await database_sync_to_async(make_run)(workspace)
+    _, key = await database_sync_to_async(api_key_create)(workspace=workspace)
+    # As a real client is treated: the test client skips CSRF checks unless asked.
+    client = AsyncClient(enforce_csrf_checks=True)
+
+    response = await client.post(f"/api/v1/runs/{run.run_id}/stream", headers={"Authorization": f"Bearer {key}"})
+
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert response["Allow"] == "GET, HEAD"
