@@ -1,4 +1,5 @@
-"""The OpenAPI schema class of the REST API: drf-spectacular's, plus the error answers every view can give.
+"""The OpenAPI schema of the REST API: drf-spectacular's schema class plus the error answers every view
+can give, and a postprocessing hook for the one operation the generator cannot see (the SSE run stream).
 
 Views declare their successful answers and the errors peculiar to them (409 `run.finished`, 413
 `payload_too_large`, ...). The errors any operation can give come from shared code — authentication,
