@@ -92,9 +92,10 @@ def _lookup(authorization: str, user: Any, requested_slug: str | None, run_id: s
 # ever reads.
 @csrf_exempt
 async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
-    if request.method not in {"GET", "HEAD"}:
+    # Not even HEAD: its answer would be held open for as long as the run lasts, to send no body.
+    if request.method != "GET":
         refused = _RefusedError(405, "method_not_allowed", f'Method "{request.method}" not allowed.').response
-        refused["Allow"] = "GET, HEAD"
+        refused["Allow"] = "GET"
         return refused
     authorization = request.headers.get("Authorization", "")
     user = None if authorization else await request.auser()

@@ -186,8 +186,10 @@ async def test_another_method_gets_the_api_405_not_a_csrf_page(workspace):
     # As a real client is treated: the test client skips CSRF checks unless asked.
     client = AsyncClient(enforce_csrf_checks=True)
 
-    response = await client.post(f"/api/v1/runs/{run.run_id}/stream", headers={"Authorization": f"Bearer {key}"})
+    headers = {"Authorization": f"Bearer {key}"}
+    post = await client.post(f"/api/v1/runs/{run.run_id}/stream", headers=headers)
+    head = await client.head(f"/api/v1/runs/{run.run_id}/stream", headers=headers)
 
-    assert response.status_code == 405
-    assert response.json()["error"]["code"] == "method_not_allowed"
-    assert response["Allow"] == "GET, HEAD"
+    assert post.status_code == head.status_code == 405
+    assert post.json()["error"]["code"] == "method_not_allowed"
+    assert post["Allow"] == "GET"
