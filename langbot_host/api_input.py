@@ -1,8 +1,8 @@
-"""Input the REST API refuses before any view sees it: text the database cannot store (`storable`).
+"""Input refused before any view sees it: text the database cannot store (`storable`).
 
 Such text reaching a query would fail the request with a database error, i.e. a 500. The API's JSON and
-multipart parsers and `StorableTextMiddleware` (path and query string of `/api/` requests) answer 400
-`invalid_argument` naming the field instead.
+multipart parsers answer 400 `invalid_argument` naming the field instead, and `StorableTextMiddleware`
+does the same for the path and query string of every request (plain text outside `/api/`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from rest_framework import parsers
 
 from langbot_host.api_errors import error_body, invalid_fields, is_api_request
@@ -37,8 +37,8 @@ class MultiPartParser(parsers.MultiPartParser):
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         parsed = super().parse(stream, media_type, parser_context)
-        for name, values in parsed.data.lists():
-            refuse_unstorable_text({name: values[0] if len(values) == 1 else values})
+        fields = {name: values[0] if len(values) == 1 else values for name, values in parsed.data.lists()}
+        refuse_unstorable_text(fields)
         for name, uploads in parsed.files.lists():
             if any(upload.name and not is_storable(upload.name) for upload in uploads):
                 raise invalid_fields({name: f"The file name: {UNSTORABLE_MESSAGE}"})
@@ -46,24 +46,29 @@ class MultiPartParser(parsers.MultiPartParser):
 
 
 class StorableTextMiddleware:
-    """A 400 for an `/api/` request whose path or query string holds text the database cannot store."""
+    """A 400 for a request whose path or query string holds text the database cannot store: in the
+    API's error shape under `/api/`, as plain text elsewhere (the debug chat's `?workspace=`, the admin's
+    filters), where such a value would otherwise reach a query and fail it with a 500."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        field = _unstorable_field(request)
+        if field is None:
+            return self.get_response(request)
         if is_api_request(request):
-            field = None
-            if not is_storable(request.path):
-                field = "(path)"
-            else:
-                for name, values in request.GET.lists():
-                    if not is_storable(name) or not all(is_storable(v) for v in values):
-                        field = name
-                        break
-            if field is not None:
-                body = error_body(
-                    "invalid_argument", "The request has invalid fields.", {"fields": {field: UNSTORABLE_MESSAGE}}
-                )
-                return JsonResponse(body, status=400)
-        return self.get_response(request)
+            body = error_body(
+                "invalid_argument", "The request has invalid fields.", {"fields": {field: UNSTORABLE_MESSAGE}}
+            )
+            return JsonResponse(body, status=400)
+        return HttpResponseBadRequest(f"{field}: {UNSTORABLE_MESSAGE}", content_type="text/plain; charset=utf-8")
+
+
+def _unstorable_field(request: HttpRequest) -> str | None:
+    if not is_storable(request.path):
+        return "(path)"
+    for name, values in request.GET.lists():
+        if not is_storable(name) or not all(is_storable(v) for v in values):
+            return name
+    return None

@@ -29,6 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, workspace_for_user
+from langbot_host.api_errors import error_body
 from runners.publish import RUN_EVENT, RUN_STATUS, run_group
 from runners.selectors import run_get
 from runners.streaming import REPLAY_PAGE_SIZE, TERMINAL_STATUSES, RunCursor, run_events_range, run_status_of
@@ -40,8 +41,7 @@ RETRY_MILLISECONDS = 3000
 class _RefusedError(Exception):
     def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None):
         super().__init__(message)
-        body = {"error": {"code": code, "message": message, "details": details or {}}}
-        self.response = JsonResponse(body, status=status)
+        self.response = JsonResponse(error_body(code, message, details), status=status)
 
 
 def _workspace_of(authorization: str, user: Any, requested_slug: str | None) -> Workspace:

@@ -63,6 +63,16 @@ def test_a_nul_in_the_path_or_query_is_refused(api_client, url):
     assert response.json()["error"]["code"] == "invalid_argument"
 
 
+@pytest.mark.parametrize("url", ["/chat/?workspace=a%00b", "/admin/runners/run/?conversation_id=a%00b"])
+def test_a_nul_in_the_query_of_a_page_outside_the_api_is_a_plain_400(admin_client, url):
+    # Both reached a query and failed with a 500 before the middleware covered every request.
+    response = admin_client.get(url)
+
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/plain")
+    assert "NUL" in response.content.decode()
+
+
 @pytest.mark.parametrize(
     ("fields", "field"), [({"name": "x\x00y"}, "name"), ({"conversation_id": "c\x00"}, "conversation_id")]
 )
