@@ -1,32 +1,24 @@
-"""Processes for the browser tests: daphne serving the real ASGI application, plus the Celery worker (with
-its plugin runtime) of `tests/integration/conftest.py`, all against pytest-django's PostgreSQL test
+"""Processes for the browser tests: daphne serving the real ASGI application and the Celery worker (with
+its plugin runtime), both started by `tests/integration/conftest.py`, all against pytest-django's PostgreSQL test
 database and Redis. Chromium is Debian's `/usr/bin/chromium`, driven by Playwright; Playwright's own
 browser downloads are never used. Skipped, with the reason, when any of these is missing.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import connections
 
 from tests.integration.conftest import (  # noqa: F401  (fixtures shared with the integration tests)
-    _database_url,
     _services_missing,
     celery_queue,
     qa_binding,
     qa_report,
+    start_web,
     start_worker,
     worker,
 )
@@ -61,50 +53,16 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
                 item.add_marker(pytest.mark.skip(reason=missing))
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="session")
-def web_server(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[str]:  # noqa: F811
+def web_server(start_web) -> str:  # noqa: F811
     """daphne on a free port; yields its base URL and stops it at the end of the session."""
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
-        "DATABASE_URL": _database_url(),
-        "REDIS_URL": settings.REDIS_URL,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "LANGBOT_DB_POOL_MAX": "8",
-        # Small enough that the chat test can show the server's 413 without sending much.
-        "LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES": str(UPLOAD_MAX_BYTES),
-    }
-    argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "langbot_host.asgi:application"]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"daphne did not start:\n{log_path.read_text(errors='replace')[-4000:]}")
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(10)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
+    return str(
+        start_web(
+            LANGBOT_DB_POOL_MAX="8",
+            # Small enough that the chat test can show the server's 413 without sending much.
+            LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES=str(UPLOAD_MAX_BYTES),
+        ).url
+    )
 
 
 @pytest.fixture

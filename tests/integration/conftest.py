@@ -1,5 +1,6 @@
 """Real processes for run execution tests: a Celery worker subprocess (thread pool, its own plugin
-runtime over stdio) against pytest-django's PostgreSQL test database and a Redis broker.
+runtime over stdio) and, for tests that need the web process, daphne serving the real ASGI application,
+against pytest-django's PostgreSQL test database and a Redis broker.
 
 The worker consumes a queue private to this test session, so other test sessions or a `make run` on
 the same Redis never take its messages. Tests use `django_db(transaction=True)` so the worker sees
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -27,6 +29,9 @@ from django.conf import settings
 from django.db import connections, transaction
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# Plugins that exist for tests only (tests/plugins/*, e.g. the intruder of the run isolation tests); the
+# workers started here load them beside the configured ones.
+TEST_PLUGINS_DIR = REPO_ROOT / "tests" / "plugins"
 
 # Short leases so a killed worker is noticed within seconds.
 LEASE_SECONDS = 3.0
@@ -113,7 +118,7 @@ def start_worker(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Ca
             "REDIS_URL": settings.REDIS_URL,
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
-            "LANGBOT_PLUGIN_DIRS": os.pathsep.join(settings.LANGBOT_PLUGIN_DIRS),
+            "LANGBOT_PLUGIN_DIRS": os.pathsep.join([*settings.LANGBOT_PLUGIN_DIRS, str(TEST_PLUGINS_DIR)]),
             "LANGBOT_RUNTIME_URL": "stdio",
             "LANGBOT_LEASE_SECONDS": str(LEASE_SECONDS),
             "LANGBOT_LEASE_RENEW_SECONDS": str(RENEW_SECONDS),
@@ -145,6 +150,71 @@ def start_worker(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Ca
     yield start
     for worker in started:
         worker.stop()
+
+
+@dataclass
+class WebProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(10)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def start_web(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Callable[..., WebProcess]]:
+    """Start daphne on a free port (extra settings as environment variables); every web process started
+    is stopped at the end of the session."""
+    started: list[WebProcess] = []
+
+    def start(**extra_env: str) -> WebProcess:
+        port = _free_port()
+        log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
+            "DATABASE_URL": _database_url(),
+            "REDIS_URL": settings.REDIS_URL,
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
+            "LANGBOT_PLUGIN_DIRS": os.pathsep.join([*settings.LANGBOT_PLUGIN_DIRS, str(TEST_PLUGINS_DIR)]),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            **extra_env,
+        }
+        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "langbot_host.asgi:application"]
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        web = WebProcess(f"http://127.0.0.1:{port}", process, log_path)
+        started.append(web)
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return web
+            if process.poll() is not None or time.monotonic() > deadline:
+                web.stop()
+                pytest.fail(f"daphne did not start:\n{web.log()[-4000:]}")
+            time.sleep(0.1)
+
+    yield start
+    for web in started:
+        web.stop()
 
 
 @pytest.fixture(scope="session")
