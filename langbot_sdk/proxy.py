@@ -2,8 +2,9 @@
 
 What belongs here: the proxy and its namespaces (`models`, `tools`, `knowledge`, `history`, `events`,
 `artifacts`, `state`, `storage`, `platform`), the local convenience checks made before a call is sent
-(authorization against the run's context, caps, deadline), and the binding of a run id to the host
-channel the plugin runtime provides. The host re-checks everything; these checks only fail fast.
+(authorization against the run's context, caps, deadline), and the binding of a run to the host channel
+the plugin runtime provides, visible only to code running for that run. The host re-checks everything;
+these checks only fail fast.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ __all__ = [
     "HostChannel",
     "bind_run_channel",
     "channel_for_run",
+    "current_run_id",
     "unbind_run_channel",
 ]
 
@@ -73,7 +75,8 @@ MessageLike = Message | dict[str, Any]
 class HostChannel(Protocol):
     """Where proxy calls go: the plugin runtime's connection to the host that started the run.
 
-    `langbot_sdk.wire.Connection` satisfies it; the runtime wraps it to stamp `caller_plugin_identity`.
+    `langbot_sdk.wire.Connection` satisfies it; the runtime wraps it to stamp `caller_plugin_identity` and
+    the run token.
     """
 
     async def call(
@@ -90,36 +93,40 @@ class HostChannel(Protocol):
 
 
 # --- run id → channel -------------------------------------------------------------------------------
-# The runtime binds the channel in the run's own task (contextvar: exact even when two host connections
-# reuse a run id) and in a registry (for code the runner schedules outside that task's context).
+# The runtime binds a run's channel in the run's own task, as a context variable: tasks and threads the
+# runner starts from there inherit it (asyncio copies the context), and nothing else can see it. There is
+# deliberately no table from run ids to channels: any code in the runtime process could read it and act
+# for another plugin's or another workspace's run.
 
 _current_channel: contextvars.ContextVar[tuple[str, HostChannel] | None] = contextvars.ContextVar(
     "langbot_run_channel", default=None
 )
-_channels: dict[str, HostChannel] = {}
 
 
 def bind_run_channel(run_id: str, channel: HostChannel) -> None:
-    """Make `channel` the host channel of `run_id` (call it inside the run's task)."""
+    """Make `channel` the host channel of `run_id` in the current context (call it inside the run's task)."""
     _current_channel.set((run_id, channel))
-    _channels[run_id] = channel
 
 
 def unbind_run_channel(run_id: str, channel: HostChannel) -> None:
-    """Forget the binding made by `bind_run_channel`; proxy calls for the run fail afterwards."""
-    if _channels.get(run_id) is channel:
-        del _channels[run_id]
+    """Forget the binding made by `bind_run_channel`; proxy calls of this context fail afterwards."""
     current = _current_channel.get()
     if current is not None and current[1] is channel:
         _current_channel.set(None)
 
 
 def channel_for_run(run_id: str) -> HostChannel | None:
-    """The host channel bound to `run_id`, or None outside an active run."""
+    """The host channel of `run_id` when the calling code runs for that run, else None."""
     current = _current_channel.get()
     if current is not None and current[0] == run_id:
         return current[1]
-    return _channels.get(run_id)
+    return None
+
+
+def current_run_id() -> str | None:
+    """The run the calling code runs for (bound by the runtime), or None outside a run."""
+    current = _current_channel.get()
+    return None if current is None else current[0]
 
 
 # --- the proxy --------------------------------------------------------------------------------------
@@ -170,11 +177,18 @@ class AgentRunAPIProxy:
 
     def _resolve_channel(self) -> HostChannel:
         channel = self._channel or channel_for_run(self.run_id)
-        if channel is None:
-            raise AgentAPIException.runtime_error(
-                f"run {self.run_id} is not active in this runtime; host APIs are unavailable"
+        if channel is not None:
+            return channel
+        own = current_run_id()
+        if own is not None:
+            # Code running for one run cannot borrow the host channel of another (PROTOCOL_V1 §7).
+            raise _unauthorized(
+                f"this code runs for run {own}; it cannot call host APIs for run {self.run_id}",
+                run_id=self.run_id,
             )
-        return channel
+        raise AgentAPIException.runtime_error(
+            f"run {self.run_id} is not active in this runtime; host APIs are unavailable"
+        )
 
     def _timeout(self, default: float) -> float:
         deadline = self.ctx.runtime.deadline_at

@@ -34,12 +34,15 @@ class RunnerModel(BaseModel):
 class ProxyRequest(RunnerModel):
     """Common fields of every runtime → host proxy action payload.
 
-    ``run_id`` selects the run session the host authorizes the call against; ``caller_plugin_identity``
-    (``author/name``) is stamped by the plugin runtime, never trusted from runner code.
+    ``run_id`` names the run the call is for. ``caller_plugin_identity`` (``author/name``) and ``run_token``
+    are stamped by the plugin runtime from the run whose task makes the call, never taken from runner code:
+    the token is the unguessable credential the host issued to that run alone (``AgentRunRequest.run_token``),
+    and the host serves a call only when its ``run_id``, the token's run and the caller identity agree.
     """
 
     run_id: str = Field(min_length=1)
     caller_plugin_identity: str | None = None
+    run_token: str | None = None
 
 
 def _i18n_from_str(value: Any) -> Any:

@@ -261,8 +261,14 @@ class AgentRunContext(HostModel):
 
 
 class AgentRunRequest(HostModel):
-    """Payload of ``run_agent``."""
+    """Payload of ``run_agent``.
+
+    ``run_token`` is the run's proxy credential: unguessable, issued by the host for this run only and
+    valid while the run is active. The runtime keeps it out of ``context`` (so runner code never handles
+    it) and stamps it on every proxy call the run's task makes.
+    """
 
     runner_id: str
     runner_name: str
     context: AgentRunContext
+    run_token: str | None = None

@@ -56,14 +56,17 @@ class _InvalidResultError(Exception):
 
 
 class PluginChannel:
-    """The host channel of one run: proxy calls go over the connection that started the run, stamped
-    with the identity of the plugin that provides the runner (whatever the runner itself wrote)."""
+    """The host channel of one run: proxy calls go over the connection that started the run, stamped with
+    the identity of the plugin that provides the runner and with the run's token, whatever the runner
+    itself wrote. The token never enters the runner's context; the host refuses a call whose `run_id` is
+    not the token's run."""
 
-    __slots__ = ("_connection", "identity")
+    __slots__ = ("_connection", "_stamp", "identity")
 
-    def __init__(self, connection: Connection, identity: str) -> None:
+    def __init__(self, connection: Connection, identity: str, run_token: str | None) -> None:
         self._connection = connection
         self.identity = identity
+        self._stamp = {"caller_plugin_identity": identity, "run_token": run_token}
 
     async def call(
         self,
@@ -72,12 +75,12 @@ class PluginChannel:
         *,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        return await self._connection.call(action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout)
+        return await self._connection.call(action, {**data, **self._stamp}, timeout=timeout)
 
     def stream(
         self, action: str, data: dict[str, Any], *, timeout: float | None = None
     ) -> AsyncIterator[dict[str, Any]]:
-        return self._connection.stream(action, {**data, "caller_plugin_identity": self.identity}, timeout=timeout)
+        return self._connection.stream(action, {**data, **self._stamp}, timeout=timeout)
 
 
 class _ActiveRun:
@@ -259,7 +262,9 @@ class HostSession:
 
         run = _ActiveRun(ctx.run_id, request.runner_id)
         self.runs[ctx.run_id] = run
-        run.task = asyncio.create_task(self._supervise(run, loaded, ctx), name=f"run {ctx.run_id}")
+        run.task = asyncio.create_task(
+            self._supervise(run, loaded, ctx, request.run_token), name=f"run {ctx.run_id}"
+        )
         if ctx.runtime.deadline_at is not None:
             loop = asyncio.get_running_loop()
             hard_stop = loop.time() + (ctx.runtime.deadline_at - time.time()) + self.service.cancel_grace
@@ -284,9 +289,10 @@ class HostSession:
         run: _ActiveRun,
         loaded: LoadedRunner,
         ctx: AgentRunContext,
+        run_token: str | None,
     ) -> None:
         """Drive the runner, emitting stamped results; exactly one terminal result ends the outbox."""
-        channel = PluginChannel(self.connection, loaded.plugin_identity)
+        channel = PluginChannel(self.connection, loaded.plugin_identity, run_token)
         bind_run_channel(ctx.run_id, channel)
         try:
             terminal = await self._drive(run, loaded, ctx)

@@ -1,9 +1,14 @@
 """The checks every proxy call goes through, and the registry of family handlers (DESIGN §5).
 
 Order, for every runtime → host action:
-1. the run session is active on this worker (`unauthorized` otherwise — also for a finished run);
+1. the call carries the run token of a run session active on this worker, and its `run_id` is that
+   token's run (`unauthorized` otherwise — also for a finished run's token, a forged token, or a run
+   naming another run's id). The runtime stamps the token from the run whose task made the call, so
+   knowing another run's id is not enough to act for it; a refusal is audited under the token's run
+   (or under no run when the token is unknown), never under the run the call named;
 2. the caller plugin identity stamped by the runtime is the run's plugin (`unauthorized`);
-3. the request parses against its strict protocol model (`invalid_argument`, or `payload_too_large`
+3. the request holds only text the database can store (`invalid_argument`, naming the field), and parses
+   against its strict protocol model (`invalid_argument`, or `payload_too_large`
    for an over-cap value; there is nothing to authorize in a request that does not parse). Counts
    above their cap are **clamped, not refused**, exactly as the SDK clamps them: `limit` of
    `history_page`/`event_page` to 100, `top_k` of `history_search` to 50, `limit` of `state_list` to
@@ -38,7 +43,7 @@ from runners.orchestrator.session import RunSession
 logger = logging.getLogger(__name__)
 
 SessionLookup = Callable[[str], tuple[RunSession, float] | None]
-"""run_id → (session, deadline as epoch seconds) of an active run held by this worker."""
+"""run token → (session, deadline as epoch seconds) of the active run, held by this worker, it was issued to."""
 
 FAMILIES: dict[Action, FamilyHandler] = {
     **providers.HANDLERS,
@@ -124,13 +129,13 @@ def proxy_handlers(
         async def handle(data: dict[str, Any], info: CallInfo | None) -> Any:
             started = time.perf_counter()
             # Audit rows are written in batches: one value the database cannot store would fail them all.
-            run_id = storable_text(str(data.get("run_id") or ""))
+            named_run = storable_text(str(data.get("run_id") or ""))
             session: RunSession | None = None
             resource = ""
 
             def record(outcome: str) -> None:
                 audit_log.record(
-                    run_id=run_id,
+                    run_id=session.run_id if session else "",
                     runner_id=session.scope.runner_id if session else "",
                     workspace_id=session.scope.workspace_id if session else None,
                     action=action.value,
@@ -142,20 +147,25 @@ def proxy_handlers(
                 )
 
             try:
+                token = data.get("run_token")
+                held = sessions(token) if isinstance(token, str) and token else None
+                if held is None:
+                    resource = f"run_id={named_run}"
+                    raise AgentAPIException.unauthorized(f"run {named_run!r} is not active for this caller")
+                session, deadline_at = held
+                if named_run != session.run_id:
+                    resource = f"run_id={named_run}"
+                    raise AgentAPIException.unauthorized(f"run {named_run!r} is not active for this caller")
+                if data.get("caller_plugin_identity") != session.plugin_identity:
+                    raise AgentAPIException.unauthorized("the calling plugin does not provide this run's runner")
                 unstorable = unstorable_text_path(data)
                 if unstorable is not None:
                     raise AgentAPIException.invalid_argument(
                         f"{unstorable or 'the request'}: {UNSTORABLE_MESSAGE}", field=unstorable
                     )
-                held = sessions(run_id)
-                if held is None:
-                    raise AgentAPIException.unauthorized(f"run {run_id!r} is not active")
-                session, deadline_at = held
-                if data.get("caller_plugin_identity") != session.plugin_identity:
-                    raise AgentAPIException.unauthorized("the calling plugin does not provide this run's runner")
                 request = _parse(action, _clamp(action, data))
                 resource = resource_of(request)
-                limiter.take(run_id)
+                limiter.take(session.run_id)
                 remaining = deadline_at - time.time()
                 if remaining <= 0:
                     raise AgentAPIException.deadline_exceeded("the run's deadline has passed")
@@ -171,7 +181,7 @@ def proxy_handlers(
                 record(exc.code)
                 raise
             except Exception as exc:
-                logger.exception("proxy call %s of run %s failed", action.value, run_id)
+                logger.exception("proxy call %s of run %s failed", action.value, named_run)
                 record(ErrorCode.RUNTIME_ERROR.value)
                 raise AgentAPIException.runtime_error(
                     f"the host failed to serve {action.value}", exception=type(exc).__name__

@@ -81,7 +81,12 @@ def context_state_set(built: BuiltContext, snapshot: dict[str, dict[str, Any]]) 
     """Inline the state snapshot read for `built.state_keys` and produce the `run_agent` request."""
     if built.session.state_enabled:
         built.context = built.context.model_copy(update={"state": AgentRunState.model_validate(snapshot)})
-    request = AgentRunRequest(runner_id=built.runner_id, runner_name=built.runner_name, context=built.context)
+    request = AgentRunRequest(
+        runner_id=built.runner_id,
+        runner_name=built.runner_name,
+        context=built.context,
+        run_token=built.session.run_token,
+    )
     built.request = request.model_dump(mode="json")
 
 

@@ -4,10 +4,15 @@ proxy call goes through.
 The snapshot is stored on `Run.authorization` (for audit and for any process that has to check a call)
 and held in memory by the worker that runs the run. A run id is accepted only while its run is
 `running`; once the run ends, its session is gone and every call answers `unauthorized`.
+
+Each session carries a run token: an unguessable credential made when the session is built, sent to the
+runtime with `run_agent` only, never stored and never shown to the runner. A proxy call is served only for
+the run its token was issued to, so knowing another run's id is worth nothing.
 """
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +33,8 @@ class RunSession:
     available_apis: ContextAPICapabilities
     state_enabled: bool
     state_scopes: frozenset[str] = field(default_factory=frozenset)
+    # Not part of `authorization()`: a token written to the database could be replayed by whoever reads it.
+    run_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
 
     def authorization(self) -> dict[str, Any]:
         """The snapshot as stored on `Run.authorization`."""

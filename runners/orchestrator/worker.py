@@ -52,6 +52,7 @@ class Orchestrator:
         self.max_runs = settings.LANGBOT_WORKER_MAX_RUNS
         self.slots = threading.BoundedSemaphore(self.max_runs)
         self.executions: dict[str, RunExecution] = {}
+        self.by_token: dict[str, RunExecution] = {}
         self.admitting = True
         self._background: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
@@ -77,8 +78,9 @@ class Orchestrator:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def session_of(self, run_id: str) -> tuple[RunSession, float] | None:
-        execution = self.executions.get(run_id)
+    def session_of(self, run_token: str) -> tuple[RunSession, float] | None:
+        """The run a proxy call's token was issued to, while that run is active here."""
+        execution = self.by_token.get(run_token)
         if execution is None or execution.finished:
             return None
         return execution.session, execution.deadline_at
@@ -113,6 +115,7 @@ class Orchestrator:
 
     async def _run(self, execution: RunExecution) -> None:
         self.executions[execution.run_id] = execution
+        self.by_token[execution.session.run_token] = execution
         execution.task = asyncio.current_task()
         try:
             await execution.execute()
@@ -120,6 +123,7 @@ class Orchestrator:
             logger.exception("run %s: execution failed", execution.run_id)
         finally:
             self.executions.pop(execution.run_id, None)
+            self.by_token.pop(execution.session.run_token, None)
             self.slots.release()
 
     async def _shutdown(self, grace: float) -> None:

@@ -231,10 +231,17 @@ def test_a_forged_caller_identity_on_the_host_connection_is_unauthorized(worker,
         run_id=str(run.run_id), run_pk=run.pk, lease_token="", data=run.authorization or {}
     )
     executor = DatabaseExecutor(1)
-    handlers = proxy_handlers(sessions=lambda rid: (session, 4e9) if rid == str(run.run_id) else None, db=executor)
+    handlers = proxy_handlers(
+        sessions=lambda token: (session, 4e9) if token == session.run_token else None, db=executor
+    )
 
     async def forged() -> AgentAPIException:
-        frame = {"run_id": str(run.run_id), "caller_plugin_identity": "evil/plugin", "conversation_id": None}
+        frame = {
+            "run_id": str(run.run_id),
+            "caller_plugin_identity": "evil/plugin",
+            "run_token": session.run_token,
+            "conversation_id": None,
+        }
         with pytest.raises(AgentAPIException) as caught:
             await handlers["history_page"](frame, None)  # type: ignore[arg-type,misc]
         return caught.value

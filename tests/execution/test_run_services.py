@@ -143,6 +143,9 @@ def test_state_list_returns_at_most_the_limit_and_says_there_is_more():
     assert more is True
 
 
+TOKEN = "token-of-run-1"
+
+
 def _session(workspace_id: int, scopes: frozenset[str]) -> RunSession:
     return RunSession(
         run_id="run-1",
@@ -154,6 +157,7 @@ def _session(workspace_id: int, scopes: frozenset[str]) -> RunSession:
         available_apis=ContextAPICapabilities(state=True, storage=True),
         state_enabled=True,
         state_scopes=scopes,
+        run_token=TOKEN,
     )
 
 
@@ -162,23 +166,29 @@ def handlers():
     workspace = WorkspaceFactory.create()
     session = _session(workspace.pk, frozenset({"conversation"}))
     far = timezone.now().timestamp() + 60
-    lookup = {"run-1": (session, far)}
+    lookup = {session.run_token: (session, far)}
     executor = DatabaseExecutor(1)
     yield proxy_handlers(sessions=lookup.get, db=executor)
     executor.shutdown()
 
 
 async def _call(handlers, action: str, **data):
-    return await handlers[action]({"run_id": "run-1", "caller_plugin_identity": "langbot/qa-runner", **data}, None)
+    frame = {"run_id": "run-1", "caller_plugin_identity": "langbot/qa-runner", "run_token": TOKEN, **data}
+    return await handlers[action](frame, None)
 
 
 async def test_proxy_refuses_unknown_runs_and_foreign_plugins(handlers):
     with pytest.raises(AgentAPIException) as unknown:
-        await handlers["state_get"]({"run_id": "other", "scope": "conversation", "key": "k"}, None)
+        await handlers["state_get"]({"run_id": "run-1", "scope": "conversation", "key": "k"}, None)
     assert unknown.value.code == "unauthorized"
+    with pytest.raises(AgentAPIException) as other:
+        await _call(handlers, "state_get", run_id="other", scope="conversation", key="k")
+    assert other.value.code == "unauthorized"
     with pytest.raises(AgentAPIException) as foreign:
         await handlers["state_get"](
-            {"run_id": "run-1", "caller_plugin_identity": "evil/plugin", "scope": "conversation", "key": "k"}, None
+            {"run_id": "run-1", "caller_plugin_identity": "evil/plugin", "run_token": TOKEN, "scope": "conversation",
+             "key": "k"},
+            None,
         )
     assert foreign.value.code == "unauthorized"
 

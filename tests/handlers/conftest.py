@@ -62,7 +62,12 @@ class HostRun:
         return self.run.conversation_id
 
     async def _call(self, action: str, data: dict[str, Any]) -> Any:
-        payload = {"run_id": str(self.run.run_id), "caller_plugin_identity": self.identity, **data}
+        payload = {
+            "run_id": str(self.run.run_id),
+            "caller_plugin_identity": self.identity,
+            "run_token": self.built.session.run_token,
+            **data,
+        }
         try:
             result = await self.handlers[action](payload, None)
             if hasattr(result, "__anext__"):
@@ -183,8 +188,8 @@ def host_run(transactional_db) -> Iterator[Any]:
             deadline_at=deadline.timestamp(),
         )
 
-        def lookup(run_id: str) -> tuple[Any, float] | None:
-            if run_id != str(run.run_id) or not holder.active:
+        def lookup(run_token: str) -> tuple[Any, float] | None:
+            if run_token != built.session.run_token or not holder.active:
                 return None
             return built.session, holder.deadline_at
 

@@ -84,12 +84,14 @@ def test_text_the_database_cannot_store_is_invalid_argument_and_the_audit_goes_o
     assert list(rows.values_list("outcome", flat=True)) == ["invalid_argument", "invalid_argument", "ok"]
 
 
-def test_a_run_id_the_database_cannot_store_is_refused_and_audited(host_run):
+def test_a_run_id_the_database_cannot_store_is_refused_and_audited_under_the_caller(host_run):
     run = host_run()
+    own = str(run.run.run_id)
     run.run.run_id = "not\x00a-run"  # only the payload's copy; the row is untouched
 
-    assert run.refused("history_page").code == "invalid_argument"
-    assert ProxyCallAudit.objects.filter(run_id="not\ufffda-run", outcome="invalid_argument").exists()
+    assert run.refused("history_page").code == "unauthorized"
+    row = ProxyCallAudit.objects.get(outcome="unauthorized")
+    assert (row.run_id, row.resource) == (own, "run_id=not\ufffda-run")
 
 
 # --- state -------------------------------------------------------------------------------------------

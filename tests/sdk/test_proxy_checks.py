@@ -17,7 +17,13 @@ from langbot_sdk.protocol import (
     StateGetResult,
     limits,
 )
-from langbot_sdk.proxy import DEFAULT_CALL_TIMEOUT, AgentRunAPIProxy, bind_run_channel, unbind_run_channel
+from langbot_sdk.proxy import (
+    DEFAULT_CALL_TIMEOUT,
+    AgentRunAPIProxy,
+    bind_run_channel,
+    channel_for_run,
+    unbind_run_channel,
+)
 from langbot_sdk.runner import AgentRunner
 from langbot_sdk.wire import WireError
 from tests.sdk.conftest import build_context
@@ -257,3 +263,43 @@ async def test_run_api_outside_an_active_run_fails_cleanly():
     ctx = AgentRunContext.model_validate(build_context(run_id="gone", available_apis={"state": True}))
 
     await assert_refused(StateRunner().run_api(ctx).state.get("conversation", "k"), "runtime_error")
+
+
+async def test_run_api_for_another_runs_id_is_unauthorized_and_reaches_no_host():
+    # given a run bound to its host channel, and a copy of its context naming another run
+    host = FakeHost(answers={"state_get": {"found": True, "value": "other"}})
+    own = AgentRunContext.model_validate(build_context(run_id="mine", available_apis={"state": True}))
+    other = own.model_copy(update={"run_id": "theirs"})
+    bind_run_channel("mine", host)
+    try:
+        # when the runner asks for the proxy of the other run
+        call = StateRunner().run_api(other).state.get("conversation", "k")
+        # then the SDK refuses, and nothing is sent anywhere
+        await assert_refused(call, "unauthorized")
+        assert channel_for_run("theirs") is None
+    finally:
+        unbind_run_channel("mine", host)
+    assert host.calls == []
+
+
+async def test_a_task_started_by_a_run_keeps_that_runs_channel_and_no_other():
+    # Tasks a runner starts inherit the run's context; other tasks never see the channel.
+    host = FakeHost(answers={})
+    seen: dict[str, Any] = {}
+
+    async def outsider() -> None:
+        seen["outsider"] = channel_for_run("mine")
+
+    async def run() -> None:
+        bind_run_channel("mine", host)
+        try:
+            seen["child"] = await asyncio.create_task(_channel_of("mine"))
+        finally:
+            unbind_run_channel("mine", host)
+
+    await asyncio.gather(run(), outsider())
+    assert seen == {"child": host, "outsider": None}
+
+
+async def _channel_of(run_id: str) -> Any:
+    return channel_for_run(run_id)
