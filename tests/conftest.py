@@ -1,9 +1,12 @@
-"""Fixtures shared by the whole suite: API clients, workspaces and the process-wide runtime link."""
+"""Fixtures shared by the whole suite: API clients, workspaces and the process-wide runtime link; and the
+rule that a run with `LANGBOT_FAIL_ON_SKIP` set (as `.ci/run` sets it) fails when any test was skipped."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,3 +61,27 @@ def _close_runtime_link() -> Iterator[None]:
     from runners.runtime import runtime_link_reset
 
     runtime_link_reset()
+
+
+# --- a skipped test fails the run where nothing may be missing ------------------------------------------
+
+FAIL_ON_SKIP_ENV = "LANGBOT_FAIL_ON_SKIP"
+_skipped: list[str] = []
+
+
+def pytest_runtest_logreport(report: Any) -> None:
+    # An expected failure (xfail) is reported as skipped too; it is not a test that did not run.
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    if os.environ.get(FAIL_ON_SKIP_ENV) and _skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if os.environ.get(FAIL_ON_SKIP_ENV) and _skipped:
+        terminalreporter.write_sep("=", f"{len(_skipped)} skipped test(s) fail this run ({FAIL_ON_SKIP_ENV} is set)")
+        for nodeid in _skipped[:50]:
+            terminalreporter.write_line(f"skipped: {nodeid}")
