@@ -2,8 +2,15 @@
 
 Views raise `ApiError` (or a DRF exception); this module turns either into that shape with a stable,
 machine-readable code, so no client ever has to parse a message.
+
+A request that could not get a database connection in time (the pool is exhausted) is not a server
+error: it answers 503 `unavailable` with `Retry-After`, whether the wait ran out in authentication, the
+view or a middleware — the DRF handler catches it in API views, `handler500` everywhere else (non-API
+pages get a plain-text 503).
 """
 
+import logging
+import sys
 from typing import Any, overload
 
 from django.core.exceptions import PermissionDenied
@@ -11,6 +18,13 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryD
 from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
+
+from langbot_host.db import pool_exhausted
+
+logger = logging.getLogger(__name__)
+
+# What a client is told to wait before retrying a request refused for want of a database connection.
+RETRY_AFTER_SECONDS = 5
 
 
 class ApiError(exceptions.APIException):
@@ -80,11 +94,27 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
+def unavailable_body() -> dict[str, Any]:
+    """The error body of a request refused because no database connection was free in time."""
+    return error_body(
+        "unavailable",
+        "The server has no database connection free right now; retry shortly.",
+        {"retry_after_seconds": RETRY_AFTER_SECONDS},
+    )
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     # Imported here: `rest_framework.views` reads the parser setting at import, and that parser
     # (`api_input.JSONParser`) raises this module's errors.
     from rest_framework.views import exception_handler as drf_exception_handler
 
+    if pool_exhausted(exc):
+        _log_unavailable(exc)
+        return Response(
+            unavailable_body(),
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -120,7 +150,31 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
-    """`handler500`: an API client gets the API's error shape; the exception itself is logged by Django."""
+    """`handler500`: an API client gets the API's error shape; the exception itself is logged by Django.
+
+    Django calls it while handling the exception (in the async handler too: asgiref re-raises it in the
+    thread it hands the call to), so `sys.exc_info()` tells a lack of database connections from a bug.
+    """
+    exc = sys.exc_info()[1]
+    if exc is not None and pool_exhausted(exc):
+        return _unavailable(request)
     if is_api_request(request):
         return JsonResponse(error_body("internal", "The server could not answer; the error is logged."), status=500)
     return defaults.server_error(request)
+
+
+def _unavailable(request: HttpRequest) -> HttpResponse:
+    response: HttpResponse
+    if is_api_request(request):
+        response = JsonResponse(unavailable_body(), status=503)
+    else:
+        response = HttpResponse(
+            "503 Service Unavailable: the server is busy; retry shortly.\n", status=503, content_type="text/plain"
+        )
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _log_unavailable(exc: BaseException) -> None:
+    # A warning without the traceback: under overload every refused request would otherwise log one.
+    logger.warning("request refused with 503: no database connection became free in time (%s)", exc)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection as BrokerConnection
 
@@ -17,11 +17,18 @@ from runners.runtime import runtime_link
 logger = logging.getLogger(__name__)
 
 CHECK_TIMEOUT_SECONDS = 2
+# The database alias of the health check (settings: same database, no pool), so that requests holding
+# every pooled connection do not make the check wait for one.
+HEALTH_DATABASE = "health"
 
 
 def _database() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
+    connection = connections[HEALTH_DATABASE]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    finally:
+        connection.close()
 
 
 def _redis() -> None:

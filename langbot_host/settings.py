@@ -101,6 +101,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
         "timeout": env.float("LANGBOT_DB_POOL_TIMEOUT", default=10.0),
     }
 
+# `/healthz` reads through an alias of its own on the same database, outside the pool: when waiting or
+# busy requests take every pooled connection, the health check neither waits for one nor reports the
+# database down. A fresh connection per check also proves the server still accepts connections.
+# Tests treat it as the same database (MIRROR), so no second test database is made.
+DATABASES["health"] = {
+    **DATABASES["default"],
+    "OPTIONS": {k: v for k, v in DATABASES["default"].get("OPTIONS", {}).items() if k != "pool"},
+    "TEST": {"MIRROR": "default"},
+}
+if DATABASES["health"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["health"]["OPTIONS"]["connect_timeout"] = 2
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

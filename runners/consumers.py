@@ -2,7 +2,9 @@
 messages through the Event Gateway (source `webui`) and cancel runs.
 
 Thin by design: who the caller is comes from `caller_from_scope`, reads from `runners.streaming`, writes
-from `runners.chat` and `runners.services`, all wrapped in `database_sync_to_async`.
+from `runners.chat` and `runners.services`, all wrapped in `database_sync_to_async`. That closes stale
+connections after every call, and with `CONN_MAX_AGE = 0` (which the pool requires) every connection is
+stale: an open socket holds no database connection while it waits for live events.
 
 Close codes (the README lists them too):
 - 4401 not authenticated: no session and no ticket, or a ticket that is unknown, used or expired;

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connection, transaction
@@ -25,6 +25,7 @@ from django.utils import timezone
 from bindings.models import AgentBinding
 from bindings.policies import ConcurrencyPolicy
 from bindings.services import bindings_revalidate_for_runner
+from langbot_host.db import connections_release, read_released
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.cancel import cancel_notify
@@ -310,10 +311,13 @@ def runs_wait(*, run_ids: list[str], timeout: float) -> None:
     """Block until every run is terminal or `timeout` seconds pass.
 
     Subscribes to each run's channel-layer group first, then reads the runs' status once (so a status
-    committed in between is never missed), then only listens — it never polls the database.
+    committed in between is never missed), then only listens — it never polls the database. While it
+    waits, the calling thread holds no database connection (`langbot_host.db`): hundreds of `?wait=`
+    requests must not take the web process's pool from everyone else.
     """
     if not run_ids or timeout <= 0:
         return
+    connections_release()
     async_to_sync(_runs_wait)([str(r) for r in run_ids], float(timeout))
 
 
@@ -342,7 +346,7 @@ async def _runs_wait(run_ids: list[str], timeout: float) -> None:
     try:
         for group in groups:
             await layer.group_add(group, channel)
-        pending = await sync_to_async(_runs_still_active)(run_ids)
+        pending = await read_released(_runs_still_active, run_ids)
         while pending:
             remaining = deadline - loop.time()
             if remaining <= 0:

@@ -10,7 +10,13 @@ and `data:` the JSON `{"id", "run_id", "seq", "type", "data"}`. Run status chang
 does the same for other clients (the header wins). The view joins the run's group first, replays the
 persisted events after that seq, then forwards live ones (deduplicated by seq), sends `: ping` comments
 every `HEARTBEAT_SECONDS`, and ends after the terminal event (`run.completed`/`run.failed`), or after the
-run's terminal `run.status` when it ended without one. It never polls the database.
+run's terminal `run.status` when it ended without one. It never polls the database, and holds no database
+connection while it waits: each read gives the request thread's connection back (`langbot_host.db`), so
+one web process serves hundreds of streams on a small pool.
+
+A stream that cannot get a database connection in time answers 503 with `Retry-After` before it starts
+(`langbot_host.api_errors`); once started, it ends with `event: error` carrying the API's error body
+(code `unavailable`), and the client reconnects with `Last-Event-ID` after the `retry:` delay.
 """
 
 from __future__ import annotations
@@ -18,21 +24,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import OperationalError
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.csrf import csrf_exempt
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, workspace_for_user
-from langbot_host.api_errors import error_body
+from langbot_host.api_errors import error_body, unavailable_body
+from langbot_host.db import pool_exhausted, read_released
 from runners.publish import RUN_EVENT, RUN_STATUS, run_group
 from runners.selectors import run_get
 from runners.streaming import REPLAY_PAGE_SIZE, TERMINAL_STATUSES, RunCursor, run_events_range, run_status_of
+
+logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 15.0
 RETRY_MILLISECONDS = 3000
@@ -101,8 +111,8 @@ async def run_stream(request: HttpRequest, run_id: str) -> HttpResponseBase:
     user = None if authorization else await request.auser()
     try:
         after_seq = _after_seq(request)
-        workspace_id, public_id = await sync_to_async(_lookup)(
-            authorization, user, request.GET.get("workspace") or None, run_id
+        workspace_id, public_id = await read_released(
+            _lookup, authorization, user, request.GET.get("workspace") or None, run_id
         )
     except _RefusedError as refused:
         return refused.response
@@ -142,8 +152,12 @@ async def run_events_sse(workspace_id: int, run_id: str, after_seq: int) -> Asyn
 
     async def fill(before_seq: int | None) -> AsyncIterator[str]:
         while True:
-            rows = await sync_to_async(run_events_range)(
-                workspace_id=workspace_id, run_id=run_id, after_seq=cursor.last_seq[run_id], before_seq=before_seq
+            rows = await read_released(
+                run_events_range,
+                workspace_id=workspace_id,
+                run_id=run_id,
+                after_seq=cursor.last_seq[run_id],
+                before_seq=before_seq,
             )
             for message in rows:
                 cursor.advance(message)
@@ -157,7 +171,7 @@ async def run_events_sse(workspace_id: int, run_id: str, after_seq: int) -> Asyn
             yield chunk
         if run_id in cursor.finished:
             return
-        status = await sync_to_async(run_status_of)(workspace_id=workspace_id, run_id=run_id)
+        status = await read_released(run_status_of, workspace_id=workspace_id, run_id=run_id)
         if status is not None and status["status"] in TERMINAL_STATUSES:
             # Ended between the replay and the status read, or without a terminal result of its own.
             async for chunk in fill(None):
@@ -189,6 +203,11 @@ async def run_events_sse(workspace_id: int, run_id: str, after_seq: int) -> Asyn
                         yield sse_event(message)
                     return
                 yield sse_event(message)
+    except OperationalError as exc:
+        if not pool_exhausted(exc):
+            raise
+        logger.warning("SSE stream of run %s ended: no database connection available (%s)", run_id, exc)
+        yield f"event: error\ndata: {json.dumps(unavailable_body(), separators=(',', ':'))}\n\n"
     finally:
         with contextlib.suppress(Exception):
             await layer.group_discard(group, channel)

@@ -10,12 +10,14 @@ JSON answers 400 `invalid_json`. Everything is scoped to the caller's workspace.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
 from django.conf import settings
+from django.db import OperationalError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from pydantic import BaseModel, Field, ValidationError
@@ -30,6 +32,7 @@ from bindings.api import WORKSPACE_PARAMETER
 from bindings.specs import field_errors
 from langbot_host.api_errors import ApiError, invalid_fields, query_int
 from langbot_host.api_input import refuse_unstorable_text
+from langbot_host.db import pool_exhausted
 from runners import services as run_services
 from runners.api import RunSummaryOut, run_summary_out
 from runners.models import Run
@@ -38,6 +41,8 @@ from transcripts.envelope import EventEnvelopeIn
 from transcripts.models import EventLog, TranscriptItem
 from transcripts.selectors import PAGE_LIMIT_MAX, event_get, transcript_page
 from transcripts.services import EventRefusedError, event_ingest
+
+logger = logging.getLogger(__name__)
 
 WAIT_MAX_SECONDS = 300
 
@@ -250,8 +255,15 @@ class EventIngestApi(APIView):
         runs = result.runs
         if wait > 0 and runs:
             # After commit (event_ingest's transaction is closed): the workers can see the runs.
-            run_services.runs_wait(run_ids=[str(r.run_id) for r in runs], timeout=wait)
-            runs = runs_of_event(event=result.event)
+            try:
+                run_services.runs_wait(run_ids=[str(r.run_id) for r in runs], timeout=wait)
+                runs = runs_of_event(event=result.event)
+            except OperationalError as exc:
+                if not pool_exhausted(exc):
+                    raise
+                # The event is in: answer as a wait that ran out, with the runs as ingested, rather than
+                # a 503 that a client without an event_id would retry as a second event.
+                logger.warning("?wait= ended early: no database connection free to read the runs (%s)", exc)
         return Response(
             event_accepted_out(result.event, runs, duplicate=result.duplicate),
             status=status.HTTP_200_OK if result.duplicate else status.HTTP_202_ACCEPTED,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
+# `/healthz` reads through its own database alias (`health`, a mirror of `default` in tests).
+pytestmark = [pytest.mark.django_db(transaction=True, databases=["default", "health"]), pytest.mark.integration]
 
 
 def test_healthz_reports_every_dependency_ok(runtime_plugins):
