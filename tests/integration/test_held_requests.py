@@ -33,6 +33,9 @@ STREAMS = 100
 SOCKETS = 50  # chat WebSockets, each watching the conversation of one of the streamed runs
 SLOW_SECONDS = 15
 WAIT_SECONDS = 90
+# Clients arrive this far apart, not all in one instant: daphne listens with Twisted's backlog of 50, and
+# hundreds of connections opened at once overflow it (the kernel drops some, which is not what is tested).
+RAMP_SECONDS = 0.01
 # "Answers instead of hanging": far above a normal answer, below the pool's own 10 s wait for a connection.
 PROMPT_SECONDS = 8.0
 
@@ -63,6 +66,7 @@ def _running(workspace_id: int) -> int:
 
 
 async def _wait_for_run(http: httpx.AsyncClient, key: str, n: int) -> dict[str, Any] | str:
+    await asyncio.sleep(2 * n * RAMP_SECONDS)
     body = {"conversation_id": f"wait-{n}", "input": {"text": f"qa:slow:{SLOW_SECONDS} wait {n}"}}
     response = await http.post(f"/api/v1/events?wait={WAIT_SECONDS}", json=body, headers=_auth(key))
     if response.status_code != 202:
@@ -73,6 +77,7 @@ async def _wait_for_run(http: httpx.AsyncClient, key: str, n: int) -> dict[str, 
 
 async def _stream_run(http: httpx.AsyncClient, base: str, key: str, n: int) -> tuple[str, str]:
     """Start a slow run, then follow it over SSE (and, for the first `SOCKETS`, over a chat WebSocket)."""
+    await asyncio.sleep((2 * n + 1) * RAMP_SECONDS)
     conversation = f"stream-{n}-{uuid.uuid4().hex[:6]}"
     body = {"conversation_id": conversation, "input": {"text": f"qa:slow:{SLOW_SECONDS} stream {n}"}}
     response = await http.post("/api/v1/events", json=body, headers=_auth(key))
