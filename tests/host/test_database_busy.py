@@ -182,6 +182,9 @@ def test_healthz_reports_the_database_ok_while_the_pool_is_taken(runtime_plugins
 
 
 def test_a_read_through_released_gives_the_threads_connection_back():
+    if connection.vendor == "sqlite" and cast(Any, connection).is_in_memory_db():
+        pytest.skip("Django never closes an in-memory SQLite test database")
+
     def held_after(read: Callable[[], Any]) -> bool:
         try:
             read()
