@@ -29,6 +29,7 @@ class ApiErrorResponseSerializer(serializers.Serializer[Any]):
 _ANY_OPERATION = {
     "401": "`unauthenticated`: no valid API key or session",
     "403": "`forbidden`",
+    "503": "`unavailable`: no database connection became free in time; retry after `Retry-After` seconds",
 }
 _WITH_INPUT = {"400": "`invalid_argument` (the fields are named in `details.fields`), or `invalid_json`"}
 _WITH_BODY = {"415": "`unsupported_media_type`: the body is not of a media type the operation takes"}
@@ -102,7 +103,7 @@ def run_stream_document(result: dict[str, Any], generator: Any, request: Any, pu
     """
     paths = result["paths"]
     detail = paths[_RUN_DETAIL_PATH]["get"]
-    errors = {code: detail["responses"][code] for code in ("401", "403", "404")}
+    errors = {code: detail["responses"][code] for code in ("401", "403", "404", "503")}
     paths[RUN_STREAM_PATH] = {
         "get": {
             "operationId": "runs_stream",
