@@ -96,7 +96,7 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
     try:
         _setup_binding()
         # This process stands in for the web process, which freezes its start-up objects (asgi.py).
-        from langbot_host.process import startup_objects_freeze
+        from langbot_host.core.process import startup_objects_freeze
 
         startup_objects_freeze()
         yield worker

@@ -41,7 +41,7 @@ from bindings.services import (
     bot_update,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn, field_errors
-from langbot_host.api_errors import ApiError, invalid_fields, query_bool
+from langbot_host.core.api_errors import ApiError, invalid_fields, query_bool
 
 InputModel = TypeVar("InputModel", bound=BaseModel)
 

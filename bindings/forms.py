@@ -24,8 +24,8 @@ from bindings.runner_config import config_schema_items
 from bindings.selectors import binding_runner_config_masked, bot_credentials_masked
 from bindings.services import BindingValidationError, binding_prepare, credentials_merge
 from bindings.specs import BindingIn, field_errors
-from langbot_host.crypto import SECRET_MASK
-from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 from runners.models import RunnerDescriptor
 

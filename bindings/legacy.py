@@ -25,7 +25,7 @@ from bindings.services import (
     workspace_get_or_create,
 )
 from bindings.specs import BindingIn, BindingScopeIn
-from langbot_host.storable import unstorable_text_path
+from langbot_host.core.storable import unstorable_text_path
 from runners.models import RunnerDescriptor
 
 # OFFICIAL_RUNNER_PLUGINS §3: old built-in runner → runner id of its official plugin.

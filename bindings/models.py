@@ -12,7 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from bindings.policies import ConcurrencyPolicy
-from langbot_host.crypto import EncryptedJSONField
+from langbot_host.core.crypto import EncryptedJSONField
 
 
 class Workspace(models.Model):

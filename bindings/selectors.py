@@ -17,8 +17,8 @@ from django.db.models import Q, QuerySet
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace
 from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
-from langbot_host.crypto import SECRET_MASK
-from runners.orchestrator.db import sql_fetchall
+from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.sql import sql_fetchall
 
 
 def api_key_by_plaintext(*, key: str) -> ApiKey | None:

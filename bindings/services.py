@@ -22,7 +22,7 @@ from bindings.runner_config import (
     runner_config_validate,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn, field_errors
-from langbot_host.crypto import SECRET_MASK
+from langbot_host.core.crypto import SECRET_MASK
 from runners.models import RunnerDescriptor
 from runners.selectors import runner_descriptor_get
 

@@ -13,7 +13,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from langbot_host.process import startup_objects_freeze  # noqa: E402
+from langbot_host.core.process import startup_objects_freeze  # noqa: E402
 from langbot_host.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

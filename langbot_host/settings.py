@@ -50,7 +50,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "langbot_host.api_input.StorableTextMiddleware",
+    "langbot_host.core.api_input.StorableTextMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -87,7 +87,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     "LANGBOT_DB_PREPARED_STATEMENTS", default=True
 ):
     # Django turns psycopg's prepared statements off (prepare_threshold None), which also ignores an
-    # explicit `execute(..., prepare=True)`. The run hot path (`runners/orchestrator/db.py`) prepares its
+    # explicit `execute(..., prepare=True)`. The run hot path (`langbot_host/core/sql.py`) prepares its
     # statements: planning its joins costs more than running them. The ORM's client-side-binding cursors
     # never prepare, whatever the threshold. Turn off behind a pooler that cannot keep prepared
     # statements (PgBouncer before 1.21 in transaction mode).
@@ -205,7 +205,7 @@ LANGBOT_RUN_CANCEL_GRACE = env.float("LANGBOT_RUN_CANCEL_GRACE", default=7.0)
 LANGBOT_QUEUED_STALE_SECONDS = env.float("LANGBOT_QUEUED_STALE_SECONDS", default=30.0)
 LANGBOT_SWEEP_BATCH = env.int("LANGBOT_SWEEP_BATCH", default=500)
 LANGBOT_RUN_CANCEL_CHANNEL = env.str("LANGBOT_RUN_CANCEL_CHANNEL", default="langbot:runs:cancel")
-# Freeze the objects alive after start-up out of the garbage collector's view (langbot_host/process.py):
+# Freeze the objects alive after start-up out of the garbage collector's view (langbot_host/core/process.py):
 # full collections then stop pausing daphne and the workers for 85-230 ms. Off only to compare.
 LANGBOT_GC_FREEZE = env.bool("LANGBOT_GC_FREEZE", default=True)
 
@@ -234,10 +234,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "langbot_host.api_schema.ApiAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "langbot_host.core.api_schema.ApiAutoSchema",
     # The API takes JSON (DESIGN §3.2); the artifact upload names its own multipart parser.
-    "DEFAULT_PARSER_CLASSES": ["langbot_host.api_input.JSONParser"],
-    "EXCEPTION_HANDLER": "langbot_host.api_errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["langbot_host.core.api_input.JSONParser"],
+    "EXCEPTION_HANDLER": "langbot_host.core.api_errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": None,
 }
@@ -255,7 +255,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         # The SSE endpoint is a plain Django view the generator cannot see.
-        "langbot_host.api_schema.run_stream_document",
+        "langbot_host.core.api_schema.run_stream_document",
     ],
     # Several resources have a `status` field with its own set of values; name each set after its owner.
     "ENUM_NAME_OVERRIDES": {

@@ -23,8 +23,8 @@ urlpatterns = [
 ]
 
 # JSON error bodies under /api/ for what no API view handled (DESIGN §3.2).
-handler404 = "langbot_host.api_errors.page_not_found"
-handler500 = "langbot_host.api_errors.server_error"
+handler404 = "langbot_host.core.api_errors.page_not_found"
+handler500 = "langbot_host.core.api_errors.server_error"
 
 admin.site.site_header = "LangBot Host"
 admin.site.site_title = "LangBot Host admin"

@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.specs import field_errors
-from langbot_host.api_errors import ApiError, invalid_fields, query_int
+from langbot_host.core.api_errors import ApiError, invalid_fields, query_int
 from langbot_sdk.protocol import AgentAPIException
 from runners import services as run_services
 from runners.models import Run, RunnerDescriptor

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from bindings.specs import field_errors
-from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from runners.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
 from runners.publish import conversation_group
 from runners.streaming import (

@@ -41,7 +41,7 @@ def runtime_child_env(plugin_dirs: list[str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in _RUNTIME_ENV_ALLOWLIST}
     env["LANGBOT_PLUGIN_DIRS"] = os.pathsep.join(plugin_dirs)
     env["PYTHONUNBUFFERED"] = "1"
-    # The child freezes its start-up objects as the host process does (langbot_host/process.py).
+    # The child freezes its start-up objects as the host process does (langbot_host/core/process.py).
     env["LANGBOT_GC_FREEZE"] = "true" if settings.LANGBOT_GC_FREEZE else "false"
     return env
 

@@ -25,11 +25,11 @@ from django.utils import timezone
 from bindings.models import AgentBinding
 from bindings.policies import ConcurrencyPolicy
 from bindings.services import bindings_revalidate_for_runner
-from langbot_host.db import connections_release, read_released
+from langbot_host.core.db import connections_release, read_released
+from langbot_host.core.sql import insert
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.cancel import cancel_notify
-from runners.orchestrator.db import insert
 from runners.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.runtime import runtime_link
 from transcripts.models import EventLog
@@ -312,7 +312,7 @@ def runs_wait(*, run_ids: list[str], timeout: float) -> None:
 
     Subscribes to each run's channel-layer group first, then reads the runs' status once (so a status
     committed in between is never missed), then only listens — it never polls the database. While it
-    waits, the calling thread holds no database connection (`langbot_host.db`): hundreds of `?wait=`
+    waits, the calling thread holds no database connection (`langbot_host.core.db`): hundreds of `?wait=`
     requests must not take the web process's pool from everyone else.
     """
     if not run_ids or timeout <= 0:

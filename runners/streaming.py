@@ -16,8 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from langbot_host.core.sql import column, sql_fetchall, sql_text_literals, table
 from runners.models import Run, RunEvent
-from runners.orchestrator.db import column, sql_fetchall, sql_text_literals, table
 from runners.publish import run_event_message
 from transcripts.models import EventLog
 

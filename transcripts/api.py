@@ -30,9 +30,9 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.specs import field_errors
-from langbot_host.api_errors import ApiError, invalid_fields, query_int
-from langbot_host.api_input import refuse_unstorable_text
-from langbot_host.db import pool_exhausted
+from langbot_host.core.api_errors import ApiError, invalid_fields, query_int
+from langbot_host.core.api_input import refuse_unstorable_text
+from langbot_host.core.db import pool_exhausted
 from runners import services as run_services
 from runners.api import RunSummaryOut, run_summary_out
 from runners.models import Run

@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import F, Func, QuerySet
 
 from bindings.models import Workspace
-from runners.orchestrator.db import column, sql_fetchall, table
+from langbot_host.core.sql import column, sql_fetchall, table
 from transcripts.models import EventLog, TranscriptItem
 
 PAGE_LIMIT_MAX = 100

@@ -22,9 +22,9 @@ from artifacts.selectors import artifacts_by_id
 from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_conversation
 from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
+from langbot_host.core.sql import insert_with_children
 from runners import services as run_services
 from runners.models import Run
-from runners.orchestrator.db import insert_with_children
 from transcripts.envelope import EventEnvelopeIn
 from transcripts.models import EventLog, TranscriptItem
 

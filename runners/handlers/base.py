@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from langbot_host.core.sql import DatabaseExecutor
 from langbot_sdk.protocol import Action, AgentAPIException
-from runners.orchestrator.db import DatabaseExecutor
 from runners.orchestrator.session import RunSession
 
 HandlerResult = dict[str, Any] | AsyncIterator[dict[str, Any]]

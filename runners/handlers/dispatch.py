@@ -31,13 +31,13 @@ from typing import Any
 from django.conf import settings
 from pydantic import ValidationError
 
-from langbot_host.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
+from langbot_host.core.sql import DatabaseExecutor
+from langbot_host.core.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode, limits
 from langbot_sdk.wire import CallInfo, Handler
 from runners.audit import AuditLog
 from runners.handlers import artifacts, events, history, platform, providers, state, storage
 from runners.handlers.base import FamilyHandler, ProxyCall, RateLimiter
-from runners.orchestrator.db import DatabaseExecutor
 from runners.orchestrator.session import RunSession
 
 logger = logging.getLogger(__name__)

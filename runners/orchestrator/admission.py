@@ -30,10 +30,7 @@ from django.utils import timezone
 
 from bindings.models import AgentBinding, Bot, Workspace
 from bindings.policies import ConcurrencyPolicy
-from langbot_sdk.protocol import RunFailureCode
-from runners.models import Run, RunnerDescriptor
-from runners.orchestrator.context import BuiltContext, context_build, context_state_set
-from runners.orchestrator.db import (
+from langbot_host.core.sql import (
     ModelColumns,
     column,
     prep,
@@ -43,6 +40,9 @@ from runners.orchestrator.db import (
     sql_text_literals,
     table,
 )
+from langbot_sdk.protocol import RunFailureCode
+from runners.models import Run, RunnerDescriptor
+from runners.orchestrator.context import BuiltContext, context_build, context_state_set
 from runners.orchestrator.state import (
     state_snapshot,
     state_snapshot_fold,

@@ -26,9 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bindings.models import Workspace
-from langbot_sdk.protocol import ArtifactCreatedPayload
-from runners.models import Run, RunEvent
-from runners.orchestrator.db import (
+from langbot_host.core.sql import (
     LoopStatements,
     column,
     insert_select_sql,
@@ -37,6 +35,8 @@ from runners.orchestrator.db import (
     sql_text_literals,
     table,
 )
+from langbot_sdk.protocol import ArtifactCreatedPayload
+from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
 from runners.orchestrator.state import state_write
 from runners.platform_actions import platform_actions_from_results

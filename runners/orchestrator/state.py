@@ -13,8 +13,8 @@ from typing import Any, cast
 
 from django.db import connection
 
+from langbot_host.core.sql import column, sql_fetchall, table
 from langbot_sdk.protocol import StateScope, limits, state_value_checked
-from runners.orchestrator.db import column, sql_fetchall, table
 from transcripts.models import StateEntry
 from transcripts.selectors import keys_page
 

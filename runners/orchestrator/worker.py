@@ -27,10 +27,10 @@ from typing import Any
 from celery.exceptions import Reject
 from django.conf import settings
 
+from langbot_host.core.sql import DatabaseExecutor, LoopStatements
 from runners.audit import AuditLog
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.cancel import CancelListener
-from runners.orchestrator.db import DatabaseExecutor, LoopStatements
 from runners.orchestrator.execution import RunExecution
 from runners.orchestrator.ledger import leases_renew
 from runners.orchestrator.proxy import proxy_handlers

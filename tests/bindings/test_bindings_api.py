@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
-from langbot_host.crypto import SECRET_MASK
+from langbot_host.core.crypto import SECRET_MASK
 from runners.models import RunnerDescriptor
 from tests.factories import BotFactory, UserFactory, WorkspaceFactory
 

@@ -1,4 +1,4 @@
-"""The hand-written statements of the run hot path (`runners/orchestrator/db.py`): prepared on PostgreSQL,
+"""The hand-written statements of the run hot path (`langbot_host/core/sql.py`): prepared on PostgreSQL,
 rows turned back into model instances with deferred columns loaded on demand, and a parent row written
 with its children in one statement."""
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from django.db import DataError, connection, transaction
 
+from langbot_host.core.sql import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
 from runners.models import Run, RunnerDescriptor
 from runners.orchestrator.admission import _claim_sql
-from runners.orchestrator.db import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
 from runners.orchestrator.ledger import _ledger_sql
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, TranscriptItem

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from langbot_host.core.sql import DatabaseExecutor
 from langbot_sdk.protocol import (
     AgentAPIException,
     AgentResources,
@@ -17,7 +18,6 @@ from langbot_sdk.protocol import (
     limits,
 )
 from runners.models import Run
-from runners.orchestrator.db import DatabaseExecutor
 from runners.orchestrator.proxy import proxy_handlers
 from runners.orchestrator.scope import RunScope
 from runners.orchestrator.session import RunSession, run_session_active

@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from langbot_host.core.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException
 from runners.audit import AuditLog
 from runners.handlers.base import RateLimiter
 from runners.handlers.dispatch import proxy_handlers
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build
-from runners.orchestrator.db import DatabaseExecutor
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, TranscriptItem
 

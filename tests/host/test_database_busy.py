@@ -18,7 +18,7 @@ from django.test import AsyncClient, Client
 from psycopg_pool import PoolTimeout
 
 from bindings.services import api_key_create
-from langbot_host.db import released
+from langbot_host.core.db import released
 from runners import sse
 from runners.models import Run
 from tests.factories import UserFactory, WorkspaceFactory

@@ -19,7 +19,7 @@ from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from langbot_host.db import pool_exhausted
+from langbot_host.core.db import pool_exhausted
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from rest_framework import parsers
 
-from langbot_host.api_errors import error_body, invalid_fields, is_api_request
-from langbot_host.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+from langbot_host.core.api_errors import error_body, invalid_fields, is_api_request
+from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 
 
 def refuse_unstorable_text(data: Any) -> Any:
