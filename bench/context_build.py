@@ -22,8 +22,8 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from bindings.models import AgentBinding, Workspace
-    from runners.models import Run, RunnerDescriptor
+    from bindings.models import AgentBinding, RunnerDescriptor, Workspace
+    from runners.models import Run
     from runners.orchestrator.context import context_build
     from transcripts.models import EventLog, TranscriptItem
 

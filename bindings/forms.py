@@ -18,7 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.forms.fields import InvalidJSONInput
 from pydantic import ValidationError
 
-from bindings.models import AgentBinding, Bot, Workspace
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.runner_config import config_schema_items
 from bindings.selectors import binding_runner_config_masked, bot_credentials_masked
@@ -27,7 +27,6 @@ from bindings.specs import BindingIn, field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
-from runners.models import RunnerDescriptor
 
 CONFIG_FIELD_PREFIX = "cfg__"
 

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from django.db import transaction
 
-from bindings.models import AgentBinding, Bot, Workspace
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 from bindings.services import (
     BindingValidationError,
     binding_create,
@@ -26,7 +26,6 @@ from bindings.services import (
 )
 from bindings.specs import BindingIn, BindingScopeIn
 from langbot_host.core.storable import unstorable_text_path
-from runners.models import RunnerDescriptor
 
 # OFFICIAL_RUNNER_PLUGINS §3: old built-in runner → runner id of its official plugin.
 LEGACY_RUNNER_IDS: dict[str, str] = {

@@ -1,10 +1,13 @@
-"""Tenancy, access and routing data: workspaces, members, API keys, bots and AgentBindings.
+"""Tenancy, access and routing data: workspaces, members, API keys, bots, AgentBindings and the runner
+catalog (`RunnerDescriptor`: what the plugin runtime offers, which bindings validate against).
 
 Validation of bindings (runner config against the runner's schema, policies, scope) lives in
 `bindings.services`; these models only hold what was validated there.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
@@ -173,3 +176,55 @@ class AgentBinding(models.Model):
     def replies(self) -> bool:
         """False for observers (`delivery_policy.enable_reply: false`)."""
         return bool((self.delivery_policy or {}).get("enable_reply", True))
+
+
+class RunnerDescriptor(models.Model):
+    """One AgentRunner as the runtime last reported it. Bindings refer to it by `runner_id`."""
+
+    class Status(models.TextChoices):
+        AVAILABLE = "available", "available"
+        # The plugin is present but failed to load; `load_error` says why.
+        ERROR = "error", "load error"
+        # No longer reported by the runtime: bindings to it fail with `runner.not_found`.
+        MISSING = "missing", "missing"
+
+    runner_id = models.CharField(max_length=255, unique=True)
+    plugin_author = models.CharField(max_length=64)
+    plugin_name = models.CharField(max_length=64)
+    plugin_version = models.CharField(max_length=64, blank=True)
+    runner_name = models.CharField(max_length=64)
+    label = models.JSONField(default=dict)
+    description = models.JSONField(default=dict, blank=True)
+    capabilities = models.JSONField(default=dict)
+    permissions = models.JSONField(default=dict)
+    context_policy = models.JSONField(default=dict)
+    config_schema = models.JSONField(default=list)
+    manifest = models.JSONField(default=dict)
+    manifest_sha256 = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.AVAILABLE, db_index=True)
+    load_error = models.TextField(blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["runner_id"]
+        # The table was made when the catalog lived in the runners app; the model moved, the rows did not.
+        db_table = "runners_runnerdescriptor"
+
+    def __str__(self) -> str:
+        return self.runner_id
+
+    def label_text(self, locale: str = "en_US") -> str:
+        return _i18n_text(self.label, locale) or self.runner_name
+
+    def description_text(self, locale: str = "en_US") -> str:
+        return _i18n_text(self.description, locale)
+
+
+def _i18n_text(value: Any, locale: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and value:
+        return str(value.get(locale) or value.get("en_US") or next(iter(value.values())))
+    return ""

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from bindings.models import AgentBinding, ApiKey, Bot, Workspace
+from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace
 from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from langbot_host.core.crypto import SECRET_MASK
@@ -248,3 +248,17 @@ def bindings_choose(
 
 def _level(binding: AgentBinding) -> tuple[int, int]:
     return SCOPE_SPECIFICITY.get(binding.scope_type, 0), binding.priority
+
+
+# --- the runner catalog ---------------------------------------------------------------------------------
+
+
+def runner_descriptor_list(*, status: str | None = None) -> QuerySet[RunnerDescriptor]:
+    queryset = RunnerDescriptor.objects.all()
+    if status:
+        queryset = queryset.filter(status=status)
+    return queryset
+
+
+def runner_descriptor_get(*, runner_id: str) -> RunnerDescriptor | None:
+    return RunnerDescriptor.objects.filter(runner_id=runner_id).first()

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 from pydantic import ValidationError
 
-from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
+from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace, WorkspaceMembership
 from bindings.runner_config import (
     RunnerConfigError,
     runner_config_masked,
@@ -23,8 +23,6 @@ from bindings.runner_config import (
 )
 from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn, field_errors
 from langbot_host.core.crypto import SECRET_MASK
-from runners.models import RunnerDescriptor
-from runners.selectors import runner_descriptor_get
 
 API_KEY_PREFIX = "lbk"
 
@@ -179,7 +177,7 @@ def _scope_fields(*, workspace: Workspace | None, scope: BindingScopeIn) -> dict
 
 
 def _runner_config_fields(*, runner_id: str, config: dict[str, Any], stored_secrets: dict[str, Any]) -> dict[str, Any]:
-    descriptor = runner_descriptor_get(runner_id=runner_id)
+    descriptor = RunnerDescriptor.objects.filter(runner_id=runner_id).first()
     if descriptor is None or descriptor.status == RunnerDescriptor.Status.MISSING:
         raise BindingValidationError(
             {"runner_id": f"Runner {runner_id!r} is not available; install its plugin and refresh the runners."}

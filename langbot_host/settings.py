@@ -261,7 +261,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": ["queued", "running", "completed", "failed", "cancelled", "timeout"],
         "EventStatusEnum": ["accepted", "no_binding", "conflict"],
-        "RunnerStatusEnum": "runners.models.RunnerDescriptor.Status",
+        "RunnerStatusEnum": "bindings.models.RunnerDescriptor.Status",
     },
 }
 

@@ -14,8 +14,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException
-from runners.models import Run, RunEvent, RunnerDescriptor
+from runners.models import Run, RunEvent
 from runners.services import run_cancel_request, runner_descriptors_refresh
 from transcripts.admin import (
     ConversationFilter,
@@ -28,7 +29,7 @@ from transcripts.admin import (
 
 @admin.register(RunnerDescriptor)
 class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescriptor]):
-    change_list_template = "admin/runners/runnerdescriptor/change_list.html"
+    change_list_template = "admin/bindings/runnerdescriptor/change_list.html"
     list_display = ["runner_id", "label_display", "plugin_version", "status", "last_seen_at"]
     list_filter = ["status", "plugin_author"]
     search_fields = ["runner_id", "plugin_name", "runner_name"]
@@ -68,7 +69,7 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
 
     def get_urls(self) -> list[URLPattern]:
         refresh = path(
-            "refresh/", self.admin_site.admin_view(self.refresh_view), name="runners_runnerdescriptor_refresh"
+            "refresh/", self.admin_site.admin_view(self.refresh_view), name="bindings_runnerdescriptor_refresh"
         )
         return [refresh, *super().get_urls()]
 
@@ -90,7 +91,7 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
             for error in result.plugin_errors:
                 where = error.get("path") or error.get("plugin")
                 messages.error(request, f"Plugin {where} failed to load: {error.get('error')}")
-        return HttpResponseRedirect(reverse("admin:runners_runnerdescriptor_changelist"))
+        return HttpResponseRedirect(reverse("admin:bindings_runnerdescriptor_changelist"))
 
 
 class RunnerFilter(admin.SimpleListFilter):

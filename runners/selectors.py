@@ -1,4 +1,4 @@
-"""Reads for runner descriptors, runs and their persisted result events.
+"""Reads for runs and their persisted result events.
 
 Run lists and run events page by cursor (run id / seq), never OFFSET; every run read is scoped to a
 workspace, so another workspace's run is simply not found.
@@ -9,23 +9,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
-
 from bindings.models import Workspace
-from runners.models import Run, RunEvent, RunnerDescriptor
+from runners.models import Run, RunEvent
 from transcripts.models import EventLog
-
-
-def runner_descriptor_list(*, status: str | None = None) -> QuerySet[RunnerDescriptor]:
-    queryset = RunnerDescriptor.objects.all()
-    if status:
-        queryset = queryset.filter(status=status)
-    return queryset
-
-
-def runner_descriptor_get(*, runner_id: str) -> RunnerDescriptor | None:
-    return RunnerDescriptor.objects.filter(runner_id=runner_id).first()
-
 
 # --- runs --------------------------------------------------------------------------------------------
 

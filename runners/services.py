@@ -22,13 +22,13 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from bindings.models import AgentBinding
+from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.policies import ConcurrencyPolicy
 from bindings.services import bindings_revalidate_for_runner
 from langbot_host.core.db import connections_release, read_released
 from langbot_host.core.sql import insert
 from langbot_sdk.protocol import Action, AgentRunnerManifest, ListAgentRunnersResponse, RunnerId
-from runners.models import Run, RunnerDescriptor
+from runners.models import Run
 from runners.orchestrator.cancel import cancel_notify
 from runners.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.runtime import runtime_link

@@ -7,8 +7,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 
-from bindings.models import AgentBinding, Bot, Workspace
-from runners.models import RunnerDescriptor
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 
 
 class WorkspaceFactory(factory.django.DjangoModelFactory[Workspace]):

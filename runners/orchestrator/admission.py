@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from bindings.models import AgentBinding, Bot, Workspace
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 from bindings.policies import ConcurrencyPolicy
 from langbot_host.core.sql import (
     ModelColumns,
@@ -41,7 +41,7 @@ from langbot_host.core.sql import (
     table,
 )
 from langbot_sdk.protocol import RunFailureCode
-from runners.models import Run, RunnerDescriptor
+from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build, context_state_set
 from runners.orchestrator.state import (
     state_snapshot,

@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import ValidationError
 
-from bindings.models import AgentBinding
+from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.services import binding_runner_config_plain
 from langbot_sdk.protocol import (
@@ -48,7 +48,7 @@ from langbot_sdk.protocol import (
     RawEventRef,
     SubjectContext,
 )
-from runners.models import Run, RunnerDescriptor
+from runners.models import Run
 from runners.orchestrator.resources import resources_build
 from runners.orchestrator.scope import RunScope
 from runners.orchestrator.session import RunSession

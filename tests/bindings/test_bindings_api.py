@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from bindings.models import AgentBinding
+from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.services import binding_runner_config_plain
 from langbot_host.core.crypto import SECRET_MASK
-from runners.models import RunnerDescriptor
 from tests.factories import BotFactory, UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,9 +9,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from bindings.models import RunnerDescriptor
 from bindings.policies import ResourcePolicy, StatePolicy
 from langbot_sdk.protocol import AgentRunnerContextPolicy, AgentRunnerPermissions, DynamicFormItemSchema
-from runners.models import Run, RunnerDescriptor
+from runners.models import Run
 from runners.orchestrator.context import context_build
 from runners.orchestrator.resources import resources_build
 from runners.orchestrator.scope import RunScope

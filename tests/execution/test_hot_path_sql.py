@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from django.db import DataError, connection, transaction
 
+from bindings.models import RunnerDescriptor
 from langbot_host.core.sql import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
-from runners.models import Run, RunnerDescriptor
+from runners.models import Run
 from runners.orchestrator.admission import _claim_sql
 from runners.orchestrator.ledger import _ledger_sql
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from runners.models import RunnerDescriptor
+from bindings.models import RunnerDescriptor
 from tests.conftest import PLUGINS_DIR
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]

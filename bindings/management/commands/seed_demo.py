@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from bindings.models import AgentBinding, Bot, Workspace, WorkspaceMembership
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace, WorkspaceMembership
 from bindings.services import (
     BindingValidationError,
     binding_create,
@@ -18,7 +18,6 @@ from bindings.services import (
     workspace_member_add,
 )
 from bindings.specs import BindingIn, BindingScopeIn, BotIn
-from runners.models import RunnerDescriptor
 
 logger = logging.getLogger(__name__)
 
