@@ -1,6 +1,6 @@
 """Shared set-up of the host benchmarks: a fresh PostgreSQL database, a Celery worker subprocess with its
 own plugin runtime, a workspace bound to the qa-runner, and a driver that ingests events through the
-gateway service (`transcripts.services.event_ingest`, i.e. without HTTP) and waits for each run's
+gateway service (`runners.gateway.services.event_ingest`, i.e. without HTTP) and waits for each run's
 terminal `run.status` on the channel layer — the same path `?wait=`, SSE and WebSocket clients use.
 
 Measured "host overhead" = from calling the gateway service to receiving the run's terminal status:
@@ -106,15 +106,15 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
             worker.wait(60)
         except subprocess.TimeoutExpired:
             worker.kill()
-        from runners.runtime import runtime_link_reset
+        from runners.runtime.link import runtime_link_reset
 
         runtime_link_reset()
 
 
 def _setup_binding() -> None:
     from langbot_sdk.protocol import Action, ListAgentRunnersResponse
-    from runners.runtime import runtime_link
-    from runners.services import runner_descriptors_sync
+    from runners.runtime.catalog import runner_descriptors_sync
+    from runners.runtime.link import runtime_link
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     report = ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
@@ -128,7 +128,7 @@ class Driver:
 
     Each waiting client listens on a process-local channel of its own, as `runs_wait` (`?wait=`) does:
     the host's layer reads every waiting message of the process in one round trip
-    (`runners.layers.BatchedRedisChannelLayer`), which a plain channel name would bypass.
+    (`runners.live.layers.BatchedRedisChannelLayer`), which a plain channel name would bypass.
     """
 
     def __init__(self) -> None:
@@ -201,8 +201,8 @@ def _workspace() -> Any:
 def _ingest(workspace: Any, text: str, conversation: str) -> tuple[str, str]:
     from django.db import close_old_connections
 
-    from transcripts.envelope import EventEnvelopeIn
-    from transcripts.services import event_ingest
+    from runners.gateway.envelope import EventEnvelopeIn
+    from runners.gateway.services import event_ingest
 
     try:
         envelope = EventEnvelopeIn.model_validate({"conversation_id": conversation, "input": {"text": text}})

@@ -61,8 +61,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def _setup() -> tuple[str, str]:
     from bindings.services import api_key_create
     from langbot_sdk.protocol import Action, ListAgentRunnersResponse
-    from runners.runtime import runtime_link
-    from runners.services import runner_descriptors_sync
+    from runners.runtime.catalog import runner_descriptors_sync
+    from runners.runtime.link import runtime_link
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     report = ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
@@ -115,7 +115,7 @@ def stack(*, worker_concurrency: int = 8) -> Iterator[Stack]:
     finally:
         for process in reversed(started):
             _stop(process)
-        from runners.runtime import runtime_link_reset
+        from runners.runtime.link import runtime_link_reset
 
         runtime_link_reset()
 

@@ -12,7 +12,7 @@ from django.http import HttpRequest, JsonResponse
 from kombu import Connection as BrokerConnection
 
 from langbot_sdk.protocol import Action
-from runners.runtime import runtime_link
+from runners.runtime.link import runtime_link
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.urls import path
 
-from runners.consumers import ChatConsumer
+from runners.webchat.consumers import ChatConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/v1/chat/", ChatConsumer.as_asgi()),

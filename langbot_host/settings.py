@@ -152,8 +152,8 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 CHANNEL_LAYERS = {
     "default": {
-        # channels_redis' layer, reading a process's waiting messages in one round trip (runners/layers.py).
-        "BACKEND": "runners.layers.BatchedRedisChannelLayer",
+        # channels_redis' layer, reading a process's waiting messages in one round trip (runners/live/layers.py).
+        "BACKEND": "runners.live.layers.BatchedRedisChannelLayer",
         # A listener (a `?wait=` request, an SSE client) may fall behind a fast stream for a moment; the
         # default of 100 queued messages per channel would drop results it is entitled to.
         "CONFIG": {

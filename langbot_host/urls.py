@@ -5,12 +5,13 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
-from runners.chat import chat_urlpatterns
+from runners.webchat.chat import chat_urlpatterns
 
 api_v1 = [
     path("", include("runners.urls")),
     path("", include("bindings.urls")),
     path("", include("transcripts.urls")),
+    path("", include("artifacts.urls")),
 ]
 
 urlpatterns = [

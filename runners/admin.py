@@ -16,8 +16,9 @@ from django.utils.safestring import SafeString
 
 from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException
+from runners.lifecycle.services import run_cancel_request
 from runners.models import Run, RunEvent
-from runners.services import run_cancel_request, runner_descriptors_refresh
+from runners.runtime.catalog import runner_descriptors_refresh
 from transcripts.admin import (
     ConversationFilter,
     ReadOnlyAdminMixin,
@@ -193,4 +194,4 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         messages.success(request, "Runs: " + ", ".join(parts) + ".")
 
 # The host API records (proxy call audit, platform action requests) have their own admin module.
-from runners import hostapi_admin  # noqa: E402, F401
+from runners.hostapi import admin as hostapi_admin  # noqa: E402, F401

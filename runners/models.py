@@ -121,7 +121,7 @@ class RunEvent(models.Model):
 class ProxyCallAudit(models.Model):
     """One proxy call of a run, allowed or refused (DESIGN §5: every call is audited).
 
-    Written in batches by `runners.audit.AuditLog`, off the call's path. `run_id` is a plain id, not a
+    Written in batches by `runners.hostapi.audit.AuditLog`, off the call's path. `run_id` is a plain id, not a
     foreign key, so a call naming an unknown or finished run is audited too.
     """
 

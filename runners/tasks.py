@@ -20,6 +20,6 @@ def run_execute(run_id: str) -> None:
 @shared_task(ignore_result=True)
 def runs_sweep() -> None:
     """Beat task: fail runs whose lease expired and re-send runs left queued too long."""
-    from runners.services import runs_sweep as sweep
+    from runners.lifecycle.services import runs_sweep as sweep
 
     sweep()

@@ -1,4 +1,5 @@
-"""Routes of the runners app under `/api/v1/`.
+"""Routes of the runners app under `/api/v1/`: events in (the gateway), runners, runs and their streams,
+WebSocket tickets.
 
 Run ids are matched as plain strings and parsed in the view, so a malformed id answers the API's JSON 404
 rather than the URL resolver's HTML one.
@@ -6,11 +7,21 @@ rather than the URL resolver's HTML one.
 
 from django.urls import path
 
-from runners.api import RunCancelApi, RunDetailApi, RunEventListApi, RunListApi, RunnerListApi, RunnerRefreshApi
-from runners.sse import run_stream
-from runners.tickets import WsTicketApi
+from runners.gateway.api import EventDetailApi, EventIngestApi
+from runners.lifecycle.api import (
+    RunCancelApi,
+    RunDetailApi,
+    RunEventListApi,
+    RunListApi,
+    RunnerListApi,
+    RunnerRefreshApi,
+)
+from runners.lifecycle.sse import run_stream
+from runners.webchat.tickets import WsTicketApi
 
 urlpatterns = [
+    path("events", EventIngestApi.as_view(), name="event-ingest"),
+    path("events/<str:event_id>", EventDetailApi.as_view(), name="event-detail"),
     path("runners", RunnerListApi.as_view(), name="runner-list"),
     path("runners/refresh", RunnerRefreshApi.as_view(), name="runner-refresh"),
     path("runs", RunListApi.as_view(), name="run-list"),

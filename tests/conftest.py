@@ -45,7 +45,7 @@ def api_client(workspace, api_client_for):
 @pytest.fixture
 def runtime_plugins(settings) -> Iterator[Callable[..., None]]:
     """Point the host's runtime link at the given plugin directories (a fresh runtime child each time)."""
-    from runners.runtime import runtime_link_reset
+    from runners.runtime.link import runtime_link_reset
 
     def use(*dirs: Path) -> None:
         settings.LANGBOT_PLUGIN_DIRS = [str(d) for d in dirs]
@@ -58,7 +58,7 @@ def runtime_plugins(settings) -> Iterator[Callable[..., None]]:
 @pytest.fixture(scope="session", autouse=True)
 def _close_runtime_link() -> Iterator[None]:
     yield
-    from runners.runtime import runtime_link_reset
+    from runners.runtime.link import runtime_link_reset
 
     runtime_link_reset()
 

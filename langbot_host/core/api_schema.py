@@ -95,7 +95,7 @@ given, the header wins."""
 
 
 def run_stream_document(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
-    """drf-spectacular postprocessing hook: `GET /api/v1/runs/{run_id}/stream` (`runners.sse.run_stream`).
+    """drf-spectacular postprocessing hook: `GET /api/v1/runs/{run_id}/stream` (`runners.lifecycle.sse.run_stream`).
 
     The SSE view is a plain async Django view (DRF has no streaming async views), so the generator does
     not see it. It takes the run detail operation's authentication, `run_id` and `workspace`, and answers

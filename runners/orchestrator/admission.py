@@ -41,17 +41,17 @@ from langbot_host.core.sql import (
     table,
 )
 from langbot_sdk.protocol import RunFailureCode
+from runners.lifecycle.services import run_dispatch_next_on_commit
+from runners.live.publish import run_status_publish_on_commit
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build, context_state_set
-from runners.orchestrator.state import (
+from transcripts.models import EventLog, TranscriptItem
+from transcripts.state import (
     state_snapshot,
     state_snapshot_fold,
     state_snapshot_params,
     state_snapshot_select,
 )
-from runners.publish import run_status_publish_on_commit
-from runners.services import run_dispatch_next_on_commit
-from transcripts.models import EventLog, TranscriptItem
 
 logger = logging.getLogger(__name__)
 

@@ -48,12 +48,12 @@ from langbot_sdk.protocol import (
     RawEventRef,
     SubjectContext,
 )
+from runners.hostapi.scope import RunScope
+from runners.hostapi.session import RunSession
 from runners.models import Run
 from runners.orchestrator.resources import resources_build
-from runners.orchestrator.scope import RunScope
-from runners.orchestrator.session import RunSession
-from runners.orchestrator.state import state_snapshot
 from transcripts.models import EventLog, TranscriptItem
+from transcripts.state import state_snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ from langbot_sdk.protocol import (
     RunFailureCode,
     StateUpdatedPayload,
 )
+from runners.live.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
 from runners.orchestrator.admission import ClaimedRun
 from runners.orchestrator.ledger import (
     ArtifactOutput,
@@ -46,7 +47,6 @@ from runners.orchestrator.ledger import (
     ledger_finish,
 )
 from runners.orchestrator.normalizer import Accepted, ResultNormalizer, delta_merge, delta_text, message_of, outcome_of
-from runners.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
 
 if TYPE_CHECKING:
     from runners.orchestrator.worker import Orchestrator

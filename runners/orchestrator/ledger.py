@@ -36,12 +36,12 @@ from langbot_host.core.sql import (
     table,
 )
 from langbot_sdk.protocol import ArtifactCreatedPayload
+from runners.hostapi.platform_actions import platform_actions_from_results
+from runners.lifecycle.services import run_dispatch, run_dispatch_next_on_commit
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
-from runners.orchestrator.state import state_write
-from runners.platform_actions import platform_actions_from_results
-from runners.services import run_dispatch, run_dispatch_next_on_commit
 from transcripts.models import TranscriptItem
+from transcripts.state import state_write
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The per-process run orchestrator of a Celery worker (DESIGN §4, recommended execution model).
 
 One `Orchestrator` per worker process owns: the asyncio loop thread and the one multiplexed runtime
-connection of `runners.runtime.RuntimeLink`, the proxy handlers registered on that connection, a
+connection of `runners.runtime.link.RuntimeLink`, the proxy handlers registered on that connection, a
 database executor for the loop and the loop's own statement pool (result writes), the runs in flight
 (bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease heartbeat and the cancel listener.
 
@@ -28,14 +28,14 @@ from celery.exceptions import Reject
 from django.conf import settings
 
 from langbot_host.core.sql import DatabaseExecutor, LoopStatements
-from runners.audit import AuditLog
+from runners.hostapi.audit import AuditLog
+from runners.hostapi.handlers.dispatch import proxy_handlers
+from runners.hostapi.session import RunSession
+from runners.live.cancel import CancelListener
 from runners.orchestrator.admission import run_claim
-from runners.orchestrator.cancel import CancelListener
 from runners.orchestrator.execution import RunExecution
 from runners.orchestrator.ledger import leases_renew
-from runners.orchestrator.proxy import proxy_handlers
-from runners.orchestrator.session import RunSession
-from runners.runtime import RuntimeLink, runtime_link
+from runners.runtime.link import RuntimeLink, runtime_link
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ from artifacts.services import artifact_create_from_bytes
 from artifacts.storage import artifact_storage
 from langbot_host.core.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException, limits
-from runners.handlers.dispatch import proxy_handlers
+from runners.hostapi.handlers.dispatch import proxy_handlers
+from runners.hostapi.session import RunSession
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
-from runners.orchestrator.session import RunSession
 from tests.factories import WorkspaceFactory
 from tests.integration.conftest import post_message, wait_terminal
 from transcripts.models import EventLog, TranscriptItem

@@ -28,8 +28,9 @@ from artifacts.services import artifact_create_from_bytes
 from artifacts.storage import artifact_storage
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, ListAgentRunnersResponse
 from langbot_sdk.runtime.loader import load_plugins
+from runners.lifecycle.services import run_cancel_request
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
-from runners.services import run_cancel_request, runner_descriptors_sync
+from runners.runtime.catalog import runner_descriptors_sync
 from tests.factories import WorkspaceFactory
 from tests.integration.conftest import (
     REPO_ROOT,

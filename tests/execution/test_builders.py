@@ -12,10 +12,10 @@ from django.utils import timezone
 from bindings.models import RunnerDescriptor
 from bindings.policies import ResourcePolicy, StatePolicy
 from langbot_sdk.protocol import AgentRunnerContextPolicy, AgentRunnerPermissions, DynamicFormItemSchema
+from runners.hostapi.scope import RunScope
 from runners.models import Run
 from runners.orchestrator.context import context_build
 from runners.orchestrator.resources import resources_build
-from runners.orchestrator.scope import RunScope
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, StateEntry, TranscriptItem
 

@@ -17,14 +17,14 @@ from langbot_sdk.protocol import (
     StorageResource,
     limits,
 )
+from runners.hostapi.handlers.dispatch import proxy_handlers
+from runners.hostapi.scope import RunScope
+from runners.hostapi.session import RunSession, run_session_active
+from runners.lifecycle.services import run_cancel_request, run_create, runs_sweep
 from runners.models import Run
-from runners.orchestrator.proxy import proxy_handlers
-from runners.orchestrator.scope import RunScope
-from runners.orchestrator.session import RunSession, run_session_active
-from runners.orchestrator.state import state_keys, state_write
-from runners.services import run_cancel_request, run_create, runs_sweep
 from tests.factories import AgentBindingFactory, WorkspaceFactory
 from transcripts.models import EventLog
+from transcripts.state import state_keys, state_write
 
 pytestmark = pytest.mark.django_db
 
@@ -32,8 +32,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def dispatched(monkeypatch) -> list[str]:
     sent: list[str] = []
-    monkeypatch.setattr("runners.services.run_dispatch", lambda *, run_id: sent.append(run_id))
-    monkeypatch.setattr("runners.services.cancel_notify", lambda **kwargs: None)
+    monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: sent.append(run_id))
+    monkeypatch.setattr("runners.lifecycle.services.cancel_notify", lambda **kwargs: None)
     return sent
 
 

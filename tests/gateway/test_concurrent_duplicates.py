@@ -32,7 +32,7 @@ def test_twenty_concurrent_posts_of_one_event_id_make_one_event_and_one_run(monk
     _, key = api_key_create(workspace=workspace)
     dispatched: list[str] = []
     # Count wake-ups instead of talking to a broker: every run must be sent exactly once.
-    monkeypatch.setattr("runners.services.run_dispatch", lambda *, run_id: dispatched.append(run_id))
+    monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: dispatched.append(run_id))
     start = threading.Barrier(CONCURRENCY)
 
     def post(_: int):

@@ -180,7 +180,7 @@ def test_wait_answers_with_the_final_status_and_output(api_client, workspace, mo
         waited.update(run_ids=run_ids, timeout=timeout)
         Run.objects.filter(run_id__in=run_ids).update(status="completed", status_reason="", output="Shipped.")
 
-    monkeypatch.setattr("runners.services.runs_wait", finish_runs)
+    monkeypatch.setattr("runners.lifecycle.services.runs_wait", finish_runs)
 
     response = post_event(api_client, message(), wait="2.5")
 
@@ -193,7 +193,7 @@ def test_wait_answers_with_the_final_status_and_output(api_client, workspace, mo
 def test_wait_zero_does_not_wait(api_client, workspace, monkeypatch):
     binding_for(workspace)
     calls = []
-    monkeypatch.setattr("runners.services.runs_wait", lambda **kw: calls.append(kw))
+    monkeypatch.setattr("runners.lifecycle.services.runs_wait", lambda **kw: calls.append(kw))
 
     response = post_event(api_client, message(), wait="0")
 

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from langbot_host.core.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException
-from runners.audit import AuditLog
-from runners.handlers.base import RateLimiter
-from runners.handlers.dispatch import proxy_handlers
+from runners.hostapi.audit import AuditLog
+from runners.hostapi.handlers.base import RateLimiter
+from runners.hostapi.handlers.dispatch import proxy_handlers
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory

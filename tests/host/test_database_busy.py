@@ -19,7 +19,7 @@ from psycopg_pool import PoolTimeout
 
 from bindings.services import api_key_create
 from langbot_host.core.db import released
-from runners import sse
+from runners.lifecycle import sse
 from runners.models import Run
 from tests.factories import UserFactory, WorkspaceFactory
 from tests.gateway.support import binding_for, message
@@ -150,12 +150,12 @@ def test_a_waiting_event_whose_final_read_gets_no_connection_still_answers_with_
     workspace = WorkspaceFactory.create()
     binding_for(workspace)
     headers = bearer(workspace)
-    monkeypatch.setattr("runners.services.run_dispatch", lambda *, run_id: None)
+    monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: None)
 
     with ExitStack() as others:
         # While the request waits, everybody else takes the pool.
         monkeypatch.setattr(
-            "runners.services.runs_wait", lambda **_: others.enter_context(every_pooled_connection_taken())
+            "runners.lifecycle.services.runs_wait", lambda **_: others.enter_context(every_pooled_connection_taken())
         )
         response = Client(raise_request_exception=False).post(
             "/api/v1/events?wait=5", message("hello"), content_type="application/json", headers=headers
@@ -205,7 +205,7 @@ def test_a_connection_inside_an_atomic_block_is_not_given_back():
 
 
 async def test_the_chat_sockets_database_calls_give_the_connection_back():
-    """`runners.consumers` reads through channels' `database_sync_to_async`, which closes stale connections
+    """`runners.webchat.consumers` reads through channels' `database_sync_to_async`, which closes stale connections
     after each call; with `CONN_MAX_AGE = 0` (required by the pool) every connection is stale."""
 
     def count_then_connection() -> Any:

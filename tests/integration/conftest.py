@@ -227,7 +227,7 @@ def worker(start_worker) -> WorkerProcess:
 def qa_report(django_db_setup) -> Any:
     """The plugin runtime's runner report, asked once per session."""
     from langbot_sdk.protocol import Action, ListAgentRunnersResponse
-    from runners.runtime import runtime_link
+    from runners.runtime.link import runtime_link
 
     return ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
 
@@ -238,7 +238,7 @@ QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
 @pytest.fixture
 def qa_binding(transactional_db, qa_report) -> Callable[..., Any]:
     """Make a binding of the qa-runner (descriptors synced from the real runtime's report)."""
-    from runners.services import runner_descriptors_sync
+    from runners.runtime.catalog import runner_descriptors_sync
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     runner_descriptors_sync(report=qa_report)
@@ -257,7 +257,7 @@ _event_counter = iter(range(1, 10**9))
 
 def post_message(binding: Any, text: str, *, conversation_id: str = "conv-1", actor_id: str = "user-1") -> Any:
     """What the gateway does for one message event: EventLog + user transcript item + run, one transaction."""
-    from runners.services import run_create
+    from runners.lifecycle.services import run_create
     from transcripts.models import EventLog, TranscriptItem
 
     with transaction.atomic():
@@ -283,7 +283,7 @@ def post_message(binding: Any, text: str, *, conversation_id: str = "conv-1", ac
 
 
 def wait_terminal(run: Any, timeout: float = 30) -> Any:
-    from runners.services import runs_wait
+    from runners.lifecycle.services import runs_wait
 
     runs_wait(run_ids=[str(run.run_id)], timeout=timeout)
     run.refresh_from_db()

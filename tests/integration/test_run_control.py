@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
+from runners.lifecycle.services import run_cancel_request, runs_sweep
 from runners.models import Run, RunEvent
-from runners.services import run_cancel_request, runs_sweep
 from runners.tasks import run_execute
 from tests.integration.conftest import LEASE_SECONDS, post_message, wait_status, wait_terminal
 from transcripts.models import TranscriptItem

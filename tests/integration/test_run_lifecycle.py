@@ -205,7 +205,7 @@ def test_listeners_see_running_first_then_the_events_in_order_then_the_end(worke
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from runners.publish import conversation_group
+    from runners.live.publish import conversation_group
 
     binding = qa_binding()
     layer = get_channel_layer()

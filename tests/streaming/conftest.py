@@ -1,6 +1,6 @@
 """Fixtures for the streaming tests: members with browser sessions, WebSocket connections against the real
 ASGI router, and a stand-in for the worker that persists run events and publishes them through the one
-publish door (`runners.publish`).
+publish door (`runners.live.publish`).
 
 The consumer and the SSE view read the database from other threads, so these tests use committed data
 (`transactional_db`); the channel layer is the configured one (Redis).
@@ -19,8 +19,8 @@ from django.test import Client
 
 from bindings.models import WorkspaceMembership
 from langbot_host.asgi import application
+from runners.live.publish import run_events_publish_committed, run_status_publish_committed
 from runners.models import Run, RunEvent
-from runners.publish import run_events_publish_committed, run_status_publish_committed
 from tests.factories import AgentBindingFactory, UserFactory, WorkspaceFactory
 from transcripts.models import EventLog
 
@@ -31,7 +31,7 @@ RECEIVE_TIMEOUT = 5
 @pytest.fixture(autouse=True)
 def _no_broker(monkeypatch):
     """Runs created here are driven by the tests, not by a worker."""
-    monkeypatch.setattr("runners.services.run_dispatch", lambda *, run_id: None)
+    monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: None)
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bindings.models import AgentBinding
-from runners.chat import ChatCaller, ChatRefusedError, chat_message_submit
 from runners.models import Run
+from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from transcripts.models import EventLog
 

@@ -9,8 +9,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from bindings.models import WorkspaceMembership
-from runners.consumers import ChatConsumer
 from runners.models import Run
+from runners.webchat.consumers import ChatConsumer
 from tests.factories import AgentBindingFactory, UserFactory, WorkspaceFactory
 from tests.streaming.conftest import (
     ORIGIN,

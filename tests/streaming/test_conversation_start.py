@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from runners.live.streaming import conversation_now
 from runners.models import Run
-from runners.streaming import conversation_now
 from tests.factories import WorkspaceFactory
 from tests.streaming.conftest import make_run, persist
 

@@ -14,10 +14,10 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from runners import publish as publish_module
-from runners.layers import BatchedRedisChannelLayer
+from runners.live import publish as publish_module
+from runners.live.layers import BatchedRedisChannelLayer
+from runners.live.publish import run_group, run_status_publish_committed
 from runners.models import Run
-from runners.publish import run_group, run_status_publish_committed
 from tests.streaming.conftest import ORIGIN, collect, ids, make_run, open_socket, persist, publish, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from channels.db import database_sync_to_async
 from django.test import AsyncClient
 
 from bindings.services import api_key_create
-from runners import sse
+from runners.lifecycle import sse
 from runners.models import Run
 from tests.factories import WorkspaceFactory
 from tests.streaming.conftest import emit, finish, make_run, persist

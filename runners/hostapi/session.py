@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langbot_sdk.protocol import AgentResources, ContextAPICapabilities, StateScope
+from runners.hostapi.scope import RunScope
 from runners.models import Run
-from runners.orchestrator.scope import RunScope
 
 
 @dataclass

@@ -7,7 +7,7 @@ id outside the snapshot answers `unauthorized`. The deadline bound comes from th
 from __future__ import annotations
 
 from langbot_sdk.protocol import Action
-from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
 
 _MODEL_OPERATIONS: dict[Action, str | None] = {
     Action.INVOKE_LLM: "invoke",

@@ -23,9 +23,9 @@ from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_con
 from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
 from langbot_host.core.sql import insert_with_children
-from runners import services as run_services
+from runners.gateway.envelope import EventEnvelopeIn
+from runners.lifecycle import services as run_services
 from runners.models import Run
-from transcripts.envelope import EventEnvelopeIn
 from transcripts.models import EventLog, TranscriptItem
 
 SUMMARY_TEXT_CHARS = 200

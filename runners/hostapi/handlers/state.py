@@ -1,5 +1,5 @@
 """`state_get/set/delete/list` (PROTOCOL_V1 §7.7): small JSON values per conversation, actor, subject,
-runner or binding scope, isolated per runner and binding by the scope key (`runners.orchestrator.scope`).
+runner or binding scope, isolated per runner and binding by the scope key (`runners.hostapi.scope`).
 
 The scope must be enabled by the binding's state policy (`unauthorized`); a scope the run has no
 subject for — an event without an actor has no actor state — answers `not_found`. Values are JSON
@@ -16,8 +16,8 @@ from langbot_sdk.protocol import (
     StateListResult,
     StateSetResult,
 )
-from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
-from runners.orchestrator.state import state_keys, state_read, state_remove, state_write
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from transcripts.state import state_keys, state_read, state_remove, state_write
 
 
 def _scope_key(call: ProxyCall) -> str:

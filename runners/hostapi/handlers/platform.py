@@ -1,4 +1,4 @@
-"""`platform_request_action` (PROTOCOL_V1 §7.8): record the request (`runners.platform_actions`) and
+"""`platform_request_action` (PROTOCOL_V1 §7.8): record the request (`runners.hostapi.platform_actions`) and
 answer what became of it — executed: `PlatformActionResult{accepted: true, result}`; not allowed by the
 manifest and the binding policy, or waiting for an operator's approval: `unauthorized` (the details
 carry `status` and the `request_id` an operator sees in admin); delivery failed: the delivery's code
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from langbot_sdk.protocol import Action, AgentAPIException, PlatformActionResult
-from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
+from runners.hostapi.platform_actions import platform_action_submit
 from runners.models import PlatformActionRequest, Run
-from runners.platform_actions import platform_action_submit
 
 
 def _submit(

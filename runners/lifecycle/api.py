@@ -25,10 +25,10 @@ from bindings.selectors import runner_descriptor_list
 from bindings.specs import field_errors
 from langbot_host.core.api_errors import ApiError, invalid_fields, query_int
 from langbot_sdk.protocol import AgentAPIException
-from runners import services as run_services
+from runners.lifecycle import services as run_services
 from runners.models import Run
+from runners.runtime.catalog import runner_descriptors_refresh
 from runners.selectors import RUN_PAGE_LIMIT_MAX, run_events_page, run_get, run_page
-from runners.services import runner_descriptors_refresh
 
 
 class RunnerOutputSerializer(serializers.ModelSerializer[RunnerDescriptor]):

@@ -31,13 +31,13 @@ from bindings.selectors import (
     workspace_for_user,
 )
 from bindings.specs import field_errors
-from runners.api import run_summary_out
+from runners.gateway.envelope import AttachmentIn, EventEnvelopeIn, EventSource
+from runners.gateway.services import EventRefusedError, event_ingest
+from runners.lifecycle.api import run_summary_out
+from runners.lifecycle.services import run_cancel_request
 from runners.models import Run
 from runners.selectors import run_get
-from runners.services import run_cancel_request
-from transcripts.envelope import AttachmentIn, EventEnvelopeIn, EventSource
 from transcripts.models import EventLog
-from transcripts.services import EventRefusedError, event_ingest
 
 CANCEL_REASON = "cancelled from the web chat"
 CHAT_EVENT_TYPE = "message.received"

@@ -38,9 +38,9 @@ from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, workspace_for_user
 from langbot_host.core.api_errors import error_body, unavailable_body
 from langbot_host.core.db import pool_exhausted, read_released
-from runners.publish import RUN_EVENT, RUN_STATUS, run_group
+from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group
+from runners.live.streaming import REPLAY_PAGE_SIZE, TERMINAL_STATUSES, RunCursor, run_events_range, run_status_of
 from runners.selectors import run_get
-from runners.streaming import REPLAY_PAGE_SIZE, TERMINAL_STATUSES, RunCursor, run_events_range, run_status_of
 
 logger = logging.getLogger(__name__)
 

@@ -35,10 +35,10 @@ from langbot_host.core.sql import DatabaseExecutor
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode, limits
 from langbot_sdk.wire import CallInfo, Handler
-from runners.audit import AuditLog
-from runners.handlers import artifacts, events, history, platform, providers, state, storage
-from runners.handlers.base import FamilyHandler, ProxyCall, RateLimiter
-from runners.orchestrator.session import RunSession
+from runners.hostapi.audit import AuditLog
+from runners.hostapi.handlers import artifacts, events, history, platform, providers, state, storage
+from runners.hostapi.handlers.base import FamilyHandler, ProxyCall, RateLimiter
+from runners.hostapi.session import RunSession
 
 logger = logging.getLogger(__name__)
 

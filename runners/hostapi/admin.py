@@ -14,8 +14,8 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from bindings.models import Workspace
+from runners.hostapi.platform_actions import platform_action_approve, platform_action_reject
 from runners.models import PlatformActionRequest, ProxyCallAudit
-from runners.platform_actions import platform_action_approve, platform_action_reject
 from transcripts.admin import ReadOnlyAdminMixin, ReadOnlyWorkspaceAdmin, pretty_json
 
 

@@ -1,8 +1,8 @@
 """The chat WebSocket `/ws/v1/chat/` (DESIGN §3.3): subscribe to a conversation's run events, post
 messages through the Event Gateway (source `webui`) and cancel runs.
 
-Thin by design: who the caller is comes from `caller_from_scope`, reads from `runners.streaming`, writes
-from `runners.chat` and `runners.services`, all wrapped in `database_sync_to_async`. That closes stale
+Thin by design: who the caller is comes from `caller_from_scope`, reads from `runners.live.streaming`, writes
+from `runners.webchat.chat` and `runners.lifecycle.services`, all wrapped in `database_sync_to_async`. That closes stale
 connections after every call, and with `CONN_MAX_AGE = 0` (which the pool requires) every connection is
 stale: an open socket holds no database connection while it waits for live events.
 
@@ -40,9 +40,9 @@ from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from bindings.specs import field_errors
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
-from runners.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
-from runners.publish import conversation_group
-from runners.streaming import (
+from runners.gateway.envelope import AttachmentIn
+from runners.live.publish import conversation_group
+from runners.live.streaming import (
     REPLAY_PAGE_SIZE,
     TERMINAL_STATUSES,
     RunCursor,
@@ -51,8 +51,8 @@ from runners.streaming import (
     conversation_now,
     run_events_range,
 )
-from runners.tickets import ws_ticket_consume
-from transcripts.envelope import AttachmentIn
+from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
+from runners.webchat.tickets import ws_ticket_consume
 
 logger = logging.getLogger(__name__)
 
@@ -60,10 +60,10 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4408
 
-# Channel-layer messages (from `runners.publish`) handled without a trip through the sync thread.
+# Channel-layer messages (from `runners.live.publish`) handled without a trip through the sync thread.
 LIVE_MESSAGE_TYPES = frozenset({"run.event", "run.status", "transcript.item"})
 
-# What a `transcript.item` from `runners.publish` carries to the client; anything else stays on the server.
+# What a `transcript.item` from `runners.live.publish` carries to the client; anything else stays on the server.
 TRANSCRIPT_ITEM_KEYS = ("type", "action", "run_id", "item", "reaction")
 
 ConversationId = Annotated[str, StringConstraints(min_length=1, max_length=255)]

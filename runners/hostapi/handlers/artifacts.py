@@ -21,7 +21,7 @@ from artifacts.models import Artifact
 from artifacts.selectors import artifact_for_run
 from artifacts.services import artifact_open, artifact_read_range
 from langbot_sdk.protocol import Action, ArtifactMetadata, ArtifactReadResult, ArtifactStreamChunk
-from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
 
 
 def artifact_metadata_of(artifact: Artifact) -> ArtifactMetadata:

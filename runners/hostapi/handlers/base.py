@@ -10,7 +10,7 @@ from typing import Any
 
 from langbot_host.core.sql import DatabaseExecutor
 from langbot_sdk.protocol import Action, AgentAPIException
-from runners.orchestrator.session import RunSession
+from runners.hostapi.session import RunSession
 
 HandlerResult = dict[str, Any] | AsyncIterator[dict[str, Any]]
 FamilyHandler = Callable[["ProxyCall"], Awaitable[HandlerResult]]

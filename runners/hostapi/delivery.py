@@ -4,7 +4,7 @@ deliverer per surface — the surface of the bot the run's event came through, e
 Implemented: `webui` and `api`, whose "platform" is the host's own transcript — `message.send` appends
 an assistant TranscriptItem to the run's conversation, `message.edit` changes an assistant item of that
 conversation, `reaction.add` acknowledges a reaction on an item; each is published to the conversation's
-WebSocket group through `runners.publish`. Every other platform raises `DeliveryUnsupportedError`
+WebSocket group through `runners.live.publish`. Every other platform raises `DeliveryUnsupportedError`
 until its adapter exists.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from runners.live.publish import conversation_item_publish_on_commit
 from runners.models import Run
-from runners.publish import conversation_item_publish_on_commit
 from transcripts.models import TranscriptItem
 
 HOST_SURFACES = frozenset({"webui", "api"})

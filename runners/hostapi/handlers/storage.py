@@ -20,8 +20,8 @@ from langbot_sdk.protocol import (
     StorageSetResult,
     limits,
 )
-from runners.handlers.base import FamilyHandler, HandlerResult, ProxyCall, require, unauthorized
-from runners.orchestrator.session import RunSession
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, require, unauthorized
+from runners.hostapi.session import RunSession
 from transcripts.models import StorageEntry
 from transcripts.selectors import keys_page
 

@@ -5,7 +5,7 @@ The decision, from the run's frozen snapshot (`resources.platform_capabilities`)
 manifest does not ask for or the binding's policy does not list is `refused`; an allowed action waits
 for an operator (`pending_approval`) when the binding sets `require_action_approval` (the default),
 and is executed at once otherwise. An operator approves (and thereby executes) or rejects a pending
-request in admin. Execution goes through `runners.delivery`.
+request in admin. Execution goes through `runners.hostapi.delivery`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runners.delivery import DeliveryError, platform_action_deliver, run_surface
+from runners.hostapi.delivery import DeliveryError, platform_action_deliver, run_surface
 from runners.models import PlatformActionRequest, Run
 
 logger = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langbot_host.core.sql import column, sql_fetchall, sql_text_literals, table
+from runners.live.publish import run_event_message
 from runners.models import Run, RunEvent
-from runners.publish import run_event_message
 from transcripts.models import EventLog
 
 REPLAY_PAGE_SIZE = 200
