@@ -179,14 +179,18 @@ _candidates_cache: dict[int, tuple[tuple[tuple[int, str], ...], list[AgentBindin
 _candidates_lock = threading.Lock()
 
 
+def bindings_visible(*, workspace: Workspace) -> QuerySet[AgentBinding]:
+    """The bindings a workspace sees: its own and the global ones (enabled or not)."""
+    return AgentBinding.objects.filter(
+        Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL)
+    )
+
+
 def binding_candidates(*, workspace: Workspace) -> list[AgentBinding]:
     """The enabled bindings of `workspace` and the enabled global ones: what the resolver chooses from
     (`bindings_choose`). Shared, cached instances: read them, never change them."""
     def queryset() -> QuerySet[AgentBinding]:
-        return AgentBinding.objects.filter(
-            Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL),
-            enabled=True,
-        )
+        return bindings_visible(workspace=workspace).filter(enabled=True)
 
     if connection.vendor != "postgresql":
         return list(queryset())

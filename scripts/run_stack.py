@@ -39,23 +39,14 @@ from pathlib import Path
 from types import FrameType
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+# The one allowlist of what the plugin runtime may inherit (DESIGN §5); it runs third-party runner code.
+from langbot_sdk.runtime.environment import runtime_environment  # noqa: E402
+
 VAR = REPO / "var"
 BIN = Path(sys.executable).parent
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-# The plugin runtime executes third-party runner code: it gets the process basics and nothing that
-# would let a plugin reach the database or decrypt host secrets (DESIGN §5).
-RUNTIME_ENV_NAMES = frozenset(
-    {
-        "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM",
-        "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
-        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
-        "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-        "LANGBOT_PLUGIN_DIRS",
-    }
-)  # fmt: skip
-RUNTIME_ENV_PREFIXES = ("LC_", "LANGBOT_RUNTIME_")
-RUNTIME_ENV_EXCLUDED = frozenset({"LANGBOT_RUNTIME_URL"})
 
 RUNTIME_LISTENING = "langbot runtime listening on ws://"
 COLORS = ("36", "33", "35", "32", "34", "91", "96", "93")
@@ -254,14 +245,7 @@ class Supervisor:
         return env
 
     def runtime_env(self) -> dict[str, str]:
-        env = {
-            key: value
-            for key, value in self.env.items()
-            if (key in RUNTIME_ENV_NAMES or key.startswith(RUNTIME_ENV_PREFIXES)) and key not in RUNTIME_ENV_EXCLUDED
-        }
-        env["PYTHONUNBUFFERED"] = "1"
-        env["LANGBOT_RUNTIME_TOKEN"] = self.token
-        return env
+        return runtime_environment(self.env, PYTHONUNBUFFERED="1", LANGBOT_RUNTIME_TOKEN=self.token)
 
     def plugin_dirs(self) -> list[str]:
         raw = self.env.get("LANGBOT_PLUGIN_DIRS") or "plugins"

@@ -39,7 +39,15 @@ from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, works
 from langbot_host.core.api_errors import error_body, unavailable_body
 from langbot_host.core.db import pool_exhausted, read_released
 from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group
-from runners.live.streaming import REPLAY_PAGE_SIZE, TERMINAL_STATUSES, RunCursor, run_events_range, run_status_of
+from runners.live.streaming import (
+    TERMINAL_STATUSES,
+    RunCursor,
+    live_event,
+    live_status,
+    run_events_range,
+    run_replay,
+    run_status_of,
+)
 from runners.selectors import run_get
 
 logger = logging.getLogger(__name__)
@@ -150,32 +158,22 @@ async def run_events_sse(workspace_id: int, run_id: str, after_seq: int) -> Asyn
     cursor = RunCursor()
     cursor.expect(run_id, after_seq)
 
-    async def fill(before_seq: int | None) -> AsyncIterator[str]:
-        while True:
-            rows = await read_released(
-                run_events_range,
-                workspace_id=workspace_id,
-                run_id=run_id,
-                after_seq=cursor.last_seq[run_id],
-                before_seq=before_seq,
-            )
-            for message in rows:
-                cursor.advance(message)
-                yield sse_event(message)
-            if len(rows) < REPLAY_PAGE_SIZE:
-                return
+    async def read(run: str, after: int, before: int | None, min_id: int) -> list[dict[str, Any]]:
+        return await read_released(
+            run_events_range, workspace_id=workspace_id, run_id=run, after_seq=after, before_seq=before, min_id=min_id
+        )
 
     try:
         yield f"retry: {RETRY_MILLISECONDS}\n\n"
-        async for chunk in fill(None):
-            yield chunk
+        async for message in run_replay(cursor, read, run_id):
+            yield sse_event(message)
         if run_id in cursor.finished:
             return
         status = await read_released(run_status_of, workspace_id=workspace_id, run_id=run_id)
         if status is not None and status["status"] in TERMINAL_STATUSES:
             # Ended between the replay and the status read, or without a terminal result of its own.
-            async for chunk in fill(None):
-                yield chunk
+            async for message in run_replay(cursor, read, run_id):
+                yield sse_event(message)
             if run_id not in cursor.finished:
                 yield sse_event(status)
             return
@@ -186,19 +184,14 @@ async def run_events_sse(workspace_id: int, run_id: str, after_seq: int) -> Asyn
                 yield ": ping\n\n"
                 continue
             if message.get("type") == RUN_EVENT:
-                if cursor.is_duplicate(message):
-                    continue
-                if cursor.gap_before(message) is not None:
-                    async for chunk in fill(int(message["seq"])):
-                        yield chunk
-                cursor.advance(message)
-                yield sse_event(message)
+                async for delivered in live_event(cursor, read, message):
+                    yield sse_event(delivered)
                 if run_id in cursor.finished:
                     return
             elif message.get("type") == RUN_STATUS:
                 if message.get("status") in TERMINAL_STATUSES:
-                    async for chunk in fill(None):
-                        yield chunk
+                    async for delivered in live_status(cursor, read, message):
+                        yield sse_event(delivered)
                     if run_id not in cursor.finished:
                         yield sse_event(message)
                     return

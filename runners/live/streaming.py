@@ -1,8 +1,9 @@
 """Reads and bookkeeping shared by the two live streams of run events: the WebSocket chat consumer
-(`consumers.py`) and the SSE view (`sse.py`).
+(`runners.webchat.consumers`) and the SSE view (`runners.lifecycle.sse`).
 
 Both follow DESIGN §4: join the channel-layer group first, read the database once to replay what was
-persisted before, then only listen. `RunCursor` makes the seam exact. Within a run `seq` is 1..n without
+persisted before, then only listen. `RunCursor` makes the seam exact, and `run_replay`, `live_event` and
+`live_status` are the seam itself, written once for both. Within a run `seq` is 1..n without
 holes and a run's rows are committed in seq order, so the cursor remembers the last seq delivered per run:
 a live message at or below it is a duplicate (already replayed), and one beyond the next expected seq
 reveals a gap (a message the channel layer dropped, e.g. while the consumer was busy replaying) that is
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from langbot_host.core.sql import column, sql_fetchall, sql_text_literals, table
-from runners.live.publish import run_event_message
+from runners.live.publish import run_event_message, run_status_message
 from runners.models import Run, RunEvent
 from transcripts.models import EventLog
 
@@ -64,7 +66,7 @@ def run_status_of(*, workspace_id: int, run_id: str) -> dict[str, Any] | None:
     run = Run.objects.filter(workspace_id=workspace_id, run_id=run_id).only("run_id", "status", "status_reason").first()
     if run is None:
         return None
-    return {"type": "run.status", "run_id": str(run.run_id), "status": run.status, "status_reason": run.status_reason}
+    return run_status_message(run)
 
 
 # --- the seam ----------------------------------------------------------------------------------------
@@ -107,12 +109,62 @@ class RunCursor:
             return (0, seq) if seq > 1 else None
         return (last, seq) if seq > last + 1 else None
 
+    def take(self, message: dict[str, Any]) -> bool:
+        """Whether `message` is to be delivered (not a duplicate); the cursor then counts it as delivered."""
+        if self.is_duplicate(message):
+            return False
+        self.advance(message)
+        return True
+
     def advance(self, message: dict[str, Any]) -> None:
         run_id = str(message["run_id"])
         self.last_seq[run_id] = max(int(message["seq"]), self.last_seq.get(run_id, 0))
         self.last_id = max(self.last_id, int(message["id"]))
         if message.get("event", {}).get("type") in TERMINAL_RESULT_TYPES:
             self.finished.add(run_id)
+
+
+ReplayRead = Callable[[str, int, int | None, int], Awaitable[list[dict[str, Any]]]]
+"""`(run_id, after_seq, before_seq, min_id)` → one page of a run's persisted `run.event` messages, in seq
+order: `run_events_range` of the subscriber's workspace, read the way the subscriber reads (SSE or socket)."""
+
+
+async def run_replay(
+    cursor: RunCursor, read: ReplayRead, run_id: str, *, before_seq: int | None = None, min_id: int | None = None
+) -> AsyncIterator[dict[str, Any]]:
+    """The persisted events of `run_id` after what the cursor delivered (and before `before_seq`), page by
+    page, each one the cursor has not seen. `min_id` defaults to the cursor's floor."""
+    after_seq = cursor.last_seq.get(run_id, 0)
+    floor = cursor.floor_id if min_id is None else min_id
+    while True:
+        rows = await read(run_id, after_seq, before_seq, floor)
+        for message in rows:
+            after_seq = int(message["seq"])
+            if cursor.take(message):
+                yield message
+        if len(rows) < REPLAY_PAGE_SIZE:
+            return
+
+
+async def live_event(cursor: RunCursor, read: ReplayRead, message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """What one live `run.event` means for a subscriber, in order: nothing for a duplicate; otherwise the
+    persisted events the channel layer dropped before it (a gap), then the message itself."""
+    if cursor.is_duplicate(message):
+        return
+    if cursor.gap_before(message) is not None:
+        async for missed in run_replay(cursor, read, str(message["run_id"]), before_seq=int(message["seq"])):
+            yield missed
+    if cursor.take(message):
+        yield message
+
+
+async def live_status(cursor: RunCursor, read: ReplayRead, message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """What must reach a subscriber before a live `run.status`: when a followed run ended without its terminal
+    result reaching the subscriber, the rest of its persisted events."""
+    run_id = str(message["run_id"])
+    if message.get("status") in TERMINAL_STATUSES and cursor.knows(run_id) and run_id not in cursor.finished:
+        async for missed in run_replay(cursor, read, run_id):
+            yield missed
 
 
 def conversation_now(*, workspace_id: int, conversation_id: str) -> tuple[int, list[str]]:

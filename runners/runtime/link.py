@@ -20,30 +20,26 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from langbot_sdk.protocol import AgentAPIError, AgentAPIException, ErrorCode
+from langbot_sdk.runtime.environment import runtime_environment
 from langbot_sdk.wire import Connection, Handler, Transport, connect_websocket, spawn_stdio_transport
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Variables a runtime child may inherit. Everything else — DATABASE_URL, DJANGO_SECRET_KEY, encryption
-# keys, broker and cloud credentials — stays in the host (DESIGN §5).
-_RUNTIME_ENV_ALLOWLIST = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "VIRTUAL_ENV",
-                          "PYTHONPATH", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-                          "no_proxy", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
-
-
 class RuntimeUnavailable(AgentAPIException):
     """The runtime could not be reached or started."""
 
 
 def runtime_child_env(plugin_dirs: list[str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in _RUNTIME_ENV_ALLOWLIST}
-    env["LANGBOT_PLUGIN_DIRS"] = os.pathsep.join(plugin_dirs)
-    env["PYTHONUNBUFFERED"] = "1"
-    # The child freezes its start-up objects as the host process does (langbot_host/core/process.py).
-    env["LANGBOT_GC_FREEZE"] = "true" if settings.LANGBOT_GC_FREEZE else "false"
-    return env
+    """The stdio child's environment: the runtime allowlist (`langbot_sdk.runtime.environment`) of ours."""
+    return runtime_environment(
+        os.environ,
+        LANGBOT_PLUGIN_DIRS=os.pathsep.join(plugin_dirs),
+        PYTHONUNBUFFERED="1",
+        # The child freezes its start-up objects as the host process does (langbot_host/core/process.py).
+        LANGBOT_GC_FREEZE="true" if settings.LANGBOT_GC_FREEZE else "false",
+    )
 
 
 class RuntimeLink:

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.db.models import Max, Q
+from django.db.models import Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import Resolver404, path, resolve, reverse_lazy
@@ -27,14 +27,15 @@ from bindings.selectors import (
     WorkspaceChoiceError,
     binding_candidates,
     bindings_choose,
+    bindings_visible,
     bot_list,
     workspace_for_user,
 )
 from bindings.specs import field_errors
 from runners.gateway.envelope import AttachmentIn, EventEnvelopeIn, EventSource
 from runners.gateway.services import EventRefusedError, event_ingest
-from runners.lifecycle.api import run_summary_out
 from runners.lifecycle.services import run_cancel_request
+from runners.live.publish import run_status_message
 from runners.models import Run
 from runners.selectors import run_get
 from transcripts.models import EventLog
@@ -70,12 +71,7 @@ class ChatSubmission:
 
 
 def _binding_of(workspace: Workspace, binding_id: str) -> AgentBinding:
-    binding = (
-        AgentBinding.objects.filter(binding_id=binding_id)
-        .filter(Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL))
-        .order_by("workspace_id")
-        .first()
-    )
+    binding = bindings_visible(workspace=workspace).filter(binding_id=binding_id).order_by("workspace_id").first()
     if binding is None:
         raise ChatRefusedError("not_found", f"No binding {binding_id!r} in this workspace.")
     return binding
@@ -139,16 +135,13 @@ def chat_message_submit(
     event = result.event
     submission = ChatSubmission(event_id=event.event_id, conversation_id=event.conversation_id)
     for run in result.runs:
-        summary = run_summary_out(run)
+        # The socket's `run.status`, with what the chat shows about a run it did not know yet.
         submission.statuses.append(
             {
-                "type": "run.status",
-                "run_id": summary["run_id"],
-                "status": summary["status"],
-                "status_reason": summary["status_reason"],
-                "binding_id": summary["binding_id"],
-                "runner_id": summary["runner_id"],
-                "is_observer": summary["is_observer"],
+                **run_status_message(run),
+                "binding_id": run.binding_key,
+                "runner_id": run.runner_id,
+                "is_observer": run.is_observer,
                 "conversation_id": event.conversation_id,
                 "event_id": event.event_id,
             }
@@ -168,8 +161,7 @@ def chat_run_cancel(*, caller: ChatCaller, run_id: str) -> dict[str, Any]:
         raise ChatRefusedError("not_found", f"No run {run_id!r} in this workspace.")
     if run.is_terminal:
         raise ChatRefusedError("run.finished", f"The run already ended ({run.status}).", status=run.status)
-    run = run_cancel_request(run=run, reason=CANCEL_REASON)
-    return {"type": "run.status", "run_id": str(run.run_id), "status": run.status, "status_reason": run.status_reason}
+    return run_status_message(run_cancel_request(run=run, reason=CANCEL_REASON))
 
 
 # --- the page ----------------------------------------------------------------------------------------
@@ -200,9 +192,7 @@ def _artifact_upload_available() -> bool:
 
 
 def _page_config(request: HttpRequest, workspace: Workspace) -> dict[str, Any]:
-    bindings = AgentBinding.objects.filter(
-        Q(workspace=workspace) | Q(workspace__isnull=True, scope_type=AgentBinding.ScopeType.GLOBAL), enabled=True
-    ).order_by("binding_id")
+    bindings = bindings_visible(workspace=workspace).filter(enabled=True).order_by("binding_id")
     return {
         "workspace": workspace.slug,
         "user": request.user.get_username(),

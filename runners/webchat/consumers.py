@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import parse_qs
@@ -44,12 +45,14 @@ from runners.gateway.envelope import AttachmentIn
 from runners.live.publish import conversation_group
 from runners.live.streaming import (
     REPLAY_PAGE_SIZE,
-    TERMINAL_STATUSES,
     RunCursor,
     conversation_events_after,
     conversation_exists,
     conversation_now,
+    live_event,
+    live_status,
     run_events_range,
+    run_replay,
 )
 from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
 from runners.webchat.tickets import ws_ticket_consume
@@ -292,7 +295,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.subscription = _Subscription(conversation_id, group, cursor)
             for run_id in active:
                 cursor.expect(run_id)
-                await self._fill(run_id, after_seq=0, before_seq=None, min_id=0)
+                # From the run's start: its rows may lie below the floor, which counts only for other runs.
+                await self._deliver_all(run_replay(cursor, self._read, run_id, min_id=0))
         self._deliver({"type": "subscribed", "conversation_id": conversation_id, "last_id": cursor.last_id})
 
     async def _leave(self) -> None:
@@ -301,26 +305,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def _fill(self, run_id: str, *, after_seq: int, before_seq: int | None, min_id: int) -> None:
+    async def _read(self, run_id: str, after_seq: int, before_seq: int | None, min_id: int) -> list[dict[str, Any]]:
         assert self.caller is not None
-        while True:
-            rows = await database_sync_to_async(run_events_range)(
-                workspace_id=self.caller.workspace_id, run_id=run_id, after_seq=after_seq,
-                before_seq=before_seq, min_id=min_id,
-            )  # fmt: skip
-            for message in rows:
-                self._forward(message)
-                after_seq = int(message["seq"])
-            if len(rows) < REPLAY_PAGE_SIZE or self._closing:
+        return await database_sync_to_async(run_events_range)(
+            workspace_id=self.caller.workspace_id, run_id=run_id, after_seq=after_seq,
+            before_seq=before_seq, min_id=min_id,
+        )  # fmt: skip
+
+    async def _deliver_all(self, messages: AsyncIterator[dict[str, Any]]) -> None:
+        async for message in messages:
+            self._deliver(message)
+            if self._closing:
                 return
 
     def _forward(self, message: dict[str, Any]) -> None:
         assert self.subscription is not None
-        cursor = self.subscription.cursor
-        if cursor.is_duplicate(message):
-            return
-        cursor.advance(message)
-        self._deliver(message)
+        if self.subscription.cursor.take(message):
+            self._deliver(message)
 
     # --- channel layer → client -----------------------------------------------------------------------
 
@@ -339,24 +340,13 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if subscription is None or self._closing:
             return
         event = {k: message[k] for k in ("type", "id", "run_id", "seq", "event")}
-        cursor = subscription.cursor
-        if cursor.is_duplicate(event):
-            return
-        gap = cursor.gap_before(event)
-        if gap is not None:
-            # The channel layer dropped something (or it predates this subscription): the rows are there.
-            await self._fill(str(event["run_id"]), after_seq=gap[0], before_seq=gap[1], min_id=cursor.floor_id)
-        self._forward(event)
+        await self._deliver_all(live_event(subscription.cursor, self._read, event))
 
     async def run_status(self, message: dict[str, Any]) -> None:
         subscription = self.subscription
         if subscription is None or self._closing:
             return
-        run_id = str(message["run_id"])
-        cursor = subscription.cursor
-        if message.get("status") in TERMINAL_STATUSES and cursor.knows(run_id) and run_id not in cursor.finished:
-            # A run ended without its terminal result reaching us: deliver what is persisted first.
-            await self._fill(run_id, after_seq=cursor.last_seq[run_id], before_seq=None, min_id=cursor.floor_id)
+        await self._deliver_all(live_status(subscription.cursor, self._read, message))
         self._deliver({k: message[k] for k in ("type", "run_id", "status", "status_reason") if k in message})
 
     async def transcript_item(self, message: dict[str, Any]) -> None:
