@@ -269,18 +269,8 @@ async def run_many(driver: Driver, count: int, concurrency: int, text: str) -> t
     return latencies, statuses
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
-def print_table(rows: list[tuple[str, str, str]]) -> None:
-    widths = [max(len(r[i]) for r in [("metric", "value", "target"), *rows]) for i in range(3)]
-    header = ("metric", "value", "target")
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    print("-+-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
 
 
 def ms(value: float) -> str:

@@ -59,19 +59,9 @@ def drop_scratch_database() -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def print_table(rows: list[tuple[str, str, str]]) -> None:
-    widths = [max(len(r[i]) for r in [("metric", "value", "target"), *rows]) for i in range(3)]
-    header = ("metric", "value", "target")
-    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
-    print("-|-".join("-" * w for w in widths))
-    for row in rows:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))

@@ -154,17 +154,5 @@ class ChatClient:
                 await self.ws.close()
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
 
 
-def print_table(rows: list[tuple[str, str, str]]) -> None:
-    widths = [max(len(r[i]) for r in [("metric", "value", "target"), *rows]) for i in range(3)]
-    line = " | ".join
-    print(line(h.ljust(w) for h, w in zip(("metric", "value", "target"), widths, strict=True)))
-    print("-|-".join("-" * w for w in widths))
-    for row in rows:
-        print(line(c.ljust(w) for c, w in zip(row, widths, strict=True)))

@@ -16,7 +16,8 @@ import tempfile
 import threading
 import time
 
-from bench._hostapi import django_on_scratch_database, drop_scratch_database, print_table
+from bench._hostapi import django_on_scratch_database, drop_scratch_database
+from bench._report import print_table
 
 SIZE = 1024**3
 CHUNK = 1024**2

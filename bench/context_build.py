@@ -12,7 +12,8 @@ import json
 import time
 from datetime import timedelta
 
-from bench._hostapi import django_on_scratch_database, drop_scratch_database, median, percentile, print_table
+from bench._hostapi import django_on_scratch_database, drop_scratch_database, median
+from bench._report import percentile, print_table
 
 SAMPLES = 500
 

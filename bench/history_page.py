@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 import time
 
-from bench._hostapi import django_on_scratch_database, drop_scratch_database, percentile, print_table
+from bench._hostapi import django_on_scratch_database, drop_scratch_database
+from bench._report import percentile, print_table
 
 ROWS = 1_000_000
 SAMPLES = 2000

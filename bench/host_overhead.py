@@ -13,7 +13,8 @@ import asyncio
 
 from asgiref.sync import sync_to_async
 
-from bench._host import Driver, ensure_threads, host, ms, percentile, print_table, run_many, run_stages
+from bench._host import Driver, ensure_threads, host, ms, run_many, run_stages
+from bench._report import percentile, print_table
 
 
 async def measure(runs: int) -> list[tuple[str, str, str]]:

@@ -9,7 +9,8 @@ import argparse
 import asyncio
 import time
 
-from bench._host import Driver, ensure_threads, host, ms, percentile, print_table, run_many
+from bench._host import Driver, ensure_threads, host, ms, run_many
+from bench._report import percentile, print_table
 
 
 async def measure(runs: int) -> list[tuple[str, str, str]]:

@@ -21,6 +21,7 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
+from bench._report import percentile  # noqa: E402
 from langbot_sdk.wire import Connection, spawn_stdio_transport  # noqa: E402
 
 QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
@@ -67,9 +68,6 @@ async def collect(connection: Connection, text: str) -> int:
     return count
 
 
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -96,7 +94,7 @@ async def main(args: argparse.Namespace) -> int:
         await asyncio.wait_for(process.wait(), timeout=10)
 
     p50_ms = statistics.median(latencies) * 1000
-    p99_ms = percentile(latencies, 0.99) * 1000
+    p99_ms = percentile(latencies, 99) * 1000
     throughput = sum(counts) / elapsed
     rows = [
         ("run_agent → first result p50 (qa ok)", f"{p50_ms:.3f} ms", f"≤ {P50_TARGET_MS:g} ms"),

@@ -23,7 +23,8 @@ import uuid
 
 import httpx
 
-from bench._stream import ChatClient, Stack, percentile, print_table, stack
+from bench._report import percentile, print_table
+from bench._stream import ChatClient, Stack, stack
 
 CLIENTS = int(os.environ.get("STREAM_CLIENTS", "100"))
 STEPS = 10

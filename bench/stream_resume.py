@@ -18,7 +18,8 @@ from collections import defaultdict
 
 import httpx
 
-from bench._stream import ChatClient, Stack, print_table, stack
+from bench._report import print_table
+from bench._stream import ChatClient, Stack, stack
 
 CLIENTS = 10
 DISCONNECTS_PER_CLIENT = 10

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 
-from bench._stream import Stack, print_table, stack
+from bench._report import print_table
+from bench._stream import Stack, stack
 
 MIB = 1024 * 1024
 RAMP_SECONDS = 0.01

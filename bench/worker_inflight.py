@@ -12,7 +12,8 @@ import time
 
 import psutil
 
-from bench._host import Driver, ensure_threads, host, print_table, run_many
+from bench._host import Driver, ensure_threads, host, run_many
+from bench._report import print_table
 
 
 class PeakRss:

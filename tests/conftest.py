@@ -10,8 +10,28 @@ from typing import Any
 
 import pytest
 
+# One set of real processes (worker, daphne) per session, shared by every directory that needs them.
+pytest_plugins = ["tests.processes"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGINS_DIR = REPO_ROOT / "plugins"
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    from tests.processes import process_tests_gate  # registered (and assertion-rewritten) as a plugin above
+
+    process_tests_gate(items)
+
+
+@pytest.fixture(autouse=True)
+def artifact_dir(request: Any, settings: Any, tmp_path: Path) -> Path | None:
+    """A test's artifact blobs go to its own directory, except in tests with real processes: there the worker
+    and daphne read the configured storage too."""
+    if request.node.get_closest_marker("integration"):
+        return None
+    directory = tmp_path / "artifacts"
+    settings.ARTIFACT_STORAGE_URL = f"file://{directory}"
+    return directory
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Conformance against PROTOCOL_V1 §7–§10 through the real plugin runtime and a real Celery worker: the
 qa-runner's `proxy` behaviour sends the wire calls a test names (`proxy_calls`), unchecked by the SDK,
-and replies what the host answered. Reuses the integration fixtures; skipped without PostgreSQL/Redis.
+and replies what the host answered. The worker is the session's (`tests/processes.py`).
 """
 
 from __future__ import annotations
@@ -11,29 +11,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import (  # noqa: F401 (fixtures)
-    _services_missing,
-    celery_queue,
-    post_message,
-    qa_binding,
-    qa_report,
-    start_worker,
-    wait_terminal,
-    worker,
-)
-
-
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    missing = _services_missing()
-    for item in items:
-        if "tests/conformance" in str(item.fspath):
-            item.add_marker(pytest.mark.integration)
-            if missing:
-                item.add_marker(pytest.mark.skip(reason=missing))
+from tests.processes import post_message, wait_terminal
 
 
 @pytest.fixture
-def probe(worker, qa_binding) -> Callable[..., dict[str, Any]]:  # noqa: F811
+def probe(worker, qa_binding) -> Callable[..., dict[str, Any]]:
     """Run the qa-runner with `calls` (`{name: (action, data)}`) on a binding with the given policies;
     returns the report `{name: {"ok", "code", "result" | "details"}}` and the run."""
 

@@ -26,7 +26,7 @@ from runners.hostapi.handlers.dispatch import proxy_handlers
 from runners.hostapi.session import RunSession
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
 from tests.factories import WorkspaceFactory
-from tests.integration.conftest import post_message, wait_terminal
+from tests.processes import post_message, wait_terminal
 from transcripts.models import EventLog, TranscriptItem
 
 pytestmark = pytest.mark.django_db(transaction=True)

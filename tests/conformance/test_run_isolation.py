@@ -32,7 +32,7 @@ from runners.lifecycle.services import run_cancel_request
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
 from runners.runtime.catalog import runner_descriptors_sync
 from tests.factories import WorkspaceFactory
-from tests.integration.conftest import (
+from tests.processes import (
     REPO_ROOT,
     TEST_PLUGINS_DIR,
     WorkerProcess,

@@ -1,7 +1,5 @@
-"""Processes for the browser tests: daphne serving the real ASGI application and the Celery worker (with
-its plugin runtime), both started by `tests/integration/conftest.py`, all against pytest-django's PostgreSQL test
-database and Redis. Chromium is Debian's `/usr/bin/chromium`, driven by Playwright; Playwright's own
-browser downloads are never used. Skipped, with the reason, when any of these is missing.
+"""The browser tests' daphne (the session's `start_web` of `tests/processes.py`, with a small upload cap) and
+browser: Debian's `/usr/bin/chromium`, driven by Playwright; Playwright's own browser downloads are never used.
 """
 
 from __future__ import annotations
@@ -13,18 +11,9 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from tests.integration.conftest import (  # noqa: F401  (fixtures shared with the integration tests)
-    _services_missing,
-    celery_queue,
-    qa_binding,
-    qa_report,
-    start_web,
-    start_worker,
-    worker,
-)
+from tests.processes import CHROMIUM
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -33,28 +22,8 @@ SCREENSHOTS = REPO_ROOT / "var" / "e2e"
 UPLOAD_MAX_BYTES = 256 * 1024
 
 
-def _browser_missing() -> str | None:
-    if not CHROMIUM.exists():
-        return "the browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        return "the browser tests need the playwright Python package (requirements-dev.txt)"
-    return None
-
-
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    missing = None
-    for item in items:
-        if "tests/e2e" in str(item.fspath):
-            item.add_marker(pytest.mark.integration)
-            missing = missing or _services_missing() or _browser_missing() or ""
-            if missing:
-                item.add_marker(pytest.mark.skip(reason=missing))
-
-
 @pytest.fixture(scope="session")
-def web_server(start_web) -> str:  # noqa: F811
+def web_server(start_web) -> str:
     """daphne on a free port; yields its base URL and stops it at the end of the session."""
     return str(
         start_web(

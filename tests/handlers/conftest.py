@@ -89,11 +89,6 @@ class HostRun:
 _counter = iter(range(1, 10**9))
 
 
-@pytest.fixture(autouse=True)
-def artifact_dir(settings: Any, tmp_path: Any) -> Any:
-    """Artifact blobs of a test go to its own directory."""
-    settings.ARTIFACT_STORAGE_URL = f"file://{tmp_path / 'artifacts'}"
-    return tmp_path / "artifacts"
 
 
 def post_event(

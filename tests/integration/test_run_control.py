@@ -12,7 +12,7 @@ import pytest
 from runners.lifecycle.services import run_cancel_request, runs_sweep
 from runners.models import Run, RunEvent
 from runners.tasks import run_execute
-from tests.integration.conftest import LEASE_SECONDS, post_message, wait_status, wait_terminal
+from tests.processes import LEASE_SECONDS, post_message, wait_status, wait_terminal
 from transcripts.models import TranscriptItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -104,11 +104,10 @@ def test_reject_policy_refuses_a_message_while_a_run_is_active(worker, qa_bindin
 
 def test_the_same_task_delivered_twice_executes_once(worker, qa_binding):
     run = post_message(qa_binding(), "qa:slow:1 once")
-    run_execute.delay(str(run.run_id))
-    run_execute.delay(str(run.run_id))
+    sent = [run_execute.delay(str(run.run_id)).id, run_execute.delay(str(run.run_id)).id]
     run = wait_terminal(run)
-    run_execute.delay(str(run.run_id))  # and once more after it finished
-    time.sleep(0.5)
+    sent.append(run_execute.delay(str(run.run_id)).id)  # and once more after it finished
+    worker.wait_for_log(*(f"run_execute[{task_id}] succeeded" for task_id in sent))
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED
     assert run.attempts == 1

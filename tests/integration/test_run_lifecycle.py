@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
 
 import pytest
 
 from runners.models import Run, RunEvent
-from tests.integration.conftest import post_message, wait_terminal
+from tests.processes import post_message, wait_terminal
 from transcripts.models import StateEntry, TranscriptItem
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +104,7 @@ def test_slow_runner_past_its_deadline_ends_in_timeout_and_is_stopped(worker, qa
     assert run.error["code"] == "runner.timeout"
     assert run.error["retryable"] is True
     # The runner was stopped: its late reply never reaches the ledger or the transcript.
-    time.sleep(3)
+    worker.wait_for_log(f"run {run.run_id}: deadline reached, runner cancelled")
     assert [e.type for e in _events(run)] == ["run.failed"]
     assert _assistant_items(run) == []
 

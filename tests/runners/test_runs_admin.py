@@ -20,9 +20,6 @@ from transcripts.models import EventLog, StateEntry, TranscriptItem
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def artifact_dir(settings, tmp_path):
-    settings.ARTIFACT_STORAGE_URL = f"file://{tmp_path / 'artifacts'}"
 
 
 @pytest.fixture

@@ -15,9 +15,6 @@ from tests.gateway.support import binding_for, field_errors_of, message, post_ev
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def artifact_dir(settings, tmp_path):
-    settings.ARTIFACT_STORAGE_URL = f"file://{tmp_path / 'artifacts'}"
 
 
 @pytest.fixture

@@ -24,9 +24,6 @@ PNG = bytes.fromhex(
 )
 
 
-@pytest.fixture(autouse=True)
-def artifact_dir(settings, tmp_path):
-    settings.ARTIFACT_STORAGE_URL = f"file://{tmp_path / 'artifacts'}"
 
 
 def stored_png(workspace) -> Artifact:

@@ -1,10 +1,13 @@
-"""Real processes for run execution tests: a Celery worker subprocess (thread pool, its own plugin
-runtime over stdio) and, for tests that need the web process, daphne serving the real ASGI application,
-against pytest-django's PostgreSQL test database and a Redis broker.
+"""Real processes, one set per test session (a pytest plugin of tests/conftest.py): a Celery worker
+subprocess (thread pool, its own plugin runtime over stdio) and, for tests that need the web process, daphne
+serving the real ASGI application, against pytest-django's PostgreSQL test database and a Redis broker;
+and the helpers the integration, conformance and browser tests share.
 
 The worker consumes a queue private to this test session, so other test sessions or a `make run` on
 the same Redis never take its messages. Tests use `django_db(transaction=True)` so the worker sees
-committed rows. Skipped (with the reason) when the database is not PostgreSQL or Redis is down.
+committed rows. The tests that need these processes live in `PROCESS_TEST_DIRS`; `tests/conftest.py` marks
+them `integration` and skips them, with the reason, when a service is missing (and `.ci/run` fails on any
+skip).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ import redis
 from django.conf import settings
 from django.db import connections, transaction
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROCESS_TEST_DIRS = ("tests/integration", "tests/conformance", "tests/e2e")
+BROWSER_TEST_DIRS = ("tests/e2e",)
+CHROMIUM = Path("/usr/bin/chromium")
 # Plugins that exist for tests only (tests/plugins/*, e.g. the intruder of the run isolation tests); the
 # workers started here load them beside the configured ones.
 TEST_PLUGINS_DIR = REPO_ROOT / "tests" / "plugins"
@@ -38,7 +44,8 @@ LEASE_SECONDS = 3.0
 RENEW_SECONDS = 1.0
 
 
-def _services_missing() -> str | None:
+def services_missing() -> str | None:
+    """Why the process tests cannot run here, or None."""
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         return "integration tests need PostgreSQL (set DATABASE_URL=postgres://...)"
     try:
@@ -48,13 +55,35 @@ def _services_missing() -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    missing = _services_missing()
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here, or None."""
+    if not CHROMIUM.exists():
+        return "the browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "the browser tests need the playwright Python package (requirements-dev.txt)"
+    return None
+
+
+def process_tests_gate(items: list[Any]) -> None:
+    """Mark the tests of `PROCESS_TEST_DIRS` `integration`, and skip them with the reason when a service
+    (or, for the browser tests, the browser) is missing."""
+    missing: dict[str, str | None] = {}
     for item in items:
-        if "tests/integration" in str(item.fspath):
-            item.add_marker(pytest.mark.integration)
-            if missing:
-                item.add_marker(pytest.mark.skip(reason=missing))
+        path = str(item.fspath)
+        if not any(part in path for part in PROCESS_TEST_DIRS):
+            continue
+        item.add_marker(pytest.mark.integration)
+        if "services" not in missing:
+            missing["services"] = services_missing()
+        reason = missing["services"]
+        if reason is None and any(part in path for part in BROWSER_TEST_DIRS):
+            if "browser" not in missing:
+                missing["browser"] = browser_missing()
+            reason = missing["browser"]
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 def _database_url() -> str:
@@ -74,6 +103,15 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_for_log(self, *texts: str, timeout: float = 15) -> None:
+        """Wait until the worker's log (its runtime child's included) holds every text."""
+        deadline = time.monotonic() + timeout
+        while not all(text in (log := self.log()) for text in texts):
+            if time.monotonic() > deadline:
+                missing = [text for text in texts if text not in log]
+                raise AssertionError(f"not in the worker log after {timeout}s: {missing}\n{log[-3000:]}")
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """SIGKILL to the worker and its runtime child: nothing gets to clean up."""
