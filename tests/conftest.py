@@ -18,9 +18,16 @@ PLUGINS_DIR = REPO_ROOT / "plugins"
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    from django.db import connection
+
     from tests.processes import process_tests_gate  # registered (and assertion-rewritten) as a plugin above
 
     process_tests_gate(items)
+    if connection.vendor != "postgresql":
+        needs_postgres = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://...)")
+        for item in items:
+            if item.get_closest_marker("postgres"):
+                item.add_marker(needs_postgres)
 
 
 @pytest.fixture(autouse=True)

@@ -20,7 +20,7 @@ from transcripts.models import EventLog, TranscriptItem
 pytestmark = pytest.mark.django_db
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are a PostgreSQL feature")
+@pytest.mark.postgres  # prepared statements are a PostgreSQL feature
 def test_hot_path_statements_are_prepared_on_the_server():
     # Django turns psycopg's prepared statements off unless the settings set a threshold; without it
     # every claim re-planned its seven-table join.
@@ -32,7 +32,7 @@ def test_hot_path_statements_are_prepared_on_the_server():
     assert prepared == ["SELECT $1::int + 41"]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are a PostgreSQL feature")
+@pytest.mark.postgres  # prepared statements are a PostgreSQL feature
 def test_long_statements_with_many_parameters_run_and_a_stray_percent_sign_is_refused():
     # Statements go to PostgreSQL in their `$n` form, numbered here once per statement.
     values = list(range(60))
@@ -94,7 +94,7 @@ def test_insert_with_children_writes_nothing_when_the_parent_conflicts():
     assert list(TranscriptItem.objects.values_list("content", flat=True)) == ["first"]
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite does not enforce varchar lengths")
+@pytest.mark.postgres  # SQLite does not enforce varchar lengths
 def test_insert_with_children_refuses_an_over_long_child_value_and_writes_nothing():
     # The children's values are cast without the length modifier: a cast to varchar(255) would have
     # truncated the value silently instead of refusing it as a plain INSERT does.
@@ -133,7 +133,7 @@ def _generic_plan_indexes(sql: str, relation: str) -> set[str]:
     return found
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared generic plans are a PostgreSQL feature")
+@pytest.mark.postgres  # prepared generic plans are a PostgreSQL feature
 @pytest.mark.parametrize("statement", ["claim under queue", "run end"])
 def test_conversation_checks_read_only_active_runs_on_a_table_without_statistics(statement):
     # The claim and the run's end look for the conversation's other active runs in statements prepared on

@@ -10,7 +10,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from rest_framework.test import APIClient
 
 from bindings.services import api_key_create
@@ -22,10 +22,9 @@ from transcripts.models import EventLog, TranscriptItem
 CONCURRENCY = 20
 
 
+@pytest.mark.postgres  # SQLite serializes writers, so concurrent inserts never race
 @pytest.mark.django_db(transaction=True)
 def test_twenty_concurrent_posts_of_one_event_id_make_one_event_and_one_run(monkeypatch):
-    if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL: SQLite serializes writers, so concurrent inserts never race")
     workspace = WorkspaceFactory.create()
     binding_for(workspace, binding_id="support")
     binding_for(workspace, binding_id="audit", delivery_policy={"enable_reply": False})
