@@ -3,7 +3,6 @@ event)."""
 
 from __future__ import annotations
 
-import functools
 import hmac
 import threading
 from collections.abc import Iterable
@@ -17,8 +16,8 @@ from django.db.models import Q, QuerySet
 from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace
 from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
+from bindings.sql import binding_versions
 from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.sql import sql_fetchall
 
 
 def api_key_by_plaintext(*, key: str) -> ApiKey | None:
@@ -195,7 +194,7 @@ def binding_candidates(*, workspace: Workspace) -> list[AgentBinding]:
     if connection.vendor != "postgresql":
         return list(queryset())
     # A prepared statement: it runs for every event, and planning it costs more than running it.
-    rows = sql_fetchall(_versions_sql(), [workspace.pk, AgentBinding.ScopeType.GLOBAL.value])
+    rows = binding_versions(workspace_id=workspace.pk).fetchall()
     versions = tuple((int(pk), str(xmin)) for pk, xmin in rows)
     with _candidates_lock:
         cached = _candidates_cache.get(workspace.pk)
@@ -208,15 +207,6 @@ def binding_candidates(*, workspace: Workspace) -> list[AgentBinding]:
             _candidates_cache.clear()
         _candidates_cache[workspace.pk] = (versions, bindings)
     return bindings
-
-
-@functools.cache
-def _versions_sql() -> str:
-    table = connection.ops.quote_name(AgentBinding._meta.db_table)
-    return (
-        f"SELECT id, xmin::text FROM {table} WHERE (workspace_id = %s OR (workspace_id IS NULL AND"
-        " scope_type = %s)) AND enabled ORDER BY id"
-    )
 
 
 def bindings_choose(

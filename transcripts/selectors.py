@@ -6,7 +6,6 @@ Transcript pages use the item id as the cursor (`before`), newest first, on the
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ from django.db import connection
 from django.db.models import F, Func, QuerySet
 
 from bindings.models import Workspace
-from langbot_host.core.sql import column, sql_fetchall, table
 from transcripts.models import EventLog, TranscriptItem
+from transcripts.sql import history_rows
 
 PAGE_LIMIT_MAX = 100
 
@@ -119,26 +118,6 @@ class TranscriptRow:
         )  # fmt: skip
 
 
-_ROW_COLUMNS = (
-    "id", "conversation_id", "thread_id", "role", "content", "contents", "artifacts", "event", "run_id",
-    "runner_id", "actor", "created_at",
-)  # fmt: skip
-
-
-@functools.cache
-def _history_sql(*, thread: bool, before: bool, after: bool, forward: bool) -> str:
-    c = functools.partial(column, TranscriptItem)
-    selected = [f"e.{column(EventLog, 'event_id')}" if name == "event" else f"t.{c(name)}" for name in _ROW_COLUMNS]
-    conditions = [f"t.{c('workspace')} = %s", f"t.{c('conversation_id')} = %s"]
-    conditions += [f"t.{c('thread_id')} = %s"] * thread
-    conditions += [f"t.{c('id')} < %s"] * before + [f"t.{c('id')} > %s"] * after
-    return (
-        f"SELECT {', '.join(selected)} FROM {table(TranscriptItem)} t"
-        f" LEFT JOIN {table(EventLog)} e ON e.{column(EventLog, 'id')} = t.{c('event')}"
-        f" WHERE {' AND '.join(conditions)} ORDER BY t.{c('id')} {'ASC' if forward else 'DESC'} LIMIT %s"
-    )
-
-
 def _json(value: Any) -> Any:
     # Rows read in binary (PostgreSQL) have their JSON decoded by the driver; elsewhere it is text, which
     # the ORM would have decoded in `JSONField.from_db_value`.
@@ -172,12 +151,10 @@ def history_page_rows(
     of the columns the projection shows, rather than model instances with the whole event row.
     """
     limit = max(1, min(limit, PAGE_LIMIT_MAX))
-    params: list[Any] = [workspace_id, conversation_id]
-    params += [thread_id] * (thread_id is not None) + [before] * (before is not None) + [after] * (after is not None)
-    sql = _history_sql(
-        thread=thread_id is not None, before=before is not None, after=after is not None, forward=forward
-    )
-    fetched = sql_fetchall(sql, [*params, limit + 1], binary=True)
+    fetched = history_rows(
+        workspace_id=workspace_id, conversation_id=conversation_id, thread_id=thread_id, before=before,
+        after=after, forward=forward, limit=limit + 1,
+    ).fetchall()  # fmt: skip
     rows = [_history_row(values) for values in fetched[:limit]]
     if not forward:
         rows.reverse()

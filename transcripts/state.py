@@ -7,16 +7,15 @@ the proxy handlers and the result normalizer write through `state_write`, so the
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, cast
 
 from django.db import connection
 
-from langbot_host.core.sql import column, sql_fetchall, table
 from langbot_sdk.protocol import StateScope, limits, state_value_checked
 from transcripts.models import StateEntry
 from transcripts.selectors import keys_page
+from transcripts.sql import state_snapshot as state_snapshot_statement
 
 
 def state_read(*, workspace_id: int, scope_key: str, key: str) -> tuple[bool, Any]:
@@ -60,21 +59,6 @@ def state_keys(*, workspace_id: int, scope_key: str, prefix: str | None, limit: 
     return keys_page(rows, prefix=prefix, limit=limit, cap=limits.STATE_LIST_MAX_KEYS)
 
 
-def state_snapshot_select(alias: str) -> str:
-    """`SELECT scope_key, key, value` of a state snapshot (parameters: workspace id, the list of scope
-    keys, the row cap), for `state_snapshot` and for statements that read a snapshot beside other work."""
-    c = functools.partial(column, StateEntry)
-    return (
-        f"SELECT {alias}.{c('scope_key')}, {alias}.{c('key')}, {alias}.{c('value')} FROM {table(StateEntry)} {alias}"
-        f" WHERE {alias}.{c('workspace')} = %s AND {alias}.{c('scope_key')} = ANY(%s)"
-        f" ORDER BY {alias}.{c('scope_key')}, {alias}.{c('key')} LIMIT %s"
-    )
-
-
-def state_snapshot_params(*, workspace_id: int, scope_keys: dict[str, str]) -> list[Any]:
-    return [workspace_id, list(scope_keys.values()), limits.STATE_LIST_MAX_KEYS * len(scope_keys)]
-
-
 def state_snapshot_fold(
     rows: Iterable[Sequence[Any]], scope_keys: dict[str, str], *, decoded: bool = False
 ) -> dict[str, dict[str, Any]]:
@@ -100,9 +84,7 @@ def state_snapshot(*, workspace_id: int, scope_keys: dict[str, str]) -> dict[str
     if not scope_keys:
         return {}
     if connection.vendor == "postgresql":
-        rows = sql_fetchall(
-            state_snapshot_select("s"), state_snapshot_params(workspace_id=workspace_id, scope_keys=scope_keys)
-        )
+        rows = state_snapshot_statement(workspace_id=workspace_id, scope_keys=scope_keys).fetchall()
         return state_snapshot_fold(rows, scope_keys)
     queryset = (
         StateEntry.objects.filter(workspace_id=workspace_id, scope_key__in=list(scope_keys.values()))

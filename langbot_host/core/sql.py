@@ -23,6 +23,7 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from django.db import close_old_connections, connection, transaction
@@ -92,15 +93,15 @@ class LoopStatements:
             await self._pool.close()
             self._pool = None
 
-    async def fetchall(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def fetchall(self, statement: Statement) -> list[tuple[Any, ...]]:
         if not self.native:
-            return await self.executor(sql_fetchall, sql, params)
+            return await self.executor(statement.fetchall)
         if self._pool is None:
             raise RuntimeError("the loop's statement pool is not open")
         import psycopg
 
         async with self._pool.connection() as conn, psycopg.AsyncRawCursor(conn) as cursor:
-            await cursor.execute(_numbered(sql), params, prepare=True)
+            await cursor.execute(_numbered(statement.sql), statement.params, prepare=True)
             return [tuple(row) for row in await cursor.fetchall()]
 
 
@@ -203,6 +204,28 @@ def _execute(sql: str, params: Sequence[Any], prepare: bool, binary: bool = Fals
         cursor.close()
         raise
     return cursor
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A hand-written statement and its parameters, built together by one function of an app's SQL seam
+    (`bindings/sql.py`, `transcripts/sql.py`, `runners/sql.py`), so no positional list is assembled far
+    from the text it fills. `tests/execution/test_sql_seams.py` renders every one into a file a reviewer
+    reads (`tests/execution/sql_seams.txt`)."""
+
+    sql: str
+    params: Sequence[Any]
+    prepare: bool = True
+    binary: bool = False
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return sql_fetchall(self.sql, self.params, prepare=self.prepare, binary=self.binary)
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return sql_fetchone(self.sql, self.params, prepare=self.prepare)
+
+    def execute(self) -> int:
+        return sql_execute(self.sql, self.params, prepare=self.prepare)
 
 
 def sql_fetchone(sql: str, params: Sequence[Any], *, prepare: bool = True) -> tuple[Any, ...] | None:

@@ -27,6 +27,7 @@ from runners.lifecycle.dispatch import run_dispatch
 from runners.live.cancel import cancel_notify
 from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.models import Run
+from runners.sql import conversation_lock
 from transcripts.models import EventLog
 
 logger = logging.getLogger(__name__)
@@ -54,8 +55,7 @@ def _conversation_lock(*, binding: AgentBinding, conversation_id: str) -> None:
     so two concurrent messages cannot both see an idle conversation under `reject`/`interrupt`."""
     if connection.vendor != "postgresql":
         return  # SQLite takes the write lock for the whole transaction anyway.
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [binding.pk, conversation_id])
+    conversation_lock(binding_pk=binding.pk, conversation_id=conversation_id).execute()
 
 
 def run_dispatch_on_commit(*, run_id: str) -> None:

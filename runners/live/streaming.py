@@ -12,15 +12,14 @@ filled from the database before the live message is passed on. Nothing here poll
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from langbot_host.core.sql import column, sql_fetchall, sql_text_literals, table
 from runners.live.publish import run_event_message, run_status_message
 from runners.models import Run, RunEvent
+from runners.sql import conversation_now as conversation_now_statement
 from transcripts.models import EventLog
 
 REPLAY_PAGE_SIZE = 200
@@ -171,25 +170,9 @@ def conversation_now(*, workspace_id: int, conversation_id: str) -> tuple[int, l
     """Where a subscription without a cursor starts: the id of the conversation's newest persisted run
     event (0 when there is none) and the run ids of its queued or running runs, oldest first.
 
-    One statement, because every chat message to a new conversation waits for it on the web process's one
-    sync thread. It is not prepared: like the ORM's queries it replaces, each execution is planned with its
-    own values (a generic plan made on a young table could read every run event for a conversation that
-    has none).
+    One statement (`runners.sql.conversation_now`), because every chat message to a new conversation waits
+    for it on the web process's one sync thread.
     """
-    rows = sql_fetchall(_conversation_now_sql(), [workspace_id, conversation_id] * 2, prepare=False)
+    rows = conversation_now_statement(workspace_id=workspace_id, conversation_id=conversation_id).fetchall()
     floor = int(rows[0][1] or 0)
     return floor, [str(uuid.UUID(str(run_id))) for kind, _, run_id in rows if kind == 1]
-
-
-@functools.cache
-def _conversation_now_sql() -> str:
-    r, e = table(Run), table(RunEvent)
-    run_pk, run_ws, run_conv = column(Run, "id"), column(Run, "workspace"), column(Run, "conversation_id")
-    event_pk, event_run = column(RunEvent, "id"), column(RunEvent, "run")
-    return (
-        f"SELECT 0, (SELECT e.{event_pk} FROM {e} e JOIN {r} x ON x.{run_pk} = e.{event_run}"
-        f" WHERE x.{run_ws} = %s AND x.{run_conv} = %s ORDER BY e.{event_pk} DESC LIMIT 1), NULL"
-        f" UNION ALL SELECT 1, r.{run_pk}, r.{column(Run, 'run_id')} FROM {r} r WHERE r.{run_ws} = %s"
-        f" AND r.{run_conv} = %s AND r.{column(Run, 'status')} IN ({sql_text_literals(Run.ACTIVE_STATUSES)})"
-        " ORDER BY 1, 2"
-    )

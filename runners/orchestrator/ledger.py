@@ -14,8 +14,6 @@ artifacts or action requests is an ORM transaction on the loop's database execut
 from __future__ import annotations
 
 import base64
-import functools
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -28,18 +26,13 @@ from django.utils import timezone
 from bindings.models import Workspace
 from langbot_host.core.sql import (
     LoopStatements,
-    column,
-    insert_select_sql,
-    insert_values,
-    prep,
-    sql_text_literals,
-    table,
 )
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.hostapi.platform_actions import platform_actions_from_results
 from runners.lifecycle.services import run_dispatch, run_dispatch_next_on_commit
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
+from runners.sql import RunEnd, ledger_write
 from transcripts.models import TranscriptItem
 from transcripts.state import state_write
 
@@ -151,41 +144,6 @@ def _fast_path(batch: Batch) -> bool:
     )
 
 
-@functools.cache
-def _ledger_sql(*, final: bool, reply: bool) -> str:
-    c = functools.partial(column, Run)
-    e = functools.partial(column, RunEvent)
-    if final:
-        sets = (
-            f"{c('status')} = %s, {c('status_reason')} = %s, {c('error')} = %s, {c('usage')} = %s,"
-            f" {c('output')} = %s, {c('last_seq')} = %s, {c('finished_at')} = %s, {c('lease_expires_at')} = NULL"
-        )
-    else:
-        sets = f"{c('last_seq')} = %s, {c('lease_expires_at')} = %s"
-    sql = (
-        f"WITH upd AS (UPDATE {table(Run)} SET {sets}"
-        f" WHERE {c('id')} = %s AND {c('lease_token')} = %s AND {c('status')} = %s RETURNING {c('id')} AS id),"
-        f" ev AS (INSERT INTO {table(RunEvent)} ({e('run')}, {e('seq')}, {e('type')}, {e('data')}, {e('created_at')})"
-        f" SELECT upd.id, v.seq, v.type, v.data::jsonb, %s::timestamptz FROM upd,"
-        f" unnest(%s::integer[], %s::text[], %s::text[]) AS v(seq, type, data)"
-        f" RETURNING {e('id')} AS id, {e('seq')} AS seq)"
-    )
-    if reply:
-        sql += f", item AS ({insert_select_sql(TranscriptItem, 'upd')} ON CONFLICT DO NOTHING)"
-    sql += (
-        " SELECT 'run', (SELECT count(*) FROM upd), NULL::bigint, NULL::uuid"
-        " UNION ALL SELECT 'event', ev.id, ev.seq, NULL FROM ev"
-    )
-    if final:
-        sql += (
-            f" UNION ALL (SELECT 'next', NULL, NULL, q.{c('run_id')} FROM {table(Run)} q"
-            f" WHERE q.{c('workspace')} = %s AND q.{c('conversation_id')} = %s AND q.{c('binding')} = %s"
-            f" AND q.{c('status')} = {sql_text_literals([Run.Status.QUEUED])} AND EXISTS (SELECT 1 FROM upd)"
-            f" ORDER BY q.{c('id')} LIMIT 1)"
-        )
-    return sql
-
-
 async def _ledger_write_fast(
     statements: LoopStatements,
     *,
@@ -194,29 +152,17 @@ async def _ledger_write_fast(
     last_seq: int,
     batch: Batch,
     now: datetime,
-    sets: list[Any],
-    final: bool,
-    reply: TranscriptItem | None,
+    lease_expires_at: datetime | None = None,
+    end: RunEnd | None = None,
+    reply: TranscriptItem | None = None,
 ) -> list[RunEvent]:
     """The one-statement write; raises `LeaseLostError` (having written nothing) when the lease is gone."""
-    seqs = list(range(last_seq + 1, last_seq + 1 + len(batch.events)))
-    params: list[Any] = [
-        *sets,
-        run.pk,
-        prep(Run, "lease_token", lease_token),
-        Run.Status.RUNNING.value,
-        now,
-        seqs,
-        [type_ for type_, _ in batch.events],
-        [json.dumps(data, ensure_ascii=False, separators=(",", ":")) for _, data in batch.events],
-    ]
-    if reply is not None:
-        params += insert_values(reply)
-    if final:
-        # `run_next_queued`: only runs of a conversation under a binding wait behind another.
-        waits = bool(run.conversation_id) and run.binding_id is not None
-        params += [run.workspace_id, run.conversation_id, run.binding_id if waits else -1]
-    rows = await statements.fetchall(_ledger_sql(final=final, reply=reply is not None), params)
+    statement = ledger_write(
+        run=run, lease_token=lease_token, first_seq=last_seq + 1, events=batch.events, now=now,
+        lease_expires_at=lease_expires_at, end=end, reply=reply,
+    )  # fmt: skip
+    rows = await statements.fetchall(statement)
+    seqs = range(last_seq + 1, last_seq + 1 + len(batch.events))
     events: list[RunEvent] = []
     by_seq = dict(zip(seqs, batch.events, strict=True))
     following = None
@@ -247,10 +193,9 @@ async def ledger_append(
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
     now = timezone.now()
     if _fast_path(batch):
-        sets = [last_seq + len(batch.events), now + timedelta(seconds=lease_seconds)]
         return await _ledger_write_fast(
-            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
-            final=False, reply=None,
+            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
         )  # fmt: skip
     return await statements.executor(
         _ledger_append_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
@@ -298,18 +243,16 @@ async def ledger_finish(
             runner_id=run.runner_id,
         )
     if _fast_path(batch):
-        sets = [
-            outcome.status,
-            outcome.status_reason,
-            prep(Run, "error", outcome.error),
-            prep(Run, "usage", outcome.usage),
-            output,
-            last_seq + len(batch.events),
-            now,
-        ]
+        end = RunEnd(
+            status=outcome.status,
+            status_reason=outcome.status_reason,
+            error=outcome.error,
+            usage=outcome.usage,
+            output=output,
+        )
         rows = await _ledger_write_fast(
-            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, sets=sets,
-            final=True, reply=item,
+            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, end=end,
+            reply=item,
         )  # fmt: skip
     else:
         rows = await statements.executor(

@@ -12,8 +12,7 @@ from django.db import DataError, connection, transaction
 from bindings.models import RunnerDescriptor
 from langbot_host.core.sql import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
 from runners.models import Run
-from runners.orchestrator.admission import _claim_sql
-from runners.orchestrator.ledger import _ledger_sql
+from runners.sql import _ledger_sql, _run_claim_sql
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, TranscriptItem
 
@@ -155,7 +154,10 @@ def test_conversation_checks_read_only_active_runs_on_a_table_without_statistics
         )
         for i, event in enumerate(events)
     )
-    sql = _claim_sql(queue_policy=True) if statement == "claim under queue" else _ledger_sql(final=True, reply=False)
+    if statement == "claim under queue":
+        sql = _run_claim_sql(queue_policy=True)
+    else:
+        sql = _ledger_sql(final=True, reply=False)
 
     indexes = _generic_plan_indexes(sql, table(Run).strip('"'))
 

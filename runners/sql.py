@@ -1,0 +1,293 @@
+"""The runners app's hand-written SQL, each statement built with its parameters (`Statement`).
+
+These are the run's hot path: every run is loaded, claimed and ends through them, and a live subscription
+starts with one. They are written by hand because compiling the ORM's query costs more than the round trip
+on a small machine; the column lists come from the models (`ModelColumns`, `column`), so a renamed field
+changes the statements with it. `tests/execution/sql_seams.txt` shows the text they render to.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
+from langbot_host.core.sql import (
+    ModelColumns,
+    Statement,
+    column,
+    insert_select_sql,
+    insert_values,
+    prep,
+    sql_text_literals,
+    table,
+)
+from runners.models import Run, RunEvent
+from transcripts.models import EventLog, TranscriptItem
+
+# --- a live subscription's start ------------------------------------------------------------------------
+
+
+def conversation_now(*, workspace_id: int, conversation_id: str) -> Statement:
+    """Rows `(0, newest run event id of the conversation, NULL)` and `(1, pk, run_id)` per queued or
+    running run, oldest first.
+
+    Not prepared: like the ORM's queries it replaced, each execution is planned with its own values (a
+    generic plan made on a young table could read every run event for a conversation that has none).
+    """
+    return Statement(
+        _conversation_now_sql(), (workspace_id, conversation_id, workspace_id, conversation_id), prepare=False
+    )
+
+
+@functools.cache
+def _conversation_now_sql() -> str:
+    r, e = table(Run), table(RunEvent)
+    run_pk, run_ws, run_conv = column(Run, "id"), column(Run, "workspace"), column(Run, "conversation_id")
+    event_pk, event_run = column(RunEvent, "id"), column(RunEvent, "run")
+    return (
+        f"SELECT 0, (SELECT e.{event_pk} FROM {e} e JOIN {r} x ON x.{run_pk} = e.{event_run}"
+        f" WHERE x.{run_ws} = %s AND x.{run_conv} = %s ORDER BY e.{event_pk} DESC LIMIT 1), NULL"
+        f" UNION ALL SELECT 1, r.{run_pk}, r.{column(Run, 'run_id')} FROM {r} r WHERE r.{run_ws} = %s"
+        f" AND r.{run_conv} = %s AND r.{column(Run, 'status')} IN ({sql_text_literals(Run.ACTIVE_STATUSES)})"
+        " ORDER BY 1, 2"
+    )
+
+
+# --- loading a run ---------------------------------------------------------------------------------------
+
+RUN_LOAD_PARTS: tuple[ModelColumns[Any], ...] = (
+    ModelColumns(Run, "r"),
+    ModelColumns(EventLog, "e"),
+    ModelColumns(Workspace, "w"),
+    ModelColumns(AgentBinding, "b"),
+    ModelColumns(Bot, "bt"),
+    # The manifest is parsed once per digest (`descriptor_manifest`) and the other JSON columns are not
+    # used by a run: decoding them per run cost more than the rest of the row.
+    ModelColumns(
+        RunnerDescriptor,
+        "d",
+        defer=("label", "description", "capabilities", "permissions", "context_policy", "config_schema", "manifest"),
+    ),
+)
+"""The models a `run_load` row holds, in order, followed by the two transcript handles."""
+
+
+def run_load(*, run_id: uuid.UUID) -> Statement:
+    """The run with everything its context needs, in one statement: event, workspace, binding, bot, runner
+    descriptor and the two transcript handles (the current input item and the newest item before it; both
+    indexed lookups with a LIMIT, whatever the conversation's length)."""
+    return Statement(_run_load_sql(), (prep(Run, "run_id", run_id),))
+
+
+@functools.cache
+def _run_load_sql() -> str:
+    t, r = table(TranscriptItem), "r"
+    t_id, t_ws, t_conv = (
+        column(TranscriptItem, "id"),
+        column(TranscriptItem, "workspace"),
+        column(TranscriptItem, "conversation_id"),
+    )
+    user = TranscriptItem.Role.USER.value
+    current = (
+        f"(SELECT t1.{t_id} FROM {t} t1 WHERE t1.{column(TranscriptItem, 'event')} = {r}.{column(Run, 'event')}"
+        f" AND t1.{column(TranscriptItem, 'role')} = '{user}' ORDER BY t1.{t_id} LIMIT 1)"
+    )
+    # The newest item before the current one is the largest (workspace, conversation, id) below
+    # (run's workspace, run's conversation, current item), if it is in the same conversation. Written as
+    # a row comparison with no other condition, only a backward scan of the cursor index answers it, so
+    # that index is the plan even before the table has statistics (a plan that scans the workspace index
+    # and filters grows with the workspace).
+    latest = (
+        f"(SELECT x.{t_id} FROM (SELECT t2.{t_ws}, t2.{t_conv}, t2.{t_id} FROM {t} t2"
+        f" WHERE (t2.{t_ws}, t2.{t_conv}, t2.{t_id})"
+        f" < ({r}.{column(Run, 'workspace')}, {r}.{column(Run, 'conversation_id')},"
+        f" COALESCE({current}, 9223372036854775807))"
+        f" ORDER BY t2.{t_ws} DESC, t2.{t_conv} DESC, t2.{t_id} DESC LIMIT 1) x"
+        f" WHERE x.{t_ws} = {r}.{column(Run, 'workspace')} AND x.{t_conv} = {r}.{column(Run, 'conversation_id')})"
+    )
+    return (
+        f"SELECT {', '.join(part.select for part in RUN_LOAD_PARTS)}, {current}, {latest}"
+        f" FROM {table(Run)} r"
+        f" JOIN {table(EventLog)} e ON e.{column(EventLog, 'id')} = r.{column(Run, 'event')}"
+        f" JOIN {table(Workspace)} w ON w.{column(Workspace, 'id')} = r.{column(Run, 'workspace')}"
+        f" LEFT JOIN {table(AgentBinding)} b ON b.{column(AgentBinding, 'id')} = r.{column(Run, 'binding')}"
+        f" LEFT JOIN {table(Bot)} bt ON bt.{column(Bot, 'id')} = r.{column(Run, 'bot')}"
+        f" LEFT JOIN {table(RunnerDescriptor)} d"
+        f" ON d.{column(RunnerDescriptor, 'runner_id')} = r.{column(Run, 'runner_id')}"
+        f" WHERE r.{column(Run, 'run_id')} = %s"
+    )
+
+
+# --- claiming a run --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker writes when it claims a queued run."""
+
+    run: Run
+    owner: str
+    lease_token: uuid.UUID
+    lease_expires_at: datetime
+    started_at: datetime
+    deadline_at: datetime
+    authorization: dict[str, Any]
+    # Under the `queue` policy an earlier active run of the same binding and conversation goes first.
+    queue_policy: bool
+
+
+def run_claim(claim: Claim) -> Statement:
+    """Queued → running with this worker's lease, in one conditional update (no row changed: someone
+    else has it, it is not queued, or it waits behind an earlier run)."""
+    run = claim.run
+    params: list[Any] = [
+        Run.Status.RUNNING.value,
+        claim.owner,
+        prep(Run, "lease_token", claim.lease_token),
+        prep(Run, "lease_expires_at", claim.lease_expires_at),
+        prep(Run, "started_at", claim.started_at),
+        prep(Run, "deadline_at", claim.deadline_at),
+        prep(Run, "authorization", claim.authorization),
+        run.pk,
+        Run.Status.QUEUED.value,
+    ]
+    if claim.queue_policy:
+        params += [run.workspace_id, run.conversation_id, run.binding_id, run.pk]
+    return Statement(_run_claim_sql(queue_policy=claim.queue_policy), params)
+
+
+def run_claim_with_state(claim: Claim, state: Statement) -> Statement:
+    """The claim and the state snapshot of the run's context (`transcripts.sql.state_snapshot`) in one
+    round trip: no row when the claim did not happen, else one row per state entry (or one row of NULLs
+    when there is none). PostgreSQL only."""
+    claimed = run_claim(claim)
+    sql = (
+        f"WITH claimed AS ({claimed.sql} RETURNING {column(Run, 'id')})"
+        f" SELECT st.* FROM claimed LEFT JOIN LATERAL ({state.sql}) st ON TRUE"
+    )
+    return Statement(sql, (*claimed.params, *state.params))
+
+
+@functools.cache
+def _run_claim_sql(*, queue_policy: bool) -> str:
+    c = functools.partial(column, Run)
+    sql = (
+        f"UPDATE {table(Run)} SET {c('status')} = %s, {c('lease_owner')} = %s, {c('lease_token')} = %s,"
+        f" {c('lease_expires_at')} = %s, {c('attempts')} = {c('attempts')} + 1, {c('started_at')} = %s,"
+        f" {c('deadline_at')} = %s, {c('authorization')} = %s"
+        f" WHERE {c('id')} = %s AND {c('status')} = %s"
+    )
+    if queue_policy:
+        # The statuses are literals so that `run_active_idx` answers it.
+        sql += (
+            f" AND NOT EXISTS (SELECT 1 FROM {table(Run)} o WHERE o.{c('workspace')} = %s"
+            f" AND o.{c('conversation_id')} = %s AND o.{c('binding')} = %s"
+            f" AND o.{c('status')} IN ({sql_text_literals(Run.ACTIVE_STATUSES)}) AND o.{c('id')} < %s)"
+        )
+    return sql
+
+
+# --- writing a run's results -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends, as `ledger_write` stores it."""
+
+    status: str
+    status_reason: str
+    error: dict[str, Any] | None
+    usage: dict[str, Any] | None
+    output: str
+
+
+def ledger_write(
+    *,
+    run: Run,
+    lease_token: str,
+    first_seq: int,
+    events: list[tuple[str, dict[str, Any]]],
+    now: datetime,
+    lease_expires_at: datetime | None = None,
+    end: RunEnd | None = None,
+    reply: TranscriptItem | None = None,
+) -> Statement:
+    """A batch of results in one statement, fenced by the lease: the run update (the new `last_seq` and
+    lease while running, or its end), the events, at the end the assistant transcript item and the lookup
+    of the next queued run of the conversation — data-modifying CTEs, so one round trip and one implicit
+    transaction do what the ORM does in six. Rows: `('run', rows updated)`, `('event', id, seq)` per
+    event and, at the end, `('next', run_id)` of a run waiting behind this one."""
+    last_seq = first_seq + len(events) - 1
+    sets: list[Any]
+    if end is None:
+        sets = [last_seq, lease_expires_at]
+    else:
+        sets = [
+            end.status, end.status_reason, prep(Run, "error", end.error), prep(Run, "usage", end.usage),
+            end.output, last_seq, now,
+        ]  # fmt: skip
+    params: list[Any] = [
+        *sets,
+        run.pk,
+        prep(Run, "lease_token", lease_token),
+        Run.Status.RUNNING.value,
+        now,
+        list(range(first_seq, last_seq + 1)),
+        [type_ for type_, _ in events],
+        [json.dumps(data, ensure_ascii=False, separators=(",", ":")) for _, data in events],
+    ]
+    if reply is not None:
+        params += insert_values(reply)
+    if end is not None:
+        # `run_next_queued`: only runs of a conversation under a binding wait behind another.
+        waits = bool(run.conversation_id) and run.binding_id is not None
+        params += [run.workspace_id, run.conversation_id, run.binding_id if waits else -1]
+    return Statement(_ledger_sql(final=end is not None, reply=reply is not None), params)
+
+
+@functools.cache
+def _ledger_sql(*, final: bool, reply: bool) -> str:
+    c = functools.partial(column, Run)
+    e = functools.partial(column, RunEvent)
+    if final:
+        sets = (
+            f"{c('status')} = %s, {c('status_reason')} = %s, {c('error')} = %s, {c('usage')} = %s,"
+            f" {c('output')} = %s, {c('last_seq')} = %s, {c('finished_at')} = %s, {c('lease_expires_at')} = NULL"
+        )
+    else:
+        sets = f"{c('last_seq')} = %s, {c('lease_expires_at')} = %s"
+    sql = (
+        f"WITH upd AS (UPDATE {table(Run)} SET {sets}"
+        f" WHERE {c('id')} = %s AND {c('lease_token')} = %s AND {c('status')} = %s RETURNING {c('id')} AS id),"
+        f" ev AS (INSERT INTO {table(RunEvent)} ({e('run')}, {e('seq')}, {e('type')}, {e('data')}, {e('created_at')})"
+        f" SELECT upd.id, v.seq, v.type, v.data::jsonb, %s::timestamptz FROM upd,"
+        f" unnest(%s::integer[], %s::text[], %s::text[]) AS v(seq, type, data)"
+        f" RETURNING {e('id')} AS id, {e('seq')} AS seq)"
+    )
+    if reply:
+        sql += f", item AS ({insert_select_sql(TranscriptItem, 'upd')} ON CONFLICT DO NOTHING)"
+    sql += (
+        " SELECT 'run', (SELECT count(*) FROM upd), NULL::bigint, NULL::uuid"
+        " UNION ALL SELECT 'event', ev.id, ev.seq, NULL FROM ev"
+    )
+    if final:
+        sql += (
+            f" UNION ALL (SELECT 'next', NULL, NULL, q.{c('run_id')} FROM {table(Run)} q"
+            f" WHERE q.{c('workspace')} = %s AND q.{c('conversation_id')} = %s AND q.{c('binding')} = %s"
+            f" AND q.{c('status')} = {sql_text_literals([Run.Status.QUEUED])} AND EXISTS (SELECT 1 FROM upd)"
+            f" ORDER BY q.{c('id')} LIMIT 1)"
+        )
+    return sql
+
+
+# --- run creation ----------------------------------------------------------------------------------------
+
+
+def conversation_lock(*, binding_pk: int, conversation_id: str) -> Statement:
+    """Serialize run creation of one binding and conversation until the transaction ends. PostgreSQL only."""
+    return Statement("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (binding_pk, conversation_id))
