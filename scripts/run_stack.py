@@ -1,25 +1,27 @@
 #!/usr/bin/env python3
-"""The foreground supervisor behind `make run`: one command starts the whole LangBot Host stack.
+"""`make run`: prepare the LangBot Host stack, then let honcho run the processes of the `Procfile`.
 
-It makes sure Redis answers (starting a private `redis-server` when none does), migrates and seeds
-the database, then starts the plugin runtime (`--listen` WebSocket, token-protected, with no host
-credentials in its environment), daphne, a Celery worker and Celery beat. Each child runs in its own
-process group and its output is prefixed with its name. Once `/healthz` answers it prints the URLs
-and the demo login, then stays in the foreground: Ctrl-C or SIGTERM stops every child it started
-(SIGTERM, then SIGKILL after a grace period); a child that dies on its own stops everything with exit
-status 1.
+Preparation, in the foreground: check that the web and runtime ports are free, decide whether Redis must
+be started (nothing answers on a local REDIS_URL and `redis-server` is installed; otherwise say how to get
+it), migrate, seed the demo, collect static files and generate the runtime token. Then honcho's manager
+starts the Procfile's processes (the plugin runtime over WebSocket, daphne, a Celery worker, Celery beat,
+Redis when needed, and `ready`) and prefixes and colours their output. On Ctrl-C or SIGTERM, or when one
+process exits, it stops them all with SIGTERM (the runtime and Redis last) and kills what is left
+LANGBOT_STOP_GRACE seconds after the first one stopped. `ready` is this script again (`run_stack.py
+ready`): it waits for /healthz, syncs the runner registry from the runtime, prints where things are and
+the demo login, then waits to be stopped.
 
 Environment (see `.env.example`; a `.env` file in the repository root is read too, without overriding
-the real environment): PORT (web, default 8000; the runtime listens on PORT+1), HOST (web bind
-address, default 127.0.0.1), REDIS_URL, LANGBOT_PLUGIN_DIRS, LANGBOT_RUNTIME_TOKEN (generated when
-unset), LANGBOT_DEMO_PASSWORD, LANGBOT_STOP_GRACE (seconds, default 15), LANGBOT_START_TIMEOUT
-(seconds to wait for /healthz, default 120).
+the real environment): PORT (web, default 8000; the runtime listens on PORT+1), HOST (web bind address,
+default 127.0.0.1), REDIS_URL, LANGBOT_PLUGIN_DIRS, LANGBOT_RUNTIME_TOKEN (generated when unset),
+LANGBOT_DEMO_PASSWORD, LANGBOT_STOP_GRACE (seconds, default 15), LANGBOT_START_TIMEOUT (seconds to wait
+for /healthz, default 120).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import datetime
 import json
 import os
 import re
@@ -34,9 +36,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
+
+import honcho.manager  # type: ignore[import-untyped]
+from honcho.environ import parse_procfile  # type: ignore[import-untyped]
+from honcho.printer import Message, Printer  # type: ignore[import-untyped]
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -47,161 +52,61 @@ from langbot_sdk.runtime.environment import runtime_environment  # noqa: E402
 VAR = REPO / "var"
 BIN = Path(sys.executable).parent
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-RUNTIME_LISTENING = "langbot runtime listening on ws://"
-COLORS = ("36", "33", "35", "32", "34", "91", "96", "93")
+# The longest name in the output ("migrate", "runtime"), so the prefixes line up from the first line.
+NAME_WIDTH = 7
 # seed_demo prints "admin login: <user> / <password>" (or a note that an existing password is unchanged).
 LOGIN_RE = re.compile(r"login:\s*(?P<login>.+)$")
+DEMO_LOGIN_ENV = "LANGBOT_DEMO_LOGIN"
+# honcho reports a stop it was asked for with these statuses (128 + SIGINT, 128 + SIGTERM).
+STOPPED_BY_SIGNAL = {130, 143}
 
 
 class StackError(Exception):
-    """A startup step failed; the message says what and how to fix it."""
+    """A preparation step failed; the message says what and how to fix it."""
 
 
-class Console:
-    """Serializes output lines from all children, each prefixed with its source's name."""
+class ServicesLastManager(honcho.manager.Manager):
+    """honcho's manager, except that a stop sends SIGTERM to the runtime and Redis only once the other
+    processes have exited: runs in flight then finish during the worker's shutdown grace instead of losing
+    the runtime under them (measured: a run 1 s into a 3 s runner completed; stopped all at once, it failed)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._colors: dict[str, str] = {}
-        self._use_color = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    SERVICES = ("runtime", "redis")
 
-    def line(self, name: str, text: str) -> None:
-        prefix = f"{name:<8}|"
-        if self._use_color:
-            color = self._colors.setdefault(name, COLORS[len(self._colors) % len(COLORS)])
-            prefix = f"\033[{color}m{prefix}\033[0m"
-        with self._lock:
-            sys.stdout.write(f"{prefix} {text}\n")
-            sys.stdout.flush()
-
-    def say(self, text: str) -> None:
-        self.line("run", text)
-
-
-def _parent_death_signal() -> Callable[[], None] | None:
-    """Return a pre-exec hook asking Linux to SIGTERM the child if this supervisor dies abruptly."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    pr_set_pdeathsig = 1
-    term = int(signal.SIGTERM)
-
-    def hook() -> None:
-        prctl(pr_set_pdeathsig, term)
-
-    return hook
-
-
-PREEXEC = _parent_death_signal()
-
-
-def _group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    members: list[int] = []
-    proc = Path("/proc")
-    if not proc.is_dir():
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return []
-        except PermissionError:
-            pass
-        return [pgid]
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may contain spaces and parentheses; the fields after the last ')' do not.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-class Child:
-    """One supervised process, leader of its own process group, its output relayed line by line."""
-
-    def __init__(
-        self,
-        name: str,
-        argv: list[str],
-        env: Mapping[str, str],
-        console: Console,
-        on_line: Callable[[str], None] | None = None,
-    ) -> None:
-        self.name = name
-        self.argv = argv
-        self.console = console
-        self.stopping = False
-        self.process = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=PREEXEC,  # only a prctl call, no Python state touched
-        )
-        self.pgid = self.process.pid
-        self._reader = threading.Thread(target=self._relay, args=(on_line,), name=f"relay-{name}", daemon=True)
-        self._reader.start()
-
-    def _relay(self, on_line: Callable[[str], None] | None) -> None:
-        assert self.process.stdout is not None
-        for raw in self.process.stdout:
-            text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if on_line is not None:
-                on_line(text)
-            self.console.line(self.name, text)
-
-    @property
-    def returncode(self) -> int | None:
-        return self.process.poll()
-
-    def running(self) -> bool:
-        """True while the leader or anything left in its process group is alive."""
-        return self.process.poll() is None or bool(_group_members(self.pgid))
+    def __init__(self, printer: Printer) -> None:
+        super().__init__(printer)
+        self._stopping = False
 
     def terminate(self) -> None:
-        self.stopping = True
-        if self.process.poll() is None:
-            # Only the leader: daphne and the Celery main process shut their own children down in order.
-            self.process.send_signal(signal.SIGTERM)
-        else:
-            self._signal_group(signal.SIGTERM)
+        # Called by honcho's loop (from its signal handler too) on SIGINT/SIGTERM and when a process exits.
+        if not self._stopping:
+            self._stopping = True
+            threading.Thread(target=self._stop_in_order, name="stop-in-order", daemon=True).start()
 
-    def kill(self) -> None:
-        self.stopping = True
-        self._signal_group(signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.process.kill()
+    def _stop_in_order(self) -> None:
+        hosts = [name for name in self._processes if name not in self.SERVICES]
+        self._send_sigterm(hosts)
+        # Past the grace, honcho's loop SIGKILLs whatever is left, services included.
+        while any("returncode" not in self._processes[name] for name in hosts):
+            time.sleep(0.1)
+        self._send_sigterm([name for name in self.SERVICES if name in self._processes])
 
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, sig)
+    def _send_sigterm(self, names: list[str]) -> None:
+        for name in names:
+            process = self._processes[name]
+            while "pid" not in process:  # honcho's loop records it moments after the start
+                time.sleep(0.05)
+            if "returncode" in process:
+                continue
+            # Through the queue honcho's loop prints from, so that lines from this thread do not interleave.
+            self.events.put(Message("line", f"sending SIGTERM to {name}", datetime.datetime.now(), "system", None))
+            self._procmgr.terminate(process["pid"])
 
-    def finish_output(self, timeout: float = 2.0) -> None:
-        self._reader.join(timeout)
 
+class Stack:
+    """The stack as this environment configures it: ports, Redis, token, and each process's environment."""
 
-class Supervisor:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self.console = Console()
-        self.children: list[Child] = []
-        self.redis: Child | None = None
-        self.stop_requested = threading.Event()
-        self.force = threading.Event()
-        self._interrupts = 0
-        self.stop_reason = ""
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = dict(env)
         self.port = _int_env(env, "PORT", 8000)
         self.runtime_port = self.port + 1
         self.host = env.get("HOST") or "127.0.0.1"
@@ -209,49 +114,37 @@ class Supervisor:
         self.start_timeout = float(env.get("LANGBOT_START_TIMEOUT") or 120)
         self.redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
         self.token = env.get("LANGBOT_RUNTIME_TOKEN") or secrets.token_urlsafe(32)
-        self.login: str | None = None
+        self.printer = Printer(sys.stdout, colour=not env.get("NO_COLOR"), width=NAME_WIDTH)
 
-    # -- signals -------------------------------------------------------------------------------
-
-    def install_signal_handlers(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        if self.stop_requested.is_set():
-            # A second Ctrl-C means "now": skip the grace period. A repeated SIGTERM does not, because
-            # make forwards the SIGTERM sent to its process group, so the supervisor sees it twice.
-            if signum == signal.SIGINT and self._interrupts > 0:
-                self.force.set()
-            self._interrupts += signum == signal.SIGINT
-            return
-        self._interrupts = int(signum == signal.SIGINT)
-        self.stop_reason = signal.Signals(signum).name
-        self.stop_requested.set()
-
-    def _check_stop(self) -> None:
-        if self.stop_requested.is_set():
-            raise StackError(f"stopped by {self.stop_reason} during start-up")
-
-    # -- environment ---------------------------------------------------------------------------
+    # -- environments --------------------------------------------------------------------------
 
     def host_env(self) -> dict[str, str]:
-        env = dict(self.env)
-        env.setdefault("DJANGO_SETTINGS_MODULE", "langbot_host.settings")
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PORT"] = str(self.port)
-        env["LANGBOT_RUNTIME_URL"] = f"ws://127.0.0.1:{self.runtime_port}"
-        env["LANGBOT_RUNTIME_TOKEN"] = self.token
-        return env
+        return {
+            **self.env,
+            "DJANGO_SETTINGS_MODULE": self.env.get("DJANGO_SETTINGS_MODULE") or "langbot_host.settings",
+            "PYTHONUNBUFFERED": "1",
+            "HOST": self.host,
+            "PORT": str(self.port),
+            "LANGBOT_RUNTIME_URL": f"ws://127.0.0.1:{self.runtime_port}",
+            "LANGBOT_RUNTIME_TOKEN": self.token,
+        }
 
     def runtime_env(self) -> dict[str, str]:
-        return runtime_environment(self.env, PYTHONUNBUFFERED="1", LANGBOT_RUNTIME_TOKEN=self.token)
+        return runtime_environment(
+            self.env, PYTHONUNBUFFERED="1", LANGBOT_RUNTIME_TOKEN=self.token, PORT=str(self.runtime_port)
+        )
 
-    def plugin_dirs(self) -> list[str]:
-        raw = self.env.get("LANGBOT_PLUGIN_DIRS") or "plugins"
-        return [part for part in raw.split(os.pathsep) if part]
+    def redis_env(self) -> dict[str, str]:
+        url = urllib.parse.urlsplit(self.redis_url)
+        env = {**self.env, "PORT": str(url.port or 6379)}
+        if url.password:
+            env["REDIS_PASSWORD"] = urllib.parse.unquote(url.password)
+        return env
 
-    # -- steps ---------------------------------------------------------------------------------
+    # -- preparation ---------------------------------------------------------------------------
+
+    def say(self, text: str, name: str = "run") -> None:
+        self.printer.write(Message("line", text, datetime.datetime.now(), name, None))
 
     def check_ports_free(self) -> None:
         for host, port, what in ((self.host, self.port, "web"), ("127.0.0.1", self.runtime_port, "runtime")):
@@ -261,144 +154,117 @@ class Supervisor:
                     f"Choose another with PORT=<n> (the runtime uses PORT+1)."
                 )
 
-    def ensure_redis(self) -> None:
+    def redis_must_start(self) -> bool:
+        """False when Redis answers, True when `make run` should start it; raises when it cannot."""
         state = _redis_state(self.redis_url)
         if state == "ok":
-            self.console.say(f"Redis answers at {_redact(self.redis_url)}")
-            return
+            self.say(f"Redis answers at {_redact(self.redis_url)}")
+            return False
         if state != "down":
             raise StackError(f"Redis at {_redact(self.redis_url)} answers but is unusable: {state}")
         url = urllib.parse.urlsplit(self.redis_url)
-        host, port = url.hostname or "127.0.0.1", url.port or 6379
-        if url.scheme != "redis" or host not in {"127.0.0.1", "localhost", "::1"}:
+        if url.scheme != "redis" or url.hostname not in {"127.0.0.1", "localhost", "::1"}:
             raise StackError(
                 f"Redis at {_redact(self.redis_url)} does not answer; start it or point REDIS_URL elsewhere."
             )
-        server = shutil.which("redis-server")
-        if server is None:
+        if shutil.which("redis-server", path=self.env.get("PATH")) is None:
             raise StackError(
                 f"Redis does not answer at {_redact(self.redis_url)} and `redis-server` is not installed.\n"
                 "    Install it (Debian/Ubuntu: `sudo apt-get install redis-server`, macOS: "
                 "`brew install redis`)\n    or point REDIS_URL at a running Redis."
             )
-        self.console.say(f"Redis does not answer; starting {server} on port {port}")
-        argv = [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "-::1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ]
-        argv += ["--dir", str(VAR)]
-        if url.password:
-            argv += ["--requirepass", urllib.parse.unquote(url.password)]
-        self.redis = Child("redis", argv, self.env, self.console)
-        deadline = time.monotonic() + 15
-        while _redis_state(self.redis_url) != "ok":
-            self._check_stop()
-            if self.redis.returncode is not None:
-                raise StackError(f"redis-server exited with status {self.redis.returncode}")
-            if time.monotonic() > deadline:
-                raise StackError("redis-server did not answer within 15 s")
-            time.sleep(0.2)
+        if not _port_free("127.0.0.1", url.port or 6379):
+            raise StackError(f"port {url.port or 6379} is taken by something that is not Redis; change REDIS_URL")
+        self.say(f"Redis does not answer at {_redact(self.redis_url)}; it will run as `redis` below")
+        return True
 
-    def manage(self, name: str, *args: str, on_line: Callable[[str], None] | None = None) -> None:
-        self._check_stop()
-        child = Child(name, [sys.executable, "manage.py", *args], self.host_env(), self.console, on_line)
-        self.children.append(child)
-        while child.returncode is None:
-            if self.stop_requested.wait(0.1):
-                raise StackError(f"stopped by {self.stop_reason} during `manage.py {args[0]}`")
-        child.finish_output()
-        self.children.remove(child)
-        if child.returncode != 0:
-            raise StackError(f"`manage.py {' '.join(args)}` failed with status {child.returncode}")
+    def manage(self, name: str, *args: str) -> list[str]:
+        """Run `manage.py <args>` to the end, its output prefixed with `name`; return its lines."""
+        lines: list[str] = []
+        with subprocess.Popen(
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env=self.host_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        ) as process:
+            assert process.stdout is not None
+            try:
+                for line in process.stdout:
+                    lines.append(line.rstrip("\n"))
+                    self.say(lines[-1], name)
+            except BaseException:
+                process.kill()
+                raise
+        if process.returncode != 0:
+            raise StackError(f"`manage.py {' '.join(args)}` failed with status {process.returncode}")
+        return lines
 
-    def prepare_database(self) -> None:
-        def remember_login(text: str) -> None:
-            match = LOGIN_RE.search(text)
-            if match:
-                self.login = match["login"].strip()
-
+    def prepare_database(self) -> str:
+        """Migrate, seed the demo and collect static files; return the demo login seed_demo printed."""
         self.manage("migrate", "migrate", "--noinput")
-        self.manage("seed", "seed_demo", on_line=remember_login)
+        seeded = self.manage("seed", "seed_demo")
         self.manage("static", "collectstatic", "--noinput", "--verbosity", "0")
+        logins = [match["login"].strip() for line in seeded if (match := LOGIN_RE.search(line))]
+        return logins[-1] if logins else f"admin / {self.env.get('LANGBOT_DEMO_PASSWORD') or 'admin'}"
 
-    def start_runtime(self) -> None:
-        self._check_stop()
-        argv = [sys.executable, "-m", "langbot_sdk.runtime", "--listen", f"127.0.0.1:{self.runtime_port}"]
-        for directory in self.plugin_dirs():
-            argv += ["--plugins-dir", directory]
-        listening = threading.Event()
+    def manager(self, *, with_redis: bool, login: str) -> ServicesLastManager:
+        manager = ServicesLastManager(self.printer)
+        environments = {
+            "redis": self.redis_env(),
+            "runtime": self.runtime_env(),
+            "ready": {**self.host_env(), DEMO_LOGIN_ENV: login},
+        }
+        for name, command in parse_procfile((REPO / "Procfile").read_text()).processes.items():
+            if name == "redis" and not with_redis:
+                continue
+            # `exec`, so that honcho watches and signals the process itself rather than a /bin/sh above it.
+            manager.add_process(name, f"exec {command}", env=environments.get(name) or self.host_env(), cwd=REPO)
+        return manager
 
-        def watch_for_listening(text: str) -> None:
-            # The runtime announces its address once it accepts connections; a bare TCP probe instead
-            # would make it log a failed WebSocket handshake.
-            if RUNTIME_LISTENING in text:
-                listening.set()
+    # -- entry point ---------------------------------------------------------------------------
 
-        runtime = self.start("runtime", argv, self.runtime_env(), on_line=watch_for_listening)
-        deadline = time.monotonic() + 30
-        while not listening.is_set():
-            if self.stop_requested.wait(0.2):
-                raise StackError(f"stopped by {self.stop_reason} during start-up")
-            if runtime.returncode is not None:
-                raise StackError(f"the plugin runtime exited with status {runtime.returncode}")
-            if time.monotonic() > deadline:
-                raise StackError(f"the plugin runtime did not listen on 127.0.0.1:{self.runtime_port} within 30 s")
+    def run(self) -> int:
+        VAR.mkdir(exist_ok=True)
+        # Until honcho takes over the signals, SIGTERM interrupts the preparation as Ctrl-C does.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            self.check_ports_free()
+            with_redis = self.redis_must_start()
+            login = self.prepare_database()
+            manager = self.manager(with_redis=with_redis, login=login)
+        except StackError as exc:
+            self.say(f"ERROR: {exc}")
+            self.say("stopped after an error")
+            return 1
+        except KeyboardInterrupt:
+            self.say("interrupted during preparation; nothing was started")
+            self.say("stopped")
+            return 0
+        # A module setting of honcho: how long it waits after the first process stops before SIGKILL.
+        honcho.manager.KILL_WAIT = self.grace
+        manager.loop()
+        if manager.returncode in STOPPED_BY_SIGNAL:
+            self.say("stopped")
+            return 0
+        self.say(f"stopped because a process exited on its own (status {manager.returncode}; see above)")
+        return 1
 
-    def start_host_processes(self) -> None:
-        env = self.host_env()
-        self.start(
-            "web",
-            [_tool("daphne"), "-b", self.host, "-p", str(self.port), "langbot_host.asgi:application"],
-            env,
-        )
-        celery = [_tool("celery"), "-A", "langbot_host"]
-        # Task threads only claim runs and hand them to the process's run loop, which holds the runs.
-        self.start("worker", [*celery, "worker", "--pool", "threads", "--concurrency", "8", "--loglevel", "INFO"], env)
-        self.start(
-            "beat",
-            [*celery, "beat", "--loglevel", "INFO", "--schedule", str(VAR / "celerybeat-schedule")],
-            env,
-        )
+    # -- the `ready` process -------------------------------------------------------------------
 
-    def start(
-        self, name: str, argv: list[str], env: Mapping[str, str], on_line: Callable[[str], None] | None = None
-    ) -> Child:
-        child = Child(name, argv, env, self.console, on_line)
-        self.children.append(child)
-        return child
-
-    def wait_healthy(self) -> bool:
-        url = f"{self.probe_base()}/healthz"
-        deadline = time.monotonic() + self.start_timeout
-        last = "no answer"
-        while time.monotonic() < deadline:
-            self.raise_if_child_died()
-            status, body = _http_get(url)
-            if status == 200:
-                return True
-            last = f"HTTP {status}: {body}" if status else body
-            if self.stop_requested.wait(1.0):
-                raise StackError(f"stopped by {self.stop_reason} during start-up")
-        self.console.say(f"WARNING: {url} is not healthy after {self.start_timeout:.0f} s ({last})")
-        return False
-
-    def probe_base(self) -> str:
-        host = "127.0.0.1" if self.host in {"0.0.0.0", "::", ""} else self.host
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
-
-    def print_banner(self, healthy: bool) -> None:
+    def announce(self) -> int:
+        """Once /healthz answers, sync the runner registry and say where things are; then wait to be stopped."""
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))
+        healthy = self.wait_healthy()
+        # The runner registry lives in the database; fill it from the runtime that is now up.
+        sync = subprocess.run([sys.executable, "manage.py", "sync_runners"], cwd=REPO, check=False)
+        if sync.returncode != 0:
+            print(f"ERROR: `manage.py sync_runners` failed with status {sync.returncode}", flush=True)
+            return 1
         base = self.probe_base()
-        login = self.login or f"admin / {self.env.get('LANGBOT_DEMO_PASSWORD') or 'admin'}"
         lines = [
             "",
             "LangBot Host is up" + ("" if healthy else " (but /healthz is not OK yet — see above)"),
@@ -406,92 +272,33 @@ class Supervisor:
             f"  debug chat   {base}/chat/",
             f"  API docs     {base}/api/docs/",
             f"  health       {base}/healthz",
-            f"  demo login   {login}",
+            f"  demo login   {self.env.get(DEMO_LOGIN_ENV) or 'see `seed` above'}",
             f"  runtime      ws://127.0.0.1:{self.runtime_port} (token shared with web and worker)",
             "Press Ctrl-C to stop everything.",
             "",
         ]
-        for text in lines:
-            self.console.say(text)
+        print("\n".join(lines), flush=True)
+        while True:
+            signal.pause()
 
-    def raise_if_child_died(self) -> None:
-        for child in self.children + ([self.redis] if self.redis else []):
-            code = child.returncode
-            if code is not None and not child.stopping:
-                raise StackError(f"{child.name} exited unexpectedly with status {code}")
+    def wait_healthy(self) -> bool:
+        url = f"{self.probe_base()}/healthz"
+        deadline = time.monotonic() + self.start_timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            status, body = _http_get(url)
+            if status == 200:
+                return True
+            last = f"HTTP {status}: {body}" if status else body
+            time.sleep(0.25)
+        print(f"WARNING: {url} is not healthy after {self.start_timeout:.0f} s ({last})", flush=True)
+        return False
 
-    def supervise(self) -> None:
-        while not self.stop_requested.wait(0.5):
-            self.raise_if_child_died()
-
-    # -- shutdown ------------------------------------------------------------------------------
-
-    def stop_all(self) -> None:
-        # Web and workers first so runs end while the runtime is still there; Redis last.
-        by_name = {child.name: child for child in self.children}
-        tiers = [
-            [by_name[n] for n in ("web", "beat", "worker") if n in by_name],
-            [c for c in self.children if c.name not in {"web", "beat", "worker"}],
-            [self.redis] if self.redis else [],
-        ]
-        for tier in tiers:
-            self._stop_tier([child for child in tier if child.running()])
-
-    def _stop_tier(self, tier: list[Child]) -> None:
-        if not tier:
-            return
-        self.console.say("stopping " + ", ".join(child.name for child in tier))
-        for child in tier:
-            child.terminate()
-        deadline = time.monotonic() + self.grace
-        signalled_groups: set[str] = set()
-        while time.monotonic() < deadline and not self.force.is_set():
-            alive = [child for child in tier if child.running()]
-            if not alive:
-                break
-            for child in alive:
-                # The leader is gone but something it started is still in the group: ask it too.
-                if child.returncode is not None and child.name not in signalled_groups:
-                    signalled_groups.add(child.name)
-                    child.terminate()
-            time.sleep(0.1)
-        for child in tier:
-            if child.running():
-                self.console.say(f"{child.name} did not stop in time; killing its process group")
-                child.kill()
-        for child in tier:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(timeout=5)
-            child.finish_output()
-
-    # -- entry point ---------------------------------------------------------------------------
-
-    def run(self) -> int:
-        self.install_signal_handlers()
-        VAR.mkdir(exist_ok=True)
-        exit_code = 0
-        try:
-            self.check_ports_free()
-            self.ensure_redis()
-            self.prepare_database()
-            self.start_runtime()
-            # The runner registry lives in the database; fill it from the runtime before serving.
-            self.manage("sync", "sync_runners")
-            self.start_host_processes()
-            healthy = self.wait_healthy()
-            self.print_banner(healthy)
-            self.supervise()
-            self.console.say(f"received {self.stop_reason}; shutting down")
-        except StackError as exc:
-            if self.stop_requested.is_set():
-                self.console.say(str(exc))
-            else:
-                self.console.say(f"ERROR: {exc}")
-                exit_code = 1
-        finally:
-            self.stop_all()
-        self.console.say("stopped" if exit_code == 0 else "stopped after an error")
-        return exit_code
+    def probe_base(self) -> str:
+        host = "127.0.0.1" if self.host in {"0.0.0.0", "::", ""} else self.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
 
 
 def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
@@ -502,16 +309,6 @@ def _int_env(env: Mapping[str, str], name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise StackError(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _tool(name: str) -> str:
-    candidate = BIN / name
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which(name)
-    if found is None:
-        raise StackError(f"`{name}` not found; run `make venv` first")
-    return found
 
 
 def _port_free(host: str, port: int) -> bool:
@@ -586,24 +383,21 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return values
 
 
-def build_env(base: Mapping[str, str], dotenv: Mapping[str, str]) -> dict[str, str]:
-    """The real environment wins over `.env`, as django-environ's read_env does."""
-    env = dict(dotenv)
-    env.update(base)
-    return env
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    del argv  # no options: everything comes from the environment
+def main(argv: list[str]) -> int:
     os.chdir(REPO)
-    env = build_env(os.environ, read_dotenv(REPO / ".env"))
+    # The real environment wins over `.env`, as django-environ's read_env does; the venv's tools come
+    # first on PATH, as in an activated venv, so the Procfile's `python`, `daphne` and `celery` are its own.
+    env = {**read_dotenv(REPO / ".env"), **os.environ}
+    path = env.get("PATH") or os.defpath
+    if path.split(os.pathsep)[0] != str(BIN):
+        env["PATH"] = os.pathsep.join([str(BIN), path])
     try:
-        supervisor = Supervisor(env)
+        stack = Stack(env)
     except StackError as exc:
         print(f"run     | ERROR: {exc}", file=sys.stderr)
         return 1
-    return supervisor.run()
+    return stack.announce() if argv == ["ready"] else stack.run()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

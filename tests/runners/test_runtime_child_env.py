@@ -44,7 +44,7 @@ def _make_run_runtime_env(environ: dict[str, str]) -> dict[str, str]:
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return dict(module.Supervisor(environ).runtime_env())
+    return dict(module.Stack(environ).runtime_env())
 
 
 def _stdio_runtime_env(environ: dict[str, str], monkeypatch) -> dict[str, str]:
