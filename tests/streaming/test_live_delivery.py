@@ -28,6 +28,28 @@ def fresh_layer() -> BatchedRedisChannelLayer:
     return BatchedRedisChannelLayer(hosts=config["hosts"], prefix=f"test-{uuid.uuid4().hex[:8]}")
 
 
+class RecordedCommands(list[str]):
+    """The Redis commands the layer sends for one channel from now on, in order; `blocked` is set when the
+    reader sends its blocking pop (the reader's task yields only once the command is on its way)."""
+
+    def __init__(self, layer: BatchedRedisChannelLayer, channel: str, monkeypatch: Any) -> None:
+        super().__init__()
+        self.blocked = asyncio.Event()
+        connection = layer.connection(layer.consistent_hash(layer.non_local_name(channel)))
+        real_execute = connection.execute_command
+
+        async def recording(*args: Any, **kwargs: Any) -> Any:
+            self.append(str(args[0]).upper())
+            if self[-1] == "BZPOPMIN":
+                self.blocked.set()
+            return await real_execute(*args, **kwargs)
+
+        monkeypatch.setattr(connection, "execute_command", recording)
+
+    async def until_blocked(self, timeout: float = 5.0) -> None:
+        await asyncio.wait_for(self.blocked.wait(), timeout)
+
+
 async def test_live_events_reach_the_socket_while_the_sync_thread_is_busy(member):
     # Given a subscribed socket and two persisted events
     user, workspace = member
@@ -71,13 +93,14 @@ async def test_messages_for_many_local_channels_arrive_each_in_its_order():
         await layer.flush()
 
 
-async def test_a_reader_cancelled_while_waiting_loses_nothing():
+async def test_a_reader_cancelled_while_waiting_loses_nothing(monkeypatch):
     # Given a reader waiting on an empty channel, cancelled
     layer = fresh_layer()
     channel = await layer.new_channel()
+    commands = RecordedCommands(layer, channel, monkeypatch)
     try:
         waiting = asyncio.ensure_future(layer.receive(channel))
-        await asyncio.sleep(0.05)
+        await commands.until_blocked()
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -95,20 +118,12 @@ async def test_a_waiting_reader_gets_its_message_without_further_round_trips(mon
     # Given a reader waiting on an empty process-local channel, its Redis commands recorded
     layer = fresh_layer()
     channel = await layer.new_channel()
-    connection = layer.connection(layer.consistent_hash(layer.non_local_name(channel)))
-    commands: list[str] = []
-    real_execute = connection.execute_command
-
-    async def recording(*args: Any, **kwargs: Any) -> Any:
-        commands.append(str(args[0]).upper())
-        return await real_execute(*args, **kwargs)
-
-    monkeypatch.setattr(connection, "execute_command", recording)
+    commands = RecordedCommands(layer, channel, monkeypatch)
     config: Any = settings.CHANNEL_LAYERS["default"]["CONFIG"]
     sender = BatchedRedisChannelLayer(hosts=config["hosts"], prefix=layer.prefix)
     try:
         waiting = asyncio.ensure_future(layer.receive(channel))
-        await asyncio.sleep(0.05)
+        await commands.until_blocked()
         assert commands == ["EVAL", "BZPOPMIN"]
 
         # When a message arrives
