@@ -96,6 +96,20 @@ def _database_url() -> str:
     return f"postgres://{auth}@{host}:{port}/{db['NAME']}"
 
 
+def _host_env(celery_queue: str) -> dict[str, str]:
+    """The environment of a host process started here: this test session's database, Redis, queue and
+    plugins (the configured ones and the test-only ones)."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
+        "DATABASE_URL": _database_url(),
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
+        "LANGBOT_PLUGIN_DIRS": os.pathsep.join([*settings.LANGBOT_PLUGIN_DIRS, str(TEST_PLUGINS_DIR)]),
+    }
+
+
 @dataclass
 class WorkerProcess:
     process: subprocess.Popen[bytes]
@@ -150,13 +164,7 @@ def start_worker(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Ca
     def start(**extra_env: str) -> WorkerProcess:
         log_path = tmp_path_factory.mktemp("worker") / "worker.log"
         env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
-            "DATABASE_URL": _database_url(),
-            "REDIS_URL": settings.REDIS_URL,
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-            "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
-            "LANGBOT_PLUGIN_DIRS": os.pathsep.join([*settings.LANGBOT_PLUGIN_DIRS, str(TEST_PLUGINS_DIR)]),
+            **_host_env(celery_queue),
             "LANGBOT_RUNTIME_URL": "stdio",
             "LANGBOT_LEASE_SECONDS": str(LEASE_SECONDS),
             "LANGBOT_LEASE_RENEW_SECONDS": str(RENEW_SECONDS),
@@ -224,13 +232,7 @@ def start_web(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Calla
         port = _free_port()
         log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
         env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "langbot_host.settings",
-            "DATABASE_URL": _database_url(),
-            "REDIS_URL": settings.REDIS_URL,
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-            "CELERY_TASK_DEFAULT_QUEUE": celery_queue,
-            "LANGBOT_PLUGIN_DIRS": os.pathsep.join([*settings.LANGBOT_PLUGIN_DIRS, str(TEST_PLUGINS_DIR)]),
+            **_host_env(celery_queue),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             **extra_env,
         }
