@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "runners",
     "transcripts",
     "artifacts",
+    "resources",
 ]
 
 MIDDLEWARE = [

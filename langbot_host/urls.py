@@ -12,6 +12,7 @@ api_v1 = [
     path("", include("bindings.urls")),
     path("", include("transcripts.urls")),
     path("", include("artifacts.urls")),
+    path("", include("resources.urls")),
 ]
 
 urlpatterns = [

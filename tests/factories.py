@@ -8,6 +8,7 @@ from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
+from resources.models import Model, ModelProvider
 
 
 class WorkspaceFactory(factory.django.DjangoModelFactory[Workspace]):
@@ -73,3 +74,26 @@ class AgentBindingFactory(factory.django.DjangoModelFactory[AgentBinding]):
     delivery_policy = factory.LazyFunction(lambda: {"enable_reply": True})
     priority = 0
     enabled = True
+
+
+class ModelProviderFactory(factory.django.DjangoModelFactory[ModelProvider]):
+    class Meta:
+        model = ModelProvider
+
+    workspace = factory.SubFactory(WorkspaceFactory)
+    provider_id = factory.Sequence(lambda n: f"provider-{n}")
+    name = factory.LazyAttribute(lambda o: f"Provider {o.provider_id}")
+    base_url = "http://127.0.0.1:9/v1"
+    api_key = "sk-test-key"
+    headers = factory.LazyFunction(dict)
+
+
+class ModelFactory(factory.django.DjangoModelFactory[Model]):
+    class Meta:
+        model = Model
+
+    provider = factory.SubFactory(ModelProviderFactory)
+    workspace = factory.LazyAttribute(lambda o: o.provider.workspace)
+    model_id = factory.Sequence(lambda n: f"model-{n}")
+    name = "gpt-4o-mini"
+    kind = Model.Kind.LLM

@@ -1,0 +1,8 @@
+"""App config of resources: model providers and models (MCP servers and knowledge bases to come)."""
+
+from django.apps import AppConfig
+
+
+class ResourcesConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "resources"

@@ -1,0 +1,67 @@
+"""The one place that builds OpenAI SDK clients from a `ModelProvider`, and the calls made with them.
+
+Error texts built here are shown to operators: they carry the provider's status and message, never its
+API key (a provider that echoes part of the key back has it replaced by the mask).
+"""
+
+from __future__ import annotations
+
+import openai
+
+from langbot_host.core.crypto import SECRET_MASK
+from resources.models import ModelProvider
+
+# The SDK refuses to build a client without a key; an endpoint that needs none ignores this one.
+NO_KEY = "no-key"
+
+
+class ProviderCallError(Exception):
+    """A provider call that failed: `status` is the HTTP status, None when no answer came."""
+
+    def __init__(self, status: int | None, message: str):
+        super().__init__(f"HTTP {status}: {message}" if status is not None else message)
+        self.status = status
+        self.message = message
+
+
+def openai_client(provider: ModelProvider, *, max_retries: int | None = None) -> openai.OpenAI:
+    return openai.OpenAI(
+        base_url=provider.base_url,
+        api_key=provider.api_key or NO_KEY,
+        default_headers=provider.headers or None,
+        timeout=float(provider.timeout_seconds),
+        max_retries=provider.max_retries if max_retries is None else max_retries,
+    )
+
+
+def provider_models_list(provider: ModelProvider) -> list[str]:
+    """The ids of the models the provider lists (`GET {base_url}/models`), tried once: an operator who
+    tests a connection wants the answer now, not after the retries."""
+    try:
+        page = openai_client(provider, max_retries=0).models.list()
+        return [model.id for model in page.data]
+    except openai.APIStatusError as exc:
+        raise ProviderCallError(exc.status_code, _redacted(provider, _status_message(exc))) from None
+    except openai.APITimeoutError:
+        raise ProviderCallError(None, f"No answer within {provider.timeout_seconds} s.") from None
+    except openai.APIConnectionError as exc:
+        cause = exc.__cause__ or exc
+        raise ProviderCallError(None, _redacted(provider, f"Could not connect: {cause}")) from None
+    except openai.APIError as exc:
+        raise ProviderCallError(None, _redacted(provider, f"Unexpected answer: {exc.message}")) from None
+
+
+def _status_message(exc: openai.APIStatusError) -> str:
+    # The SDK keeps the `error` object of an OpenAI-style error body as `body`.
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return exc.response.text[:500] or exc.response.reason_phrase
+
+
+def _redacted(provider: ModelProvider, text: str) -> str:
+    secrets = [provider.api_key or "", *(provider.headers or {}).values()]
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, SECRET_MASK)
+    return text

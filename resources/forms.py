@@ -1,0 +1,108 @@
+"""Admin forms for model providers and models.
+
+Validation is the API's (`resources.specs`, `resources.services`), its field errors shown on the matching
+form fields. The API key and the headers' values are shown as the mask; a mask that comes back keeps the
+stored value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from pydantic import ValidationError
+
+from bindings.specs import field_errors
+from langbot_host.core.crypto import SECRET_MASK
+from resources.models import Model, ModelProvider
+from resources.selectors import model_provider_headers_masked
+from resources.services import ResourceValidationError, provider_secret_merge
+from resources.specs import ModelProviderIn
+
+
+class ModelProviderAdminForm(forms.ModelForm[ModelProvider]):
+    api_key_input = forms.CharField(
+        label="API key",
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=True),
+        help_text=f"A stored key shows as {SECRET_MASK}; leave it so to keep it. Empty: the endpoint needs none.",
+    )
+    headers_input = forms.JSONField(
+        label="Extra headers",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=f'A JSON object, e.g. {{"X-Org": "acme"}}. Stored values show as {SECRET_MASK}; leave them so '
+        "to keep them. A header removed here is deleted.",
+    )
+
+    class Meta:
+        model = ModelProvider
+        fields = ["workspace", "provider_id", "name", "base_url", "timeout_seconds", "max_retries"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.api_key = ""
+        self.headers: dict[str, str] = {}
+        if self.instance.pk:
+            self.initial["api_key_input"] = SECRET_MASK if self.instance.api_key else ""
+            self.initial["headers_input"] = model_provider_headers_masked(self.instance)
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean() or {}
+        headers = cleaned.get("headers_input")
+        values = {
+            "name": cleaned.get("name") or "",
+            "base_url": cleaned.get("base_url") or "",
+            "api_key": cleaned.get("api_key_input") or "",
+            "headers": {} if headers in (None, "") else headers,
+            "timeout_seconds": cleaned.get("timeout_seconds"),
+            "max_retries": cleaned.get("max_retries"),
+        }
+        try:
+            spec = ModelProviderIn.model_validate(values)
+            self.api_key, self.headers = provider_secret_merge(
+                api_key=spec.api_key, headers=spec.headers, provider=self.instance if self.instance.pk else None
+            )
+        except ValidationError as exc:
+            self._add_errors(field_errors(exc))
+            return cleaned
+        except ResourceValidationError as exc:
+            self._add_errors(exc.fields)
+            return cleaned
+        cleaned["base_url"] = spec.base_url
+        return cleaned
+
+    def _add_errors(self, fields: dict[str, str]) -> None:
+        names = {"api_key": "api_key_input", "headers": "headers_input"}
+        for key, message in fields.items():
+            name = names.get(key.split(".", 1)[0], key.split(".", 1)[0])
+            if name in self.fields and name not in self.errors:
+                self.add_error(name, message)
+            elif name not in self.fields:
+                self.add_error(None, f"{key}: {message}")
+
+
+class ModelAdminForm(forms.ModelForm[Model]):
+    class Meta:
+        model = Model
+        fields = [
+            "workspace",
+            "model_id",
+            "provider",
+            "name",
+            "kind",
+            "supports_tools",
+            "supports_vision",
+            "context_window",
+            "max_output_tokens",
+        ]
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean() or {}
+        # On change the workspace is read-only, so it comes from the instance.
+        workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.workspace_id else None)
+        provider = cleaned.get("provider")
+        if workspace is not None and provider is not None and provider.workspace_id != workspace.pk:
+            self.add_error("provider", "The provider belongs to another workspace.")
+        return cleaned

@@ -1,0 +1,34 @@
+"""Reads for model providers and models, and their masked views (what the API and admin may show)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from bindings.models import Workspace
+from langbot_host.core.crypto import SECRET_MASK
+from resources.models import Model, ModelProvider
+
+
+def model_provider_list(*, workspace: Workspace) -> QuerySet[ModelProvider]:
+    return ModelProvider.objects.filter(workspace=workspace).order_by("provider_id")
+
+
+def model_provider_get(*, workspace: Workspace, provider_id: str) -> ModelProvider | None:
+    return ModelProvider.objects.filter(workspace=workspace, provider_id=provider_id).first()
+
+
+def model_provider_headers_masked(provider: ModelProvider) -> dict[str, str]:
+    return dict.fromkeys(provider.headers or {}, SECRET_MASK)
+
+
+def model_list(*, workspace: Workspace, kind: str | None = None, provider_id: str | None = None) -> QuerySet[Model]:
+    queryset = Model.objects.filter(workspace=workspace).select_related("provider")
+    if kind is not None:
+        queryset = queryset.filter(kind=kind)
+    if provider_id is not None:
+        queryset = queryset.filter(provider__provider_id=provider_id)
+    return queryset.order_by("model_id")
+
+
+def model_get(*, workspace: Workspace, model_id: str) -> Model | None:
+    return Model.objects.filter(workspace=workspace, model_id=model_id).select_related("provider").first()
