@@ -25,7 +25,14 @@ from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from langbot_host.core.api_schema import RUN_STREAM_PATH
 from runners.models import Run
 from tests.bindings.conftest import EVERY_TYPE_SCHEMA
-from tests.factories import AgentBindingFactory, BotFactory, RunnerDescriptorFactory, WorkspaceFactory
+from tests.factories import (
+    AgentBindingFactory,
+    BotFactory,
+    ModelFactory,
+    ModelProviderFactory,
+    RunnerDescriptorFactory,
+    WorkspaceFactory,
+)
 from tests.streaming.conftest import make_run
 
 KEY_PREFIX, KEY_SECRET = "fuzz0000", "schemathesis-fuzz-secret"
@@ -65,12 +72,17 @@ def existing(db: Any) -> dict[str, str]:
         workspace=workspace, binding_id="fuzz", runner_id=runner.runner_id, runner_config={"greeting": "hi"}
     )
     BotFactory.create(workspace=workspace, bot_id="fuzz")
+    # A model uses the provider, so deleting the provider meets the documented 409 too.
+    provider = ModelProviderFactory.create(workspace=workspace, provider_id="fuzz", headers={"X-Org": "fuzz"})
+    ModelFactory.create(provider=provider, model_id="fuzz")
     run = make_run(workspace, conversation_id="fuzz")
     # A stream of a running run lasts until the run ends; this one replays and ends at once.
     ended = make_run(workspace, conversation_id="fuzz", status=Run.Status.COMPLETED)
     return {
         "binding_id": "fuzz",
         "bot_id": "fuzz",
+        "provider_id": "fuzz",
+        "model_id": "fuzz",
         "run_id": str(run.run_id),
         "ended_run_id": str(ended.run_id),
         "event_id": run.event.event_id,
