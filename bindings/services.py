@@ -8,8 +8,9 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 from django.utils.text import slugify
 from pydantic import ValidationError
 
@@ -22,7 +23,7 @@ from bindings.runner_config import (
     runner_config_validate,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn, field_errors
-from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.crypto import SECRET_MASK, EncryptedJSONField
 
 API_KEY_PREFIX = "lbk"
 
@@ -340,18 +341,21 @@ def binding_store_unvalidated(
 
 
 def secrets_reencrypt() -> dict[str, int]:
-    """Re-encrypt every stored secret with the current first key (loading decrypts with any key)."""
+    """Re-encrypt every stored secret with the current first key (loading decrypts with any key): the
+    encrypted fields of every installed model, those of apps above this one (model providers) too."""
+    labels: dict[type[models.Model], str] = {Bot: "bot credentials", AgentBinding: "binding secrets"}
     counts: dict[str, int] = {}
-    for label, model, field_name in (
-        ("bot credentials", Bot, "credentials"),
-        ("binding secrets", AgentBinding, "runner_secrets"),
-    ):
+    for model in apps.get_models():
+        field_names = [f.name for f in model._meta.concrete_fields if isinstance(f, EncryptedJSONField)]
+        if not field_names:
+            continue
         count = 0
         with transaction.atomic():
-            for obj in model.objects.select_for_update().only("pk", field_name).order_by("pk").iterator(chunk_size=500):
-                obj.save(update_fields=[field_name])
+            queryset = model._default_manager.select_for_update().only("pk", *field_names).order_by("pk")
+            for obj in queryset.iterator(chunk_size=500):
+                obj.save(update_fields=field_names)
                 count += 1
-        counts[label] = count
+        counts[labels.get(model, f"{model._meta.verbose_name} secrets")] = count
     return counts
 
 

@@ -9,7 +9,10 @@ from bindings.services import secrets_reencrypt
 
 
 class Command(BaseCommand):
-    help = "Re-encrypt bot credentials and binding secrets with the first LANGBOT_ENCRYPTION_KEYS key."
+    help = (
+        "Re-encrypt every stored secret (bot credentials, binding secrets, model provider keys and headers) "
+        "with the first LANGBOT_ENCRYPTION_KEYS key."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         counts = secrets_reencrypt()
