@@ -1,5 +1,5 @@
 """A local OpenAI-compatible server for the resources tests: `GET /v1/models` in the real list shape,
-and OpenAI's 401 body for any key but the right one."""
+and OpenAI's 401 body for any key but the right one (quoting the key back for a key `sk-echo…`)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def fake_openai() -> Iterator[FakeProvider]:
             seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
             if self.path != "/v1/models":
                 self._answer(404, {"error": {"message": "Not found", "type": "invalid_request_error"}})
+            elif (self.headers.get("Authorization") or "").startswith("Bearer sk-echo"):
+                # As some providers do: the key sent, quoted back in the error message.
+                key = self.headers["Authorization"].removeprefix("Bearer ")
+                self._answer(
+                    401, {"error": {"message": f"Incorrect API key provided: {key}", "code": "invalid_api_key"}}
+                )
             elif self.headers.get("Authorization") != f"Bearer {GOOD_KEY}":
                 self._answer(401, UNAUTHORIZED_BODY)
             else:

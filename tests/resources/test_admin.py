@@ -134,6 +134,17 @@ def test_test_connection_shows_the_providers_error_without_the_key(admin_client,
     assert len(fake_openai.requests) == 1  # tried once: no retries behind the operator's back
 
 
+def test_a_key_the_provider_quotes_back_is_masked_in_the_message(admin_client, fake_openai):
+    provider = ModelProviderFactory.create(provider_id="local", base_url=fake_openai.base_url, api_key="sk-echo-secret")
+
+    response = admin_client.post(
+        PROVIDERS_URL, {"action": "test_connection", "_selected_action": [provider.pk]}, follow=True
+    )
+
+    assert messages_of(response) == [f"local: HTTP 401: Incorrect API key provided: {SECRET_MASK}"]
+    assert "sk-echo-secret" not in response.content.decode()
+
+
 def test_test_connection_to_nothing_says_it_could_not_connect(admin_client):
     provider = ModelProviderFactory.create(provider_id="gone", base_url="http://127.0.0.1:9/v1", timeout_seconds=5)
 
