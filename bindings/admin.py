@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from bindings.forms import CONFIG_FIELD_PREFIX, AgentBindingAdminForm, BotAdminForm, binding_admin_form
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
+from bindings.selectors import workspaces_of_member
 from bindings.services import api_key_create, binding_save
 
 
@@ -62,10 +63,6 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         return [*self.readonly_fields, "workspace"] if obj else list(self.readonly_fields)
 
 
-def _member_workspaces(request: HttpRequest) -> QuerySet[Workspace]:
-    return Workspace.objects.filter(memberships__user_id=request.user.pk or 0)
-
-
 @admin.register(Bot)
 class BotAdmin(admin.ModelAdmin[Bot]):
     form = BotAdminForm
@@ -77,11 +74,11 @@ class BotAdmin(admin.ModelAdmin[Bot]):
         queryset = super().get_queryset(request).select_related("workspace")
         if getattr(request.user, "is_superuser", False):
             return queryset
-        return queryset.filter(workspace__in=_member_workspaces(request))
+        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "workspace" and not getattr(request.user, "is_superuser", False):
-            kwargs["queryset"] = _member_workspaces(request)
+            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Bot, form: Any, change: bool) -> None:
@@ -119,7 +116,8 @@ class AgentBindingAdmin(admin.ModelAdmin[AgentBinding]):
         if getattr(request.user, "is_superuser", False):
             return queryset
         # Staff see global bindings (they apply to every workspace) but cannot change them.
-        return queryset.filter(Q(workspace__in=_member_workspaces(request)) | Q(workspace__isnull=True))
+        member_of = workspaces_of_member(user_id=request.user.pk)
+        return queryset.filter(Q(workspace__in=member_of) | Q(workspace__isnull=True))
 
     def has_change_permission(self, request: HttpRequest, obj: AgentBinding | None = None) -> bool:
         if obj is not None and obj.workspace_id is None and not getattr(request.user, "is_superuser", False):

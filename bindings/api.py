@@ -8,13 +8,12 @@ parsed by the strict pydantic models of `bindings.specs`; validation errors answ
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -40,10 +39,9 @@ from bindings.services import (
     bot_delete,
     bot_update,
 )
-from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn, field_errors
+from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn
 from langbot_host.core.api_errors import ApiError, invalid_fields, query_bool
-
-InputModel = TypeVar("InputModel", bound=BaseModel)
+from langbot_host.core.api_input import body_parse
 
 WORKSPACE_PARAMETER = OpenApiParameter(
     "workspace",
@@ -139,16 +137,6 @@ def bot_out(bot: Bot) -> dict[str, Any]:
 # --- helpers -----------------------------------------------------------------------------------------
 
 
-def _parse(model: type[InputModel], data: Any) -> InputModel:
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid_argument", "The body must be a JSON object.", {"fields": {}})
-    try:
-        # JSON's own types, as the schema documents them: `0` is not a boolean, `"5"` not an integer.
-        return model.model_validate_json(json.dumps(data), strict=True)
-    except ValidationError as exc:
-        raise invalid_fields(field_errors(exc)) from None
-
-
 def _binding_or_404(workspace: Workspace, binding_id: str) -> AgentBinding:
     binding = binding_get(workspace=workspace, binding_id=binding_id)
     if binding is None:
@@ -193,7 +181,7 @@ class BindingListApi(APIView):
     )
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
-        spec = _parse(BindingIn, request.data)
+        spec = body_parse(BindingIn, request.data)
         try:
             binding = binding_create(workspace=workspace, spec=spec)
         except BindingValidationError as exc:
@@ -214,7 +202,7 @@ class BindingDetailApi(APIView):
     )
     def patch(self, request: Request, binding_id: str) -> Response:
         binding = _binding_or_404(request_workspace(request), binding_id)
-        patch = _parse(BindingPatchIn, request.data)
+        patch = body_parse(BindingPatchIn, request.data)
         try:
             binding = binding_update(binding=binding, patch=patch)
         except BindingValidationError as exc:
@@ -243,7 +231,7 @@ class BotListApi(APIView):
     )
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
-        spec = _parse(BotIn, request.data)
+        spec = body_parse(BotIn, request.data)
         try:
             bot = bot_create(workspace=workspace, spec=spec)
         except BindingValidationError as exc:
@@ -264,7 +252,7 @@ class BotDetailApi(APIView):
     )
     def patch(self, request: Request, bot_id: str) -> Response:
         bot = _bot_or_404(request_workspace(request), bot_id)
-        patch = _parse(BotPatchIn, request.data)
+        patch = body_parse(BotPatchIn, request.data)
         try:
             bot = bot_update(bot=bot, patch=patch)
         except BindingValidationError as exc:

@@ -23,7 +23,8 @@ from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.runner_config import config_schema_items
 from bindings.selectors import binding_runner_config_masked, bot_credentials_masked
 from bindings.services import BindingValidationError, binding_prepare, credentials_merge
-from bindings.specs import BindingIn, field_errors
+from bindings.specs import BindingIn
+from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType

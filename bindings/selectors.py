@@ -45,6 +45,11 @@ class WorkspaceChoiceError(Exception):
         self.message = message
 
 
+def workspaces_of_member(*, user_id: int | None) -> QuerySet[Workspace]:
+    """The workspaces a user belongs to (none for an anonymous user): what a staff member sees in admin."""
+    return Workspace.objects.filter(memberships__user_id=user_id or 0)
+
+
 def workspace_for_user(*, user: AbstractBaseUser, requested_slug: str | None) -> Workspace:
     """The workspace a session user acts in: their only one, or `requested_slug` among theirs.
 

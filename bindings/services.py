@@ -22,7 +22,8 @@ from bindings.runner_config import (
     runner_config_unmask,
     runner_config_validate,
 )
-from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn, field_errors
+from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn
+from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK, EncryptedJSONField
 
 API_KEY_PREFIX = "lbk"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from bindings.policies import ConcurrencyPolicy, DeliveryPolicy, ResourcePolicy, StatePolicy
 from langbot_sdk.protocol import RunnerId
@@ -102,14 +102,3 @@ class BotPatchIn(_Input):
     ) = None
     credentials: dict[str, Any] | None = None
     enabled: bool | None = None
-
-
-def field_errors(exc: ValidationError, prefix: str = "") -> dict[str, str]:
-    """Pydantic errors as `{"dotted.field": message}`, first message per field."""
-    fields: dict[str, str] = {}
-    for error in exc.errors():
-        loc = ".".join(str(part) for part in error["loc"])
-        key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "non_field_errors")
-        message = "Unknown field." if error["type"] == "extra_forbidden" else error["msg"]
-        fields.setdefault(key, message.removeprefix("Value error, "))
-    return fields

@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from bindings.models import Workspace
+from bindings.selectors import workspaces_of_member
 from resources.clients import ProviderCallError, provider_models_list
 from resources.forms import ModelAdminForm, ModelProviderAdminForm
 from resources.models import Model, ModelProvider
@@ -24,10 +24,6 @@ SHOWN_MODEL_IDS = 20
 
 def _is_superuser(request: HttpRequest) -> bool:
     return bool(getattr(request.user, "is_superuser", False))
-
-
-def _member_workspaces(request: HttpRequest) -> QuerySet[Workspace]:
-    return Workspace.objects.filter(memberships__user_id=request.user.pk or 0)
 
 
 @admin.register(ModelProvider)
@@ -44,11 +40,11 @@ class ModelProviderAdmin(admin.ModelAdmin[ModelProvider]):
         queryset = super().get_queryset(request).select_related("workspace")
         if _is_superuser(request):
             return queryset
-        return queryset.filter(workspace__in=_member_workspaces(request))
+        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "workspace" and not _is_superuser(request):
-            kwargs["queryset"] = _member_workspaces(request)
+            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: ModelProvider | None = None) -> list[str]:
@@ -89,14 +85,15 @@ class ModelAdmin(admin.ModelAdmin[Model]):
         queryset = super().get_queryset(request).select_related("workspace", "provider")
         if _is_superuser(request):
             return queryset
-        return queryset.filter(workspace__in=_member_workspaces(request))
+        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if not _is_superuser(request):
             if db_field.name == "workspace":
-                kwargs["queryset"] = _member_workspaces(request)
+                kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
             elif db_field.name == "provider":
-                kwargs["queryset"] = ModelProvider.objects.filter(workspace__in=_member_workspaces(request))
+                member_of = workspaces_of_member(user_id=request.user.pk)
+                kwargs["queryset"] = ModelProvider.objects.filter(workspace__in=member_of)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:

@@ -11,13 +11,12 @@ that bindings use does; nothing is deleted in cascade.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -26,8 +25,8 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import Workspace
-from bindings.specs import field_errors
 from langbot_host.core.api_errors import ApiError, invalid_fields
+from langbot_host.core.api_input import body_parse
 from resources.models import Model, ModelProvider
 from resources.selectors import (
     model_get,
@@ -47,8 +46,6 @@ from resources.services import (
     model_update,
 )
 from resources.specs import ModelIn, ModelKind, ModelPatchIn, ModelProviderIn, ModelProviderPatchIn
-
-InputModel = TypeVar("InputModel", bound=BaseModel)
 
 _INVALID = OpenApiResponse(description="`invalid_argument` with details.fields")
 
@@ -123,16 +120,6 @@ def model_out(model: Model) -> dict[str, Any]:
 # --- helpers -----------------------------------------------------------------------------------------
 
 
-def _parse(model: type[InputModel], data: Any) -> InputModel:
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid_argument", "The body must be a JSON object.", {"fields": {}})
-    try:
-        # JSON's own types, as the schema documents them: `0` is not a boolean, `"5"` not an integer.
-        return model.model_validate_json(json.dumps(data), strict=True)
-    except ValidationError as exc:
-        raise invalid_fields(field_errors(exc)) from None
-
-
 def _provider_or_404(workspace: Workspace, provider_id: str) -> ModelProvider:
     provider = model_provider_get(workspace=workspace, provider_id=provider_id)
     if provider is None:
@@ -166,7 +153,7 @@ class ModelProviderListApi(APIView):
     )
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
-        spec = _parse(ModelProviderIn, request.data)
+        spec = body_parse(ModelProviderIn, request.data)
         try:
             provider = model_provider_create(workspace=workspace, spec=spec)
         except ResourceValidationError as exc:
@@ -189,7 +176,7 @@ class ModelProviderDetailApi(APIView):
     )
     def patch(self, request: Request, provider_id: str) -> Response:
         provider = _provider_or_404(request_workspace(request), provider_id)
-        patch = _parse(ModelProviderPatchIn, request.data)
+        patch = body_parse(ModelProviderPatchIn, request.data)
         try:
             provider = model_provider_update(provider=provider, patch=patch)
         except ResourceValidationError as exc:
@@ -239,7 +226,7 @@ class ModelListApi(APIView):
     )
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
-        spec = _parse(ModelIn, request.data)
+        spec = body_parse(ModelIn, request.data)
         try:
             model = model_create(workspace=workspace, spec=spec)
         except ResourceValidationError as exc:
@@ -260,7 +247,7 @@ class ModelDetailApi(APIView):
     )
     def patch(self, request: Request, model_id: str) -> Response:
         model = _model_or_404(request_workspace(request), model_id)
-        patch = _parse(ModelPatchIn, request.data)
+        patch = body_parse(ModelPatchIn, request.data)
         try:
             model = model_update(model=model, patch=patch)
         except ResourceValidationError as exc:

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 from pydantic import ValidationError
 
-from bindings.specs import field_errors
+from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from resources.models import Model, ModelProvider
 from resources.selectors import model_provider_headers_masked

@@ -15,7 +15,7 @@ from django.utils.text import slugify
 from pydantic import ValidationError
 
 from bindings.models import Workspace
-from bindings.specs import field_errors
+from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from resources.models import Model, ModelProvider
 from resources.specs import ModelIn, ModelPatchIn, ModelProviderIn, ModelProviderPatchIn

@@ -16,6 +16,7 @@ from typing import Any, overload
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.views import defaults
+from pydantic import ValidationError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -178,3 +179,14 @@ def _unavailable(request: HttpRequest) -> HttpResponse:
 def _log_unavailable(exc: BaseException) -> None:
     # A warning without the traceback: under overload every refused request would otherwise log one.
     logger.warning("request refused with 503: no database connection became free in time (%s)", exc)
+
+
+def field_errors(exc: ValidationError, prefix: str = "") -> dict[str, str]:
+    """Pydantic errors as `{"dotted.field": message}`, first message per field."""
+    fields: dict[str, str] = {}
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        key = f"{prefix}.{loc}" if prefix and loc else (prefix or loc or "non_field_errors")
+        message = "Unknown field." if error["type"] == "extra_forbidden" else error["msg"]
+        fields.setdefault(key, message.removeprefix("Value error, "))
+    return fields

@@ -1,4 +1,5 @@
-"""Input refused before any view sees it: text the database cannot store (`storable`).
+"""Input refused before any view sees it: text the database cannot store (`storable`); and `body_parse`,
+the strict parse of a JSON body by a pydantic input model that every API view uses.
 
 Such text reaching a query would fail the request with a database error, i.e. a 500. The API's JSON and
 multipart parsers answer 400 `invalid_argument` naming the field instead, and `StorableTextMiddleware`
@@ -7,13 +8,15 @@ does the same for the path and query string of every request (plain text outside
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from pydantic import BaseModel, ValidationError
 from rest_framework import parsers
 
-from langbot_host.core.api_errors import error_body, invalid_fields, is_api_request
+from langbot_host.core.api_errors import ApiError, error_body, field_errors, invalid_fields, is_api_request
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 
 
@@ -72,3 +75,17 @@ def _unstorable_field(request: HttpRequest) -> str | None:
         if not is_storable(name) or not all(is_storable(v) for v in values):
             return name
     return None
+
+
+InputModel = TypeVar("InputModel", bound=BaseModel)
+
+
+def body_parse(model: type[InputModel], data: Any) -> InputModel:
+    """A request body parsed strictly by a pydantic input model: JSON's own types, as the schema documents
+    them (`0` is not a boolean, `"5"` not an integer); a bad field answers 400 `invalid_argument` naming it."""
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid_argument", "The body must be a JSON object.", {"fields": {}})
+    try:
+        return model.model_validate_json(json.dumps(data), strict=True)
+    except ValidationError as exc:
+        raise invalid_fields(field_errors(exc)) from None

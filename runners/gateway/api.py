@@ -28,8 +28,7 @@ from rest_framework.views import APIView
 
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
-from bindings.specs import field_errors
-from langbot_host.core.api_errors import ApiError, invalid_fields
+from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields
 from langbot_host.core.api_input import refuse_unstorable_text
 from langbot_host.core.db import pool_exhausted
 from runners.gateway.envelope import EventEnvelopeIn

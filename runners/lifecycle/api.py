@@ -22,8 +22,7 @@ from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import RunnerDescriptor
 from bindings.selectors import runner_descriptor_list
-from bindings.specs import field_errors
-from langbot_host.core.api_errors import ApiError, invalid_fields, query_int
+from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields, query_int
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle import services as run_services
 from runners.models import Run

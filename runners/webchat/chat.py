@@ -31,7 +31,7 @@ from bindings.selectors import (
     bot_list,
     workspace_for_user,
 )
-from bindings.specs import field_errors
+from langbot_host.core.api_errors import field_errors
 from runners.gateway.envelope import AttachmentIn, EventEnvelopeIn, EventSource
 from runners.gateway.services import EventRefusedError, event_ingest
 from runners.lifecycle.services import run_cancel_request

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
-from bindings.specs import field_errors
+from langbot_host.core.api_errors import field_errors
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from runners.gateway.envelope import AttachmentIn
 from runners.live.publish import conversation_group
