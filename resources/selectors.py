@@ -32,3 +32,9 @@ def model_list(*, workspace: Workspace, kind: str | None = None, provider_id: st
 
 def model_get(*, workspace: Workspace, model_id: str) -> Model | None:
     return Model.objects.filter(workspace=workspace, model_id=model_id).select_related("provider").first()
+
+
+def models_by_id(*, workspace_id: int, model_ids: list[str]) -> dict[str, Model]:
+    """The workspace's models among `model_ids`, keyed by model id, in one query (the run's snapshot)."""
+    rows = Model.objects.filter(workspace_id=workspace_id, model_id__in=model_ids)
+    return {row.model_id: row for row in rows}

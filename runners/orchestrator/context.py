@@ -48,6 +48,7 @@ from langbot_sdk.protocol import (
     RawEventRef,
     SubjectContext,
 )
+from resources.selectors import models_by_id
 from runners.hostapi.scope import RunScope
 from runners.hostapi.session import RunSession
 from runners.models import Run
@@ -234,6 +235,7 @@ def context_build(
         config=config,
         resource_policy=resource_policy,
         state_policy=state_policy,
+        models_read=lambda model_ids: models_by_id(workspace_id=run.workspace_id, model_ids=model_ids),
     )
     workspace = run.workspace
     bot = run.bot

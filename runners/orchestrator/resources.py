@@ -1,15 +1,17 @@
 """The resource builder: what one run may use = manifest permissions ∩ binding resource policy ∩ the
 runner config's selections (DESIGN §5), as `AgentResources` plus the context APIs it opens.
 
-Models, tools and knowledge bases have no providers yet: a resource appears only when the runner's
-config selects it (model / knowledge-base selector fields) or the policy names it (tools — there is no
-tool selector), the policy allows it and the manifest asks for that kind of access. Calls to them answer
-`not_found` until providers exist.
+A resource appears only when the runner's config selects it (model / knowledge-base selector fields) or
+the policy names it (tools — there is no tool selector), the policy allows it and the manifest asks for
+that kind of access. A model must also exist in the run's workspace: `models_read` is handed the allowed
+ids (called only when there are any, so a runner selecting no model costs no query) and returns their
+rows, whose kind and abilities are what the runner sees. Tools and knowledge bases have no providers yet
+and answer `not_found`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from bindings.policies import WILDCARD, ResourcePolicy, StatePolicy
@@ -27,6 +29,7 @@ from langbot_sdk.protocol import (
     StorageResource,
     ToolResource,
 )
+from resources.models import Model
 
 
 def _selected_ids(value: Any) -> list[str]:
@@ -52,6 +55,19 @@ def config_selections(
     return list(dict.fromkeys(models)), list(dict.fromkeys(kbs))
 
 
+def _model_resource(row: Model, *, operations: list[Any]) -> ModelResource:
+    return ModelResource(
+        model_id=row.model_id,
+        name=row.name,
+        kind=row.kind,
+        operations=operations,
+        supports_tools=row.supports_tools,
+        supports_vision=row.supports_vision,
+        context_window=row.context_window,
+        metadata={"max_output_tokens": row.max_output_tokens} if row.max_output_tokens else {},
+    )
+
+
 def resources_build(
     *,
     permissions: AgentRunnerPermissions,
@@ -60,14 +76,18 @@ def resources_build(
     config: dict[str, Any],
     resource_policy: ResourcePolicy,
     state_policy: StatePolicy,
+    models_read: Callable[[list[str]], Mapping[str, Model]],
 ) -> tuple[AgentResources, ContextAPICapabilities]:
     selected_models, selected_kbs = config_selections(schema, config)
 
     models: list[ModelResource] = []
-    if permissions.models:
-        for model_id, kind in selected_models:
-            if resource_policy.allows_model(model_id):
-                models.append(ModelResource(model_id=model_id, kind=kind, operations=list(permissions.models)))
+    allowed = [model_id for model_id, _ in selected_models if resource_policy.allows_model(model_id)]
+    if permissions.models and allowed:
+        rows = models_read(list(dict.fromkeys(allowed)))
+        for model_id in dict.fromkeys(allowed):
+            row = rows.get(model_id)
+            if row is not None:
+                models.append(_model_resource(row, operations=list(permissions.models)))
 
     tools: list[ToolResource] = []
     if permissions.tools:

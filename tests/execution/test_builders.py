@@ -7,16 +7,19 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bindings.models import RunnerDescriptor
 from bindings.policies import ResourcePolicy, StatePolicy
 from langbot_sdk.protocol import AgentRunnerContextPolicy, AgentRunnerPermissions, DynamicFormItemSchema
+from resources.models import Model
 from runners.hostapi.scope import RunScope
 from runners.models import Run
 from runners.orchestrator.context import context_build
 from runners.orchestrator.resources import resources_build
-from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
+from tests.factories import AgentBindingFactory, ModelFactory, RunnerDescriptorFactory, WorkspaceFactory
 from transcripts.models import EventLog, StateEntry, TranscriptItem
 
 SCHEMA = [
@@ -33,6 +36,7 @@ def _build(permissions: dict, policy: dict, config: dict, state: dict | None = N
         config=config,
         resource_policy=ResourcePolicy.model_validate(policy),
         state_policy=StatePolicy.model_validate(state or {}),
+        models_read=lambda ids: {i: Model(model_id=i, name=i, kind="llm") for i in ids},
     )
 
 
@@ -180,3 +184,74 @@ def test_recent_tail_bootstrap_is_bounded_by_events_and_bytes():
 @pytest.mark.django_db
 def test_descriptor_factory_default_status_is_available():
     assert RunnerDescriptorFactory.create().status == RunnerDescriptor.Status.AVAILABLE
+
+
+def _model_run(workspace, *, config: dict, policy: dict):
+    schema = [{"name": "model", "label": "Model", "type": "llm-model-selector"},
+              {"name": "fallbacks", "label": "Fallbacks", "type": "llm-model-selector"}]  # fmt: skip
+    plugin = f"models-{workspace.pk}"
+    manifest = {
+        "id": f"plugin:tester/{plugin}/default",
+        "name": "default",
+        "label": {"en_US": "models"},
+        "config_schema": schema,
+        "permissions": {"models": ["invoke", "stream"]},
+    }
+    descriptor = RunnerDescriptorFactory.create(
+        plugin_name=plugin, manifest=manifest, config_schema=schema,
+        manifest_sha256=hashlib.sha256(json.dumps(manifest).encode()).hexdigest(),
+    )  # fmt: skip
+    binding = AgentBindingFactory.create(
+        workspace=workspace, runner_id=descriptor.runner_id, runner_config=config, resource_policy=policy
+    )
+    event = EventLog.objects.create(
+        workspace=workspace, event_id="e-models", event_type="message.received", source="api", conversation_id="c",
+        input={"text": "now"},
+    )  # fmt: skip
+    TranscriptItem.objects.create(workspace=workspace, conversation_id="c", role="user", content="now", event=event)
+    run = Run.objects.create(
+        workspace=workspace, event=event, binding=binding, binding_key=binding.binding_id,
+        runner_id=descriptor.runner_id, conversation_id="c",
+    )  # fmt: skip
+    return run, event, binding, descriptor
+
+
+@pytest.mark.django_db
+def test_snapshot_models_are_the_workspace_rows_with_their_kind_and_abilities():
+    workspace = WorkspaceFactory.create()
+    ModelFactory.create(
+        workspace=workspace, provider__workspace=workspace, model_id="chat", name="gpt-4o",
+        supports_tools=True, supports_vision=True, context_window=128000, max_output_tokens=4096,
+    )  # fmt: skip
+    ModelFactory.create(workspace=workspace, provider__workspace=workspace, model_id="embed", kind="embedding")
+    ModelFactory.create(model_id="elsewhere")  # another workspace's row with the same kind of id
+    run, event, binding, descriptor = _model_run(
+        workspace,
+        config={"model": "chat", "fallbacks": ["embed", "missing", "elsewhere"]},
+        policy={"allowed_model_ids": ["*"]},
+    )
+
+    built = context_build(
+        run=run, event=event, binding=binding, descriptor=descriptor, deadline_at=timezone.now() + timedelta(seconds=60)
+    )
+
+    models = built.session.resources.models
+    assert [(m.model_id, m.kind) for m in models] == [("chat", "llm"), ("embed", "embedding")]
+    chat = models[0]
+    assert (chat.supports_tools, chat.supports_vision, chat.context_window) == (True, True, 128000)
+    assert chat.metadata == {"max_output_tokens": 4096}
+    assert built.session.resources.find_model("missing") is None
+
+
+@pytest.mark.django_db
+def test_a_runner_selecting_no_model_reads_no_model_rows():
+    workspace = WorkspaceFactory.create()
+    run, event, binding, descriptor = _model_run(workspace, config={}, policy={"allowed_model_ids": ["*"]})
+
+    with CaptureQueriesContext(connection) as queries:
+        context_build(
+            run=run, event=event, binding=binding, descriptor=descriptor,
+            deadline_at=timezone.now() + timedelta(seconds=60),
+        )  # fmt: skip
+
+    assert not [q for q in queries.captured_queries if Model._meta.db_table in q["sql"]]
