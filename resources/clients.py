@@ -34,6 +34,18 @@ def openai_client(provider: ModelProvider, *, max_retries: int | None = None) ->
     )
 
 
+def async_openai_client(provider: ModelProvider, *, timeout: float | None = None) -> openai.AsyncOpenAI:
+    """The client for runs' model calls; `timeout` (seconds) may shorten the provider's to what a run has left."""
+    seconds = float(provider.timeout_seconds)
+    return openai.AsyncOpenAI(
+        base_url=provider.base_url,
+        api_key=provider.api_key or NO_KEY,
+        default_headers=provider.headers or None,
+        timeout=seconds if timeout is None else min(seconds, timeout),
+        max_retries=provider.max_retries,
+    )
+
+
 def provider_models_list(provider: ModelProvider) -> list[str]:
     """The ids of the models the provider lists (`GET {base_url}/models`), tried once: an operator who
     tests a connection wants the answer now, not after the retries."""
@@ -41,17 +53,18 @@ def provider_models_list(provider: ModelProvider) -> list[str]:
         page = openai_client(provider, max_retries=0).models.list()
         return [model.id for model in page.data]
     except openai.APIStatusError as exc:
-        raise ProviderCallError(exc.status_code, _redacted(provider, _status_message(exc))) from None
+        raise ProviderCallError(exc.status_code, redacted(provider, status_message(exc))) from None
     except openai.APITimeoutError:
         raise ProviderCallError(None, f"No answer within {provider.timeout_seconds} s.") from None
     except openai.APIConnectionError as exc:
         cause = exc.__cause__ or exc
-        raise ProviderCallError(None, _redacted(provider, f"Could not connect: {cause}")) from None
+        raise ProviderCallError(None, redacted(provider, f"Could not connect: {cause}")) from None
     except openai.APIError as exc:
-        raise ProviderCallError(None, _redacted(provider, f"Unexpected answer: {exc.message}")) from None
+        raise ProviderCallError(None, redacted(provider, f"Unexpected answer: {exc.message}")) from None
 
 
-def _status_message(exc: openai.APIStatusError) -> str:
+def status_message(exc: openai.APIStatusError) -> str:
+    """The provider's own words for a failed call (not yet redacted)."""
     # The SDK keeps the `error` object of an OpenAI-style error body as `body`.
     body = exc.body
     if isinstance(body, dict) and isinstance(body.get("message"), str):
@@ -59,7 +72,8 @@ def _status_message(exc: openai.APIStatusError) -> str:
     return exc.response.text[:500] or exc.response.reason_phrase
 
 
-def _redacted(provider: ModelProvider, text: str) -> str:
+def redacted(provider: ModelProvider, text: str) -> str:
+    """`text` with the provider's key and header values masked."""
     secrets = [provider.api_key or "", *(provider.headers or {}).values()]
     for secret in secrets:
         if len(secret) >= 4:

@@ -38,3 +38,8 @@ def models_by_id(*, workspace_id: int, model_ids: list[str]) -> dict[str, Model]
     """The workspace's models among `model_ids`, keyed by model id, in one query (the run's snapshot)."""
     rows = Model.objects.filter(workspace_id=workspace_id, model_id__in=model_ids)
     return {row.model_id: row for row in rows}
+
+
+def model_with_provider(*, workspace_id: int, model_id: str) -> Model | None:
+    """A model of the workspace with its provider loaded (a run's model call)."""
+    return Model.objects.filter(workspace_id=workspace_id, model_id=model_id).select_related("provider").first()

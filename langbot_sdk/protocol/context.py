@@ -54,15 +54,20 @@ class ArtifactRef(HostModel):
 
 
 class ToolCallFunction(HostModel):
-    name: str
+    name: str = ""
+    """Empty only in a streamed fragment after the call's first."""
     arguments: str = ""
-    """JSON-encoded arguments, as model providers return them."""
+    """JSON-encoded arguments, as model providers return them (a piece of them in a streamed fragment)."""
 
 
 class ToolCall(HostModel):
-    id: str
+    id: str = ""
+    """Empty only in a streamed fragment after the call's first."""
     type: str = "function"
-    function: ToolCallFunction
+    function: ToolCallFunction = Field(default_factory=ToolCallFunction)
+    index: int | None = None
+    """Set in ``LLMStreamChunk`` deltas: fragments with the same index belong to one call, to be joined in
+    order (id and name come with the first, ``arguments`` is split across them)."""
 
 
 class Message(HostModel):

@@ -1,13 +1,15 @@
 """Models, tools and knowledge bases (PROTOCOL_V1 §7.1–§7.3): authorization against the frozen
-snapshot here; the providers behind them arrive in a later issue. Until then an authorized id has no
-provider and answers `not_found` — the same answer as an id that is not configured at all — while an
-id outside the snapshot answers `unauthorized`. The deadline bound comes from the dispatcher.
+snapshot here — an id outside it answers `unauthorized`. `invoke_llm` and `invoke_llm_stream` then call
+the model's provider (`runners.hostapi.handlers.llm`); rerank, token counts, tools and knowledge bases have
+no providers yet and answer `not_found`, the same answer as an id that is not configured at all. The
+deadline bound comes from the dispatcher.
 """
 
 from __future__ import annotations
 
 from langbot_sdk.protocol import Action
 from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.llm import llm_invoke, llm_stream
 
 _MODEL_OPERATIONS: dict[Action, str | None] = {
     Action.INVOKE_LLM: "invoke",
@@ -23,6 +25,10 @@ async def model_call(call: ProxyCall) -> HandlerResult:
     operation = _MODEL_OPERATIONS[call.action]
     if model is None or (operation and model.operations and operation not in model.operations):
         raise unauthorized(f"model {model_id!r} is not authorized for this run", model_id=model_id)
+    if call.action is Action.INVOKE_LLM:
+        return await llm_invoke(call)
+    if call.action is Action.INVOKE_LLM_STREAM:
+        return await llm_stream(call)
     raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
 
 

@@ -1,0 +1,221 @@
+"""`invoke_llm` and `invoke_llm_stream` against the model's OpenAI-compatible provider: the run's messages
+and tools turned into a chat completion request, the answer (or each streamed chunk, as it arrives) turned
+back into protocol shapes, and provider failures into typed `AgentAPIException`s whose messages never carry
+the provider's key.
+
+The caller has already checked the snapshot; here the model is read from the workspace (it may have been
+deleted since the run started: `not_found`). A stream is closed at the provider as soon as its consumer
+stops — a cancelled run or a passed deadline closes the generator, whose `finally` closes the HTTP stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+
+from langbot_sdk.protocol import AgentAPIException, ContentElement, InvokeLLMRequest, Message
+from resources.clients import async_openai_client, redacted, status_message
+from resources.models import Model, ModelProvider
+from resources.selectors import model_with_provider
+from runners.hostapi.handlers.base import ProxyCall, not_found
+
+# Arguments a runner may pass through to the provider; anything else (a different `model`, `stream`,
+# `n`, headers...) would change what the host bills, streams or authorizes.
+ALLOWED_EXTRA_ARGS = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "stop",
+        "seed",
+        "presence_penalty",
+        "frequency_penalty",
+        "response_format",
+        "tool_choice",
+        "parallel_tool_calls",
+    }
+)
+
+
+async def llm_model(call: ProxyCall) -> Model:
+    model_id = call.request.model_id
+    model = await call.db(model_with_provider, workspace_id=call.session.scope.workspace_id, model_id=model_id)
+    if model is None:
+        raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
+    if model.kind != Model.Kind.LLM:
+        raise AgentAPIException.invalid_argument(
+            f"model {model_id!r} is a {model.kind} model, not an llm", model_id=model_id, kind=model.kind
+        )
+    return model
+
+
+def completion_arguments(request: InvokeLLMRequest, model: Model) -> dict[str, Any]:
+    extra = dict(request.extra_args or {})
+    refused = sorted(set(extra) - ALLOWED_EXTRA_ARGS)
+    if refused:
+        raise AgentAPIException.invalid_argument(
+            f"extra_args not allowed: {', '.join(refused)}", refused=refused, allowed=sorted(ALLOWED_EXTRA_ARGS)
+        )
+    arguments: dict[str, Any] = {"model": model.name, "messages": [_openai_message(m) for m in request.messages]}
+    if request.tools:
+        arguments["tools"] = request.tools
+    return {**arguments, **extra}
+
+
+async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
+    model = await llm_model(call)
+    arguments = completion_arguments(call.request, model)
+    provider = model.provider
+    async with async_openai_client(provider, timeout=max(call.remaining(), 0.001)) as client:
+        try:
+            completion = await client.chat.completions.create(**arguments)
+        except openai.APIError as exc:
+            raise provider_error(provider, exc) from None
+    choice = completion.choices[0] if completion.choices else None
+    message = _message_of(choice.message.model_dump(exclude_none=True)) if choice else {"role": "assistant"}
+    return {
+        "message": message,
+        "usage": completion.usage.model_dump(exclude_none=True) if completion.usage else None,
+        "finish_reason": choice.finish_reason if choice else None,
+    }
+
+
+async def llm_stream(call: ProxyCall) -> AsyncIterator[dict[str, Any]]:
+    model = await llm_model(call)
+    arguments = completion_arguments(call.request, model)
+    provider = model.provider
+    client = async_openai_client(provider, timeout=max(call.remaining(), 0.001))
+    try:
+        # Opened here, not in the generator, so a refusal (429, 401...) is the call's error, not a frame's.
+        stream = await client.chat.completions.create(**arguments, stream=True, stream_options={"include_usage": True})
+    except openai.APIError as exc:
+        await client.close()
+        raise provider_error(provider, exc) from None
+    except BaseException:
+        await client.close()
+        raise
+    return _chunks(stream, client, provider)
+
+
+async def _chunks(
+    stream: openai.AsyncStream[Any], client: openai.AsyncOpenAI, provider: ModelProvider
+) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for chunk in stream:
+            choice = chunk.choices[0] if chunk.choices else None
+            usage = chunk.usage.model_dump(exclude_none=True) if chunk.usage else None
+            if choice is None and usage is None:
+                continue
+            delta: dict[str, Any] = {"role": "assistant"}
+            if choice is not None:
+                raw = choice.delta.model_dump(exclude_none=True)
+                delta["role"] = raw.get("role") or "assistant"
+                if raw.get("content"):
+                    delta["content"] = raw["content"]
+                if raw.get("tool_calls"):
+                    delta["tool_calls"] = [_tool_call_fragment(part) for part in raw["tool_calls"]]
+            yield {
+                "delta": delta,
+                "usage": usage,
+                "finish_reason": choice.finish_reason if choice is not None else None,
+            }
+    except openai.APIError as exc:
+        raise provider_error(provider, exc) from None
+    except httpx.TimeoutException:
+        # Mid-stream, the SDK lets the transport's errors through unwrapped.
+        seconds = provider.timeout_seconds
+        raise AgentAPIException.deadline_exceeded(f"the model provider stopped sending for {seconds} s") from None
+    except httpx.HTTPError as exc:
+        message = redacted(provider, f"the model provider's stream broke: {exc}")
+        raise AgentAPIException.runtime_error(message, retryable=True) from None
+    finally:
+        # Closing the response drops the provider's HTTP connection at once (the run was cancelled, its
+        # deadline passed, or the stream simply ended).
+        await stream.close()
+        await client.close()
+
+
+def provider_error(provider: ModelProvider, exc: openai.APIError) -> AgentAPIException:
+    """The provider's failure as the runner sees it; no message carries the key."""
+    if isinstance(exc, openai.APITimeoutError):
+        return AgentAPIException.deadline_exceeded(
+            f"the model provider did not answer within {provider.timeout_seconds} s"
+        )
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        message = redacted(provider, f"could not reach the model provider: {cause}")
+        return AgentAPIException.runtime_error(message, retryable=True)
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        message = redacted(provider, f"the model provider answered HTTP {status}: {status_message(exc)}")
+        if status == 429:
+            retry_after = exc.response.headers.get("retry-after")
+            details: dict[str, Any] = {"status": status}
+            if retry_after:
+                details["retry_after"] = retry_after
+            return AgentAPIException.rate_limited(message, **details)
+        if status >= 500:
+            return AgentAPIException.runtime_error(message, retryable=True, status=status)
+        if status in (401, 403):
+            return AgentAPIException.unauthorized(message, status=status)
+        if status == 404:
+            return AgentAPIException.not_found(message, status=status)
+        if status in (400, 422):
+            return AgentAPIException.invalid_argument(message, status=status)
+        return AgentAPIException.runtime_error(message, retryable=False, status=status)
+    return AgentAPIException.runtime_error(redacted(provider, f"unexpected answer from the model provider: {exc}"))
+
+
+def _openai_message(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": message.role}
+    if isinstance(message.content, list):
+        out["content"] = [_openai_part(part) for part in message.content]
+    else:
+        out["content"] = message.content
+    if message.name:
+        out["name"] = message.name
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": c.type, "function": {"name": c.function.name, "arguments": c.function.arguments}}
+            for c in message.tool_calls
+        ]
+    return out
+
+
+def _openai_part(part: ContentElement) -> dict[str, Any]:
+    if part.type == "text":
+        return {"type": "text", "text": part.text or ""}
+    if part.type == "image_url" and part.image_url:
+        return {"type": "image_url", "image_url": {"url": part.image_url}}
+    if part.type in ("image_base64", "image_url") and part.image_base64:
+        data = part.image_base64
+        url = data if data.startswith("data:") else f"data:{part.mime_type or 'image/png'};base64,{data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+    raise AgentAPIException.invalid_argument(
+        f"content part of type {part.type!r} cannot be sent to a model (text and images only)", type=part.type
+    )
+
+
+def _message_of(raw: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": raw.get("role") or "assistant", "content": raw.get("content")}
+    if raw.get("tool_calls"):
+        message["tool_calls"] = [
+            {"id": c.get("id", ""), "type": c.get("type") or "function", "function": c.get("function") or {}}
+            for c in raw["tool_calls"]
+        ]
+    return message
+
+
+def _tool_call_fragment(part: dict[str, Any]) -> dict[str, Any]:
+    function = part.get("function") or {}
+    return {
+        "index": part.get("index", 0),
+        "id": part.get("id") or "",
+        "type": part.get("type") or "function",
+        "function": {"name": function.get("name") or "", "arguments": function.get("arguments") or ""},
+    }

@@ -1,0 +1,168 @@
+"""A local OpenAI-compatible server speaking the real wire format, for tests of the host's model calls.
+
+`POST /v1/chat/completions` answers from a script, one entry per request, in order: a JSON completion
+(`reply`), a streamed one as server-sent events (`stream`: `data: {chunk}\\n\\n` frames, then
+`data: [DONE]`), an error with an OpenAI error body (`fail`), or a stream that sends its first chunk and
+then holds until the client goes away (`stall`). A stream can also be held after its first chunk until the
+test calls `release()`. The requests' JSON bodies are kept in `requests`; `disconnected` is set when a
+held stream sees its client close the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class _Entry:
+    kind: str  # reply | stream | fail | stall
+    body: Any = None
+    chunks: list[dict[str, Any]] = field(default_factory=list)
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    hold: bool = False
+
+
+def completion(content: str | None = "", *, tool_calls: list[dict[str, Any]] | None = None,
+               finish_reason: str = "stop", usage: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "fake",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": usage or {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+
+
+def chunk(delta: dict[str, Any] | None = None, *, finish_reason: str | None = None,
+          usage: dict[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One `chat.completion.chunk`; with `usage` and no delta, the final usage-only chunk (no choices)."""
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason}]
+    frame: dict[str, Any] = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1,
+                             "model": "fake", "choices": choices}  # fmt: skip
+    if usage is not None:
+        frame["usage"] = usage
+    return frame
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.script: deque[_Entry] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.disconnected = threading.Event()
+        self.first_chunk_sent = threading.Event()
+        self._released = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def reply(self, body: dict[str, Any]) -> None:
+        self.script.append(_Entry("reply", body=body))
+
+    def stream(self, chunks: list[dict[str, Any]], *, hold: bool = False) -> None:
+        self.script.append(_Entry("stream", chunks=chunks, hold=hold))
+
+    def stall(self, first: dict[str, Any]) -> None:
+        self.script.append(_Entry("stall", chunks=[first]))
+
+    def fail(self, status: int, message: str, *, headers: dict[str, str] | None = None) -> None:
+        body = {"error": {"message": message, "type": "fake_error", "param": None, "code": None}}
+        self.script.append(_Entry("fail", body=body, status=status, headers=headers or {}))
+
+    def release(self) -> None:
+        self._released.set()
+
+    def start(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._released.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextmanager
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            fake.requests.append(json.loads(self.rfile.read(length) or b"{}"))
+            if self.path.rstrip("/") != "/v1/chat/completions" or not fake.script:
+                self._json(404, {"error": {"message": f"nothing scripted for {self.path}", "type": "fake"}})
+                return
+            entry = fake.script.popleft()
+            if entry.kind in ("reply", "fail"):
+                self._json(entry.status, entry.body, entry.headers)
+                return
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for index, frame in enumerate(entry.chunks):
+                self._event(json.dumps(frame))
+                if index == 0:
+                    fake.first_chunk_sent.set()
+                    if entry.hold:
+                        fake._released.wait(10)
+            if entry.kind == "stall":
+                if self._wait_for_disconnect(10):
+                    fake.disconnected.set()
+                return
+            self._event("[DONE]")
+
+        def _event(self, data: str) -> None:
+            self.wfile.write(f"data: {data}\n\n".encode())
+            self.wfile.flush()
+
+        def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _wait_for_disconnect(self, seconds: float) -> bool:
+            conn: socket.socket = self.connection
+            for _ in range(int(seconds / 0.05)):
+                readable, _, _ = select.select([conn], [], [], 0.05)
+                if readable:
+                    try:
+                        if conn.recv(1, socket.MSG_PEEK) == b"":
+                            return True
+                    except OSError:
+                        return True
+            return False
+
+    return Handler

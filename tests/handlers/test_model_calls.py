@@ -1,0 +1,245 @@
+"""`invoke_llm` / `invoke_llm_stream` through the real handlers against a local OpenAI-compatible server:
+what the provider receives, what the runner gets back, streams that arrive as they are sent and close at
+the provider when the run stops waiting, and every provider failure as a typed error without the key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from langbot_sdk.protocol import InvokeLLMResult, LLMStreamChunk
+from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
+from tests.fakes.openai_server import FakeOpenAI, chunk, completion, fake_openai
+
+KEY = "sk-secret-key-123456"
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with fake_openai() as server:
+        yield server
+
+
+@pytest.fixture
+def model_run(host_run, fake):
+    def make(*, kind: str = "llm", **kwargs: Any):
+        workspace = WorkspaceFactory.create()
+        provider = ModelProviderFactory.create(workspace=workspace, base_url=fake.base_url, api_key=KEY, max_retries=0)
+        ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", name="gpt-fake", kind=kind)
+        return host_run(
+            workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]}, **kwargs
+        )
+
+    return make
+
+
+def test_a_reply_comes_back_as_the_provider_gave_it(model_run, fake):
+    run = model_run()
+    fake.reply(completion("hello there", usage={"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}))
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                     {"type": "image_url", "image_url": "https://example.test/cat.png"},
+                                     {"type": "image_base64", "image_base64": "aGk=", "mime_type": "image/jpeg"}]},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "function": {"name": "look", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a cat"},
+    ]  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "look", "parameters": {"type": "object"}}}]
+
+    result = InvokeLLMResult.model_validate(
+        run.call("invoke_llm", model_id="m1", messages=messages, tools=tools, extra_args={"temperature": 0.2})
+    )
+
+    assert result.message.content == "hello there"
+    assert result.finish_reason == "stop"
+    assert result.usage == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+    sent = fake.requests[0]
+    assert sent["model"] == "gpt-fake"
+    assert sent["temperature"] == 0.2
+    assert sent["tools"] == tools
+    assert sent["messages"][1]["content"] == [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": "https://example.test/cat.png"}},
+        {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,aGk="}},
+    ]
+    assert sent["messages"][2]["tool_calls"][0]["function"] == {"name": "look", "arguments": "{}"}
+    assert sent["messages"][3] == {"role": "tool", "content": "a cat", "tool_call_id": "c1"}
+    assert "stream" not in sent
+
+
+def test_a_reply_with_tool_calls_carries_them(model_run, fake):
+    run = model_run()
+    calls = [{"id": "c9", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}}]
+    fake.reply(completion(None, tool_calls=calls, finish_reason="tool_calls"))
+
+    result = InvokeLLMResult.model_validate(run.call("invoke_llm", model_id="m1", messages=HI))
+
+    assert result.finish_reason == "tool_calls"
+    assert result.message.tool_calls is not None
+    assert (result.message.tool_calls[0].id, result.message.tool_calls[0].function.name) == ("c9", "search")
+
+
+def _payload(run, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": str(run.run.run_id),
+        "caller_plugin_identity": run.identity,
+        "run_token": run.built.session.run_token,
+        **data,
+    }
+
+
+def test_stream_chunks_reach_the_runner_before_the_provider_finishes(model_run, fake):
+    run = model_run()
+    fake.stream(
+        [
+            chunk({"role": "assistant", "content": "Hel"}),
+            chunk({"content": "lo"}),
+            chunk({}, finish_reason="stop"),
+            chunk(usage={"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}),
+        ],
+        hold=True,
+    )
+
+    async def consume() -> tuple[dict[str, Any], bool, list[dict[str, Any]]]:
+        stream = await run.handlers["invoke_llm_stream"](_payload(run, {"model_id": "m1", "messages": HI}), None)
+        first = await anext(stream)
+        still_holding = not fake._released.is_set()
+        fake.release()
+        rest = [item async for item in stream]
+        await run.audit.flush()
+        return first, still_holding, rest
+
+    first, still_holding, rest = asyncio.run(consume())
+
+    assert still_holding
+    assert LLMStreamChunk.model_validate(first).delta.content == "Hel"
+    chunks = [LLMStreamChunk.model_validate(item) for item in rest]
+    assert "".join(c.delta.text() for c in chunks) == "lo"
+    assert chunks[-2].finish_reason == "stop"
+    assert chunks[-1].usage == {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}
+    assert fake.requests[0]["stream"] is True
+    assert fake.requests[0]["stream_options"] == {"include_usage": True}
+
+
+def test_streamed_tool_call_fragments_reassemble_into_the_calls(model_run, fake):
+    run = model_run()
+    fake.stream(
+        [
+            chunk({"role": "assistant", "tool_calls": [
+                {"index": 0, "id": "call_a", "type": "function", "function": {"name": "search", "arguments": ""}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q": '}}]}),
+            chunk({"tool_calls": [
+                {"index": 1, "id": "call_b", "type": "function", "function": {"name": "fetch", "arguments": '{"u'}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"cats"}'}}]}),
+            chunk({"tool_calls": [{"index": 1, "function": {"arguments": '": 1}'}}]}),
+            chunk({}, finish_reason="tool_calls"),
+            chunk(usage={"prompt_tokens": 4, "completion_tokens": 9, "total_tokens": 13}),
+        ]
+    )  # fmt: skip
+
+    chunks = [LLMStreamChunk.model_validate(c) for c in run.call("invoke_llm_stream", model_id="m1", messages=HI)]
+
+    calls: dict[int, dict[str, str]] = {}
+    for item in chunks:
+        for fragment in item.delta.tool_calls or []:
+            assert fragment.index is not None
+            call = calls.setdefault(fragment.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = call["id"] or fragment.id
+            call["name"] = call["name"] or fragment.function.name
+            call["arguments"] += fragment.function.arguments
+    assert calls == {
+        0: {"id": "call_a", "name": "search", "arguments": '{"q": "cats"}'},
+        1: {"id": "call_b", "name": "fetch", "arguments": '{"u": 1}'},
+    }
+    assert [json.loads(c["arguments"]) for c in calls.values()] == [{"q": "cats"}, {"u": 1}]
+    assert chunks[-2].finish_reason == "tool_calls"
+
+
+def test_a_stalled_stream_ends_at_the_run_deadline_and_closes_the_provider_connection(model_run, fake):
+    run = model_run()
+    fake.stall(chunk({"role": "assistant", "content": "thinking"}))
+    run.deadline_at = time.time() + 1.0
+
+    refused = run.refused("invoke_llm_stream", model_id="m1", messages=HI)
+
+    assert refused.code == "deadline_exceeded"
+    assert fake.first_chunk_sent.is_set()
+    assert fake.disconnected.wait(5)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "code", "retryable"),
+    [
+        (429, {"retry-after": "7"}, "rate_limited", True),
+        (500, {}, "runtime_error", True),
+        (401, {}, "unauthorized", False),
+        (403, {}, "unauthorized", False),
+        (404, {}, "not_found", False),
+        (400, {}, "invalid_argument", False),
+        (422, {}, "invalid_argument", False),
+    ],
+)
+@pytest.mark.parametrize("action", ["invoke_llm", "invoke_llm_stream"])
+def test_provider_failures_are_typed_and_never_show_the_key(model_run, fake, action, status, headers, code, retryable):
+    run = model_run()
+    fake.fail(status, f"provider says no (key {KEY})", headers=headers)
+
+    refused = run.refused(action, model_id="m1", messages=HI)
+
+    assert (refused.code, refused.retryable) == (code, retryable)
+    assert "provider says no" in refused.error.message
+    assert KEY not in json.dumps(refused.error.model_dump())
+    if status == 429:
+        assert refused.error.details["retry_after"] == "7"
+
+
+def test_an_unreachable_provider_is_a_retryable_runtime_error(host_run):
+    workspace = WorkspaceFactory.create()
+    provider = ModelProviderFactory.create(workspace=workspace, base_url="http://127.0.0.1:9/v1", max_retries=0)
+    ModelFactory.create(workspace=workspace, provider=provider, model_id="m1")
+    run = host_run(workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]})
+
+    refused = run.refused("invoke_llm", model_id="m1", messages=HI)
+
+    assert (refused.code, refused.retryable) == ("runtime_error", True)
+
+
+def test_an_extra_arg_outside_the_allowed_list_is_refused_by_name(model_run, fake):
+    run = model_run()
+
+    refused = run.refused("invoke_llm", model_id="m1", messages=HI, extra_args={"temperature": 1, "n": 3, "model": "x"})
+
+    assert refused.code == "invalid_argument"
+    assert "model, n" in refused.error.message
+    assert fake.requests == []
+
+
+def test_a_model_that_is_not_an_llm_is_an_invalid_argument(model_run, fake):
+    run = model_run(kind="embedding")
+
+    assert run.refused("invoke_llm", model_id="m1", messages=HI).code == "invalid_argument"
+    assert fake.requests == []
+
+
+def test_a_model_deleted_after_the_run_started_is_not_found(model_run, fake):
+    run = model_run()
+    run.workspace.models.all().delete()
+
+    assert run.refused("invoke_llm_stream", model_id="m1", messages=HI).code == "not_found"
+
+
+def test_a_model_of_another_workspace_is_not_in_the_snapshot(host_run, fake):
+    other = ModelProviderFactory.create(base_url=fake.base_url)
+    ModelFactory.create(workspace=other.workspace, provider=other, model_id="m1")
+    run = host_run(config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]})
+
+    assert run.built.session.resources.models == []
+    assert run.refused("invoke_llm", model_id="m1", messages=HI).code == "unauthorized"
+    assert fake.requests == []
