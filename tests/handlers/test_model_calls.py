@@ -243,3 +243,20 @@ def test_a_model_of_another_workspace_is_not_in_the_snapshot(host_run, fake):
     assert run.built.session.resources.models == []
     assert run.refused("invoke_llm", model_id="m1", messages=HI).code == "unauthorized"
     assert fake.requests == []
+
+
+def test_a_consumer_that_stops_reading_closes_the_provider_connection_at_once(model_run, fake):
+    run = model_run()
+    fake.stall(chunk({"role": "assistant", "content": "thinking"}))
+
+    async def read_one_then_stop() -> dict[str, Any]:
+        stream = await run.handlers["invoke_llm_stream"](_payload(run, {"model_id": "m1", "messages": HI}), None)
+        first = await anext(stream)
+        await stream.aclose()  # what the wire connection does when it stops serving a stream
+        await run.audit.flush()
+        return first
+
+    first = asyncio.run(read_one_then_stop())
+
+    assert LLMStreamChunk.model_validate(first).delta.content == "thinking"
+    assert fake.disconnected.wait(5)
