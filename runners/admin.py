@@ -11,7 +11,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from bindings.models import RunnerDescriptor
@@ -143,7 +143,8 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     inlines = [RunEventInline]
     fields = (
         "run_id", "workspace", "status", "status_reason", "error_display", "binding", "binding_key", "runner_id",
-        "is_observer", "event_link", "conversation", "thread_id", "output", "usage_display", "timeout_seconds",
+        "is_observer", "event_link", "conversation", "thread_id", "output", "usage_display", "host_usage_display",
+        "timeout_seconds",
         "created_at", "started_at", "finished_at", "deadline_at", "cancel_requested_at", "cancel_reason",
         "attempts", "last_seq", "lease_owner", "lease_expires_at",
     )
@@ -179,6 +180,27 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     @admin.display(description="usage")
     def usage_display(self, obj: Run) -> SafeString:
         return pretty_json(obj.usage)
+
+    @admin.display(description="model usage (counted by the host)")
+    def host_usage_display(self, obj: Run) -> SafeString | str:
+        host = (obj.usage or {}).get("host") if isinstance(obj.usage, dict) else None
+        if not isinstance(host, dict) or not host.get("models"):
+            return "no model calls"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (model_id, t.get("calls"), t.get("prompt_tokens"), t.get("completion_tokens"), t.get("total_tokens"),
+                 "partial" if t.get("partial") else "")
+                for model_id, t in sorted(host["models"].items())
+            ),
+        )  # fmt: skip
+        return format_html(
+            "<table><thead><tr><th>model</th><th>calls</th><th>prompt</th><th>completion</th><th>total</th>"
+            "<th></th></tr></thead><tbody>{}<tr><th>all models</th><td></td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td></td></tr></tbody></table>",
+            rows, host.get("prompt_tokens"), host.get("completion_tokens"), host.get("total_tokens"),
+        )  # fmt: skip
 
     @admin.action(description="Cancel selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:

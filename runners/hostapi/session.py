@@ -19,6 +19,7 @@ from typing import Any
 
 from langbot_sdk.protocol import AgentResources, ContextAPICapabilities, StateScope
 from runners.hostapi.scope import RunScope
+from runners.hostapi.usage import ModelUsage
 from runners.models import Run
 
 
@@ -35,6 +36,8 @@ class RunSession:
     state_scopes: frozenset[str] = field(default_factory=frozenset)
     # Not part of `authorization()`: a token written to the database could be replayed by whoever reads it.
     run_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+    # The model calls' token usage as the host counted it; stored with the run when it ends.
+    usage: ModelUsage = field(default_factory=ModelUsage, repr=False)
 
     def authorization(self) -> dict[str, Any]:
         """The snapshot as stored on `Run.authorization`."""

@@ -34,6 +34,7 @@ from langbot_sdk.protocol import (
     RunFailureCode,
     StateUpdatedPayload,
 )
+from runners.hostapi.usage import usage_with_host
 from runners.live.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
 from runners.orchestrator.admission import ClaimedRun
 from runners.orchestrator.ledger import (
@@ -320,6 +321,8 @@ class RunExecution:
 
     async def _finish(self, batch: Batch, terminal: Accepted) -> None:
         outcome = outcome_of(terminal, cancel_reason=self.cancel_reason)
+        # The host's own count of the model calls goes with every ending (timeout, cancel, host failure too).
+        outcome.usage = usage_with_host(outcome.usage, self.session.usage)
         streamed = "".join(self._delta_text)
         reply: AssistantReply | None = None
         if self._completed is not None:

@@ -51,6 +51,24 @@ def test_the_run_page_shows_its_result_events_and_links(admin_client, run):
     assert 'name="_save"' not in html  # read-only
 
 
+def test_the_run_page_shows_the_model_usage_the_host_counted_per_model(admin_client, run):
+    tally = {"prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16, "calls": 2}
+    host = {"models": {"gpt-usage-model": tally}, "prompt_tokens": 11, "completion_tokens": 5, "total_tokens": 16}
+    Run.objects.filter(pk=run.pk).update(usage={"reported_by": "runner", "host": host})
+
+    html = admin_client.get(reverse("admin:runners_run_change", args=[run.pk])).content.decode()
+
+    assert "usage (counted by the host)" in html
+    assert "<td>gpt-usage-model</td><td>2</td><td>11</td><td>5</td><td>16</td>" in html
+    assert "reported_by" in html  # the runner's own figures stay on the page as they were
+
+
+def test_the_run_page_says_when_the_run_made_no_model_calls(admin_client, run):
+    html = admin_client.get(reverse("admin:runners_run_change", args=[run.pk])).content.decode()
+
+    assert "no model calls" in html
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [

@@ -76,9 +76,11 @@ async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
             raise provider_error(provider, exc) from None
     choice = completion.choices[0] if completion.choices else None
     message = _message_of(choice.message.model_dump(exclude_none=True)) if choice else {"role": "assistant"}
+    usage = completion.usage.model_dump(exclude_none=True) if completion.usage else None
+    call.session.usage.record(call.request.model_id, usage)
     return {
         "message": message,
-        "usage": completion.usage.model_dump(exclude_none=True) if completion.usage else None,
+        "usage": usage,
         "finish_reason": choice.finish_reason if choice else None,
     }
 
@@ -97,18 +99,22 @@ async def llm_stream(call: ProxyCall) -> AsyncIterator[dict[str, Any]]:
     except BaseException:
         await client.close()
         raise
-    return _chunks(stream, client, provider)
+    return _chunks(stream, client, provider, call)
 
 
 async def _chunks(
-    stream: openai.AsyncStream[Any], client: openai.AsyncOpenAI, provider: ModelProvider
+    stream: openai.AsyncStream[Any], client: openai.AsyncOpenAI, provider: ModelProvider, call: ProxyCall
 ) -> AsyncIterator[dict[str, Any]]:
+    last_usage: dict[str, Any] | None = None
+    ended = False
     try:
         async for chunk in stream:
             choice = chunk.choices[0] if chunk.choices else None
             usage = chunk.usage.model_dump(exclude_none=True) if chunk.usage else None
             if choice is None and usage is None:
                 continue
+            if usage is not None:
+                last_usage = usage
             delta: dict[str, Any] = {"role": "assistant"}
             if choice is not None:
                 raw = choice.delta.model_dump(exclude_none=True)
@@ -122,6 +128,7 @@ async def _chunks(
                 "usage": usage,
                 "finish_reason": choice.finish_reason if choice is not None else None,
             }
+        ended = True
     except openai.APIError as exc:
         raise provider_error(provider, exc) from None
     except httpx.TimeoutException:
@@ -132,6 +139,8 @@ async def _chunks(
         message = redacted(provider, f"the model provider's stream broke: {exc}")
         raise AgentAPIException.runtime_error(message, retryable=True) from None
     finally:
+        # Counted here so a stream its consumer stopped (or that broke) still records what arrived.
+        call.session.usage.record(call.request.model_id, last_usage, partial=not ended or last_usage is None)
         # Closing the response drops the provider's HTTP connection at once (the run was cancelled, its
         # deadline passed, or the stream simply ended).
         await stream.close()
