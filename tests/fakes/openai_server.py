@@ -1,10 +1,11 @@
 """A local OpenAI-compatible server speaking the real wire format, for tests of the host's model calls.
 
-`POST /v1/chat/completions` answers from a script, one entry per request, in order: a JSON completion
-(`reply`), a streamed one as server-sent events (`stream`: `data: {chunk}\\n\\n` frames, then
-`data: [DONE]`), an error with an OpenAI error body (`fail`), or a stream that sends its first chunk and
-then holds until the client goes away (`stall`). A stream can also be held after its first chunk until the
-test calls `release()`. The requests' JSON bodies are kept in `requests`; `disconnected` is set when a
+`POST /v1/chat/completions` and `POST /v1/rerank` answer from one script, one entry per request, in
+order: a JSON answer (`reply`; `rerank_answer()` builds a rerank one), a streamed one as server-sent
+events (`stream`: `data: {chunk}\\n\\n` frames, then `data: [DONE]`), an error with an OpenAI error body
+(`fail`), or a stream that sends its first chunk and then holds until the client goes away (`stall`). A
+stream can also be held after its first chunk until the test calls `release()`. The requests' JSON bodies
+are kept in `requests`, their paths and headers in `paths` and `headers`; `disconnected` is set when a
 held stream sees its client close the connection.
 """
 
@@ -58,10 +59,27 @@ def chunk(delta: dict[str, Any] | None = None, *, finish_reason: str | None = No
     return frame
 
 
+def rerank_answer(*results: tuple[int, float, Any], usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """A Jina/Cohere-style rerank answer from `(index, relevance_score, document)` triples (document None:
+    left out; a string or a `{"text": ...}` object as the provider sends it)."""
+    items: list[dict[str, Any]] = []
+    for index, score, document in results:
+        item: dict[str, Any] = {"index": index, "relevance_score": score}
+        if document is not None:
+            item["document"] = document
+        items.append(item)
+    answer: dict[str, Any] = {"model": "fake-rerank", "results": items}
+    if usage is not None:
+        answer["usage"] = usage
+    return answer
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.script: deque[_Entry] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self.disconnected = threading.Event()
         self.first_chunk_sent = threading.Event()
         self._released = threading.Event()
@@ -116,7 +134,9 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             fake.requests.append(json.loads(self.rfile.read(length) or b"{}"))
-            if self.path.rstrip("/") != "/v1/chat/completions" or not fake.script:
+            fake.paths.append(self.path)
+            fake.headers.append({name.lower(): value for name, value in self.headers.items()})
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/rerank") or not fake.script:
                 self._json(404, {"error": {"message": f"nothing scripted for {self.path}", "type": "fake"}})
                 return
             entry = fake.script.popleft()

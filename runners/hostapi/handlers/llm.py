@@ -19,8 +19,14 @@ import openai
 from langbot_sdk.protocol import AgentAPIException, ContentElement, InvokeLLMRequest, Message
 from resources.clients import async_openai_client, redacted, status_message
 from resources.models import Model, ModelProvider
-from resources.selectors import model_with_provider
-from runners.hostapi.handlers.base import ProxyCall, not_found
+from runners.hostapi.handlers.base import ProxyCall
+from runners.hostapi.handlers.model_calls import (
+    model_of_kind,
+    provider_refused,
+    provider_timed_out,
+    provider_unexpected,
+    provider_unreachable,
+)
 
 # Arguments a runner may pass through to the provider; anything else (a different `model`, `stream`,
 # `n`, headers...) would change what the host bills, streams or authorizes.
@@ -41,15 +47,7 @@ ALLOWED_EXTRA_ARGS = frozenset(
 
 
 async def llm_model(call: ProxyCall) -> Model:
-    model_id = call.request.model_id
-    model = await call.db(model_with_provider, workspace_id=call.session.scope.workspace_id, model_id=model_id)
-    if model is None:
-        raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
-    if model.kind != Model.Kind.LLM:
-        raise AgentAPIException.invalid_argument(
-            f"model {model_id!r} is a {model.kind} model, not an llm", model_id=model_id, kind=model.kind
-        )
-    return model
+    return await model_of_kind(call, Model.Kind.LLM)
 
 
 def completion_arguments(request: InvokeLLMRequest, model: Model) -> dict[str, Any]:
@@ -148,34 +146,19 @@ async def _chunks(
 
 
 def provider_error(provider: ModelProvider, exc: openai.APIError) -> AgentAPIException:
-    """The provider's failure as the runner sees it; no message carries the key."""
+    """The SDK's failure as the runner sees it; no message carries the key."""
     if isinstance(exc, openai.APITimeoutError):
-        return AgentAPIException.deadline_exceeded(
-            f"the model provider did not answer within {provider.timeout_seconds} s"
-        )
+        return provider_timed_out(provider)
     if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        message = redacted(provider, f"could not reach the model provider: {cause}")
-        return AgentAPIException.runtime_error(message, retryable=True)
+        return provider_unreachable(provider, exc.__cause__ or exc)
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        message = redacted(provider, f"the model provider answered HTTP {status}: {status_message(exc)}")
-        if status == 429:
-            retry_after = exc.response.headers.get("retry-after")
-            details: dict[str, Any] = {"status": status}
-            if retry_after:
-                details["retry_after"] = retry_after
-            return AgentAPIException.rate_limited(message, **details)
-        if status >= 500:
-            return AgentAPIException.runtime_error(message, retryable=True, status=status)
-        if status in (401, 403):
-            return AgentAPIException.unauthorized(message, status=status)
-        if status == 404:
-            return AgentAPIException.not_found(message, status=status)
-        if status in (400, 422):
-            return AgentAPIException.invalid_argument(message, status=status)
-        return AgentAPIException.runtime_error(message, retryable=False, status=status)
-    return AgentAPIException.runtime_error(redacted(provider, f"unexpected answer from the model provider: {exc}"))
+        return provider_refused(
+            provider,
+            status=exc.status_code,
+            provider_message=status_message(exc),
+            retry_after=exc.response.headers.get("retry-after"),
+        )
+    return provider_unexpected(provider, exc)
 
 
 def _openai_message(message: Message) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Models, tools and knowledge bases (PROTOCOL_V1 §7.1–§7.3): authorization against the frozen
 snapshot here — an id outside it answers `unauthorized`. `invoke_llm` and `invoke_llm_stream` then call
-the model's provider (`runners.hostapi.handlers.llm`); rerank, token counts, tools and knowledge bases have
-no providers yet and answer `not_found`, the same answer as an id that is not configured at all. The
-deadline bound comes from the dispatcher.
+the model's provider (`runners.hostapi.handlers.llm`), `invoke_rerank` its `/rerank` endpoint
+(`runners.hostapi.handlers.rerank`); token counts, tools and knowledge bases have no providers yet and
+answer `not_found`, the same answer as an id that is not configured at all. The deadline bound comes from
+the dispatcher.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from langbot_sdk.protocol import Action
 from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
 from runners.hostapi.handlers.llm import llm_invoke, llm_stream
+from runners.hostapi.handlers.rerank import rerank_invoke
 
 _MODEL_OPERATIONS: dict[Action, str | None] = {
     Action.INVOKE_LLM: "invoke",
@@ -29,6 +31,8 @@ async def model_call(call: ProxyCall) -> HandlerResult:
         return await llm_invoke(call)
     if call.action is Action.INVOKE_LLM_STREAM:
         return await llm_stream(call)
+    if call.action is Action.INVOKE_RERANK:
+        return await rerank_invoke(call)
     raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
 
 
