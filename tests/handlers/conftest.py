@@ -22,7 +22,14 @@ from runners.hostapi.handlers.base import RateLimiter
 from runners.hostapi.handlers.dispatch import proxy_handlers
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build
-from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory
+from tests.factories import (
+    AgentBindingFactory,
+    ModelFactory,
+    ModelProviderFactory,
+    RunnerDescriptorFactory,
+    WorkspaceFactory,
+)
+from tests.fakes.openai_server import FakeOpenAI, fake_openai
 from transcripts.models import EventLog, TranscriptItem
 
 FULL_PERMISSIONS = {
@@ -196,3 +203,41 @@ def host_run(transactional_db) -> Iterator[Any]:
 
     yield make
     executor.shutdown()
+
+
+# --- model calls against a local OpenAI-compatible provider ------------------------------------------
+
+PROVIDER_KEY = "sk-secret-key-123456"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    """A local server speaking the OpenAI-compatible wire format (and `/rerank`)."""
+    with fake_openai() as server:
+        yield server
+
+
+@pytest.fixture
+def model_run(host_run: Any, fake: FakeOpenAI) -> Any:
+    """Make a run whose config selects model `m1` (allowed by the binding), a model of a provider that is the
+    fake server (or `base_url`), keyed with `PROVIDER_KEY`."""
+
+    def make(
+        *,
+        kind: str = "llm",
+        name: str = "gpt-fake",
+        headers: dict[str, str] | None = None,
+        base_url: str | None = None,
+        **run: Any,
+    ) -> Any:
+        workspace = WorkspaceFactory.create()
+        provider = ModelProviderFactory.create(
+            workspace=workspace, base_url=base_url or fake.base_url, api_key=PROVIDER_KEY, headers=headers or {},
+            max_retries=0,
+        )  # fmt: skip
+        ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", name=name, kind=kind)
+        return host_run(
+            workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]}, **run
+        )
+
+    return make

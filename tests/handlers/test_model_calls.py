@@ -7,36 +7,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from langbot_sdk.protocol import InvokeLLMResult, LLMStreamChunk
-from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
-from tests.fakes.openai_server import FakeOpenAI, chunk, completion, fake_openai
+from tests.factories import ModelFactory, ModelProviderFactory
+from tests.fakes.openai_server import chunk, completion
+from tests.handlers.conftest import PROVIDER_KEY
 
-KEY = "sk-secret-key-123456"
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with fake_openai() as server:
-        yield server
-
-
-@pytest.fixture
-def model_run(host_run, fake):
-    def make(*, kind: str = "llm", **kwargs: Any):
-        workspace = WorkspaceFactory.create()
-        provider = ModelProviderFactory.create(workspace=workspace, base_url=fake.base_url, api_key=KEY, max_retries=0)
-        ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", name="gpt-fake", kind=kind)
-        return host_run(
-            workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]}, **kwargs
-        )
-
-    return make
 
 
 def test_a_reply_comes_back_as_the_provider_gave_it(model_run, fake):
@@ -189,22 +169,19 @@ def test_a_stalled_stream_ends_at_the_run_deadline_and_closes_the_provider_conne
 @pytest.mark.parametrize("action", ["invoke_llm", "invoke_llm_stream"])
 def test_provider_failures_are_typed_and_never_show_the_key(model_run, fake, action, status, headers, code, retryable):
     run = model_run()
-    fake.fail(status, f"provider says no (key {KEY})", headers=headers)
+    fake.fail(status, f"provider says no (key {PROVIDER_KEY})", headers=headers)
 
     refused = run.refused(action, model_id="m1", messages=HI)
 
     assert (refused.code, refused.retryable) == (code, retryable)
     assert "provider says no" in refused.error.message
-    assert KEY not in json.dumps(refused.error.model_dump())
+    assert PROVIDER_KEY not in json.dumps(refused.error.model_dump())
     if status == 429:
         assert refused.error.details["retry_after"] == "7"
 
 
-def test_an_unreachable_provider_is_a_retryable_runtime_error(host_run):
-    workspace = WorkspaceFactory.create()
-    provider = ModelProviderFactory.create(workspace=workspace, base_url="http://127.0.0.1:9/v1", max_retries=0)
-    ModelFactory.create(workspace=workspace, provider=provider, model_id="m1")
-    run = host_run(workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]})
+def test_an_unreachable_provider_is_a_retryable_runtime_error(model_run):
+    run = model_run(base_url="http://127.0.0.1:9/v1")
 
     refused = run.refused("invoke_llm", model_id="m1", messages=HI)
 

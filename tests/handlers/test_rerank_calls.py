@@ -5,36 +5,21 @@ typed error without the key."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from langbot_sdk.protocol import RerankResult
-from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
-from tests.fakes.openai_server import FakeOpenAI, fake_openai, rerank_answer
+from tests.fakes.openai_server import rerank_answer
+from tests.handlers.conftest import PROVIDER_KEY
 
-KEY = "sk-secret-key-123456"
 DOCS = ["cats purr", "dogs bark", "cats and dogs"]
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeOpenAI]:
-    with fake_openai() as server:
-        yield server
-
-
-@pytest.fixture
-def rerank_run(host_run, fake):
-    def make(*, kind: str = "rerank", **kwargs: Any):
-        workspace = WorkspaceFactory.create()
-        provider = ModelProviderFactory.create(
-            workspace=workspace, base_url=fake.base_url, api_key=KEY, headers={"X-Team": "blue"}, max_retries=0
-        )
-        ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", name="rerank-fake", kind=kind)
-        return host_run(
-            workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]}, **kwargs
-        )
+def rerank_run(model_run):
+    def make(*, kind: str = "rerank", **run: Any):
+        return model_run(kind=kind, name="rerank-fake", headers={"X-Team": "blue"}, **run)
 
     return make
 
@@ -52,7 +37,7 @@ def test_documents_come_back_ranked_by_the_providers_scores(rerank_run, fake):
     ]
     assert fake.paths == ["/v1/rerank"]
     assert fake.requests[0] == {"model": "rerank-fake", "query": "cats", "documents": DOCS, "top_n": 3}
-    assert fake.headers[0]["authorization"] == f"Bearer {KEY}"
+    assert fake.headers[0]["authorization"] == f"Bearer {PROVIDER_KEY}"
     assert fake.headers[0]["x-team"] == "blue"
 
 
@@ -107,22 +92,19 @@ def test_a_model_that_is_not_a_rerank_model_is_an_invalid_argument(rerank_run, f
 )
 def test_provider_failures_are_typed_and_never_show_the_key(rerank_run, fake, status, headers, code, retryable):
     run = rerank_run()
-    fake.fail(status, f"provider says no (key {KEY})", headers=headers)
+    fake.fail(status, f"provider says no (key {PROVIDER_KEY})", headers=headers)
 
     refused = run.refused("invoke_rerank", model_id="m1", query="q", documents=["a"])
 
     assert (refused.code, refused.retryable) == (code, retryable)
     assert "provider says no" in refused.error.message
-    assert KEY not in json.dumps(refused.error.model_dump())
+    assert PROVIDER_KEY not in json.dumps(refused.error.model_dump())
     if status == 429:
         assert refused.error.details["retry_after"] == "7"
 
 
-def test_an_unreachable_provider_is_a_retryable_runtime_error(host_run):
-    workspace = WorkspaceFactory.create()
-    provider = ModelProviderFactory.create(workspace=workspace, base_url="http://127.0.0.1:9/v1", max_retries=0)
-    ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", kind="rerank")
-    run = host_run(workspace=workspace, config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"]})
+def test_an_unreachable_provider_is_a_retryable_runtime_error(rerank_run):
+    run = rerank_run(base_url="http://127.0.0.1:9/v1")
 
     refused = run.refused("invoke_rerank", model_id="m1", query="q", documents=["a"])
 
