@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
 from typing import Any
 
 from django.apps import apps
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, models, transaction
-from django.utils.text import slugify
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace, WorkspaceMembership
@@ -23,8 +21,9 @@ from bindings.runner_config import (
     runner_config_validate,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn
-from langbot_host.core.api_errors import field_errors
+from langbot_host.core.api_errors import FieldsRefusedError, field_errors
 from langbot_host.core.crypto import SECRET_MASK, EncryptedJSONField
+from langbot_host.core.ids import free_slug
 
 API_KEY_PREFIX = "lbk"
 
@@ -62,22 +61,8 @@ def api_key_create(*, workspace: Workspace, name: str = "") -> tuple[ApiKey, str
 # --- bots --------------------------------------------------------------------------------------------
 
 
-class BindingValidationError(Exception):
+class BindingValidationError(FieldsRefusedError):
     """Field-level problems with a bot or binding: `{"dotted.field": message}`."""
-
-    def __init__(self, fields: dict[str, str]):
-        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
-        self.fields = fields
-
-
-def _free_slug(*, base: str, taken: Callable[[str], bool], fallback: str) -> str:
-    candidate = slugify(base)[:48].strip("-")
-    if candidate and not taken(candidate):
-        return candidate
-    while True:
-        candidate = f"{(slugify(base)[:40].strip('-') or fallback)}-{secrets.token_hex(3)}"
-        if not taken(candidate):
-            return candidate
 
 
 def credentials_merge(*, given: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +88,7 @@ def bot_create(*, workspace: Workspace, spec: BotIn) -> Bot:
 
     if spec.bot_id is not None and taken(spec.bot_id):
         raise BindingValidationError({"bot_id": f"A bot {spec.bot_id!r} already exists in this workspace."})
-    bot_id = spec.bot_id or _free_slug(base=spec.name, taken=taken, fallback="bot")
+    bot_id = spec.bot_id or free_slug(base=spec.name, taken=taken, fallback="bot")
     return Bot.objects.create(
         workspace=workspace,
         bot_id=bot_id,
@@ -221,7 +206,7 @@ def binding_prepare(
     values: dict[str, Any] = {
         "binding_id": existing.binding_id
         if existing
-        else (spec.binding_id or _free_slug(base=spec.name, taken=taken, fallback="binding")),
+        else (spec.binding_id or free_slug(base=spec.name, taken=taken, fallback="binding")),
         "workspace": workspace,
         "name": spec.name,
         **_scope_fields(workspace=workspace, scope=spec.scope),

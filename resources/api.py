@@ -40,6 +40,7 @@ from resources.services import (
     ResourceValidationError,
     model_create,
     model_delete,
+    model_fields,
     model_provider_create,
     model_provider_delete,
     model_provider_update,
@@ -105,13 +106,7 @@ def model_provider_out(provider: ModelProvider) -> dict[str, Any]:
 def model_out(model: Model) -> dict[str, Any]:
     return {
         "model_id": model.model_id,
-        "provider_id": model.provider.provider_id,
-        "name": model.name,
-        "kind": model.kind,
-        "supports_tools": model.supports_tools,
-        "supports_vision": model.supports_vision,
-        "context_window": model.context_window,
-        "max_output_tokens": model.max_output_tokens,
+        **model_fields(model),
         "created_at": model.created_at.isoformat(),
         "updated_at": model.updated_at.isoformat(),
     }

@@ -6,45 +6,25 @@ Secrets: a provider's API key and its extra headers are write-only. A value sent
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils.text import slugify
 from pydantic import ValidationError
 
 from bindings.models import Workspace
-from langbot_host.core.api_errors import field_errors
+from langbot_host.core.api_errors import FieldsRefusedError, field_errors
 from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.ids import free_slug
 from resources.models import Model, ModelProvider
 from resources.specs import ModelIn, ModelPatchIn, ModelProviderIn, ModelProviderPatchIn
 
 
-class ResourceValidationError(Exception):
+class ResourceValidationError(FieldsRefusedError):
     """Field-level problems with a provider or model: `{"dotted.field": message}`."""
 
-    def __init__(self, fields: dict[str, str]):
-        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
-        self.fields = fields
 
-
-class ResourceInUseError(Exception):
+class ResourceInUseError(FieldsRefusedError):
     """The object cannot be deleted while others use it; `fields` names them."""
-
-    def __init__(self, fields: dict[str, str]):
-        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
-        self.fields = fields
-
-
-def _free_slug(*, base: str, taken: Callable[[str], bool], fallback: str) -> str:
-    candidate = slugify(base)[:48].strip("-")
-    if candidate and not taken(candidate):
-        return candidate
-    while True:
-        candidate = f"{(slugify(base)[:40].strip('-') or fallback)}-{secrets.token_hex(3)}"
-        if not taken(candidate):
-            return candidate
 
 
 def _refuse_nulls(patch: ModelProviderPatchIn | ModelPatchIn, nullable: frozenset[str] = frozenset()) -> None:
@@ -116,7 +96,7 @@ def model_provider_create(*, workspace: Workspace, spec: ModelProviderIn) -> Mod
 
     if spec.provider_id is not None and taken(spec.provider_id):
         raise ResourceValidationError({"provider_id": f"{spec.provider_id!r} already exists in this workspace."})
-    provider_id = spec.provider_id or _free_slug(base=spec.name, taken=taken, fallback="provider")
+    provider_id = spec.provider_id or free_slug(base=spec.name, taken=taken, fallback="provider")
     return _provider_apply(ModelProvider(workspace=workspace, provider_id=provider_id), spec)
 
 
@@ -182,11 +162,12 @@ def model_create(*, workspace: Workspace, spec: ModelIn) -> Model:
 
     if spec.model_id is not None and taken(spec.model_id):
         raise ResourceValidationError({"model_id": f"{spec.model_id!r} already exists in this workspace."})
-    model_id = spec.model_id or _free_slug(base=spec.name, taken=taken, fallback="model")
+    model_id = spec.model_id or free_slug(base=spec.name, taken=taken, fallback="model")
     return _model_apply(Model(workspace=workspace, model_id=model_id), spec)
 
 
-def _model_input(model: Model) -> dict[str, Any]:
+def model_fields(model: Model) -> dict[str, Any]:
+    """A model as its input shape (`ModelIn` without the id): what a PATCH merges into, and what answers show."""
     return {
         "provider_id": model.provider.provider_id,
         "name": model.name,
@@ -203,7 +184,7 @@ def model_update(*, model: Model, patch: ModelPatchIn) -> Model:
     _refuse_nulls(patch, nullable=frozenset({"context_window", "max_output_tokens"}))
     if patch.model_id is not None and patch.model_id != model.model_id:
         raise ResourceValidationError({"model_id": "A model's id cannot be changed."})
-    spec = _merged(ModelIn, _model_input(model), patch.model_copy(update={"model_id": None}))
+    spec = _merged(ModelIn, model_fields(model), patch.model_copy(update={"model_id": None}))
     return _model_apply(model, spec)
 
 

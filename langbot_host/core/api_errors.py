@@ -28,6 +28,15 @@ logger = logging.getLogger(__name__)
 RETRY_AFTER_SECONDS = 5
 
 
+class FieldsRefusedError(Exception):
+    """A write refused for field-level reasons, `{"dotted.field": message}`; views answer it with
+    `invalid_fields` (or another status that names the fields)."""
+
+    def __init__(self, fields: dict[str, str]):
+        super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
+        self.fields = fields
+
+
 class ApiError(exceptions.APIException):
     """An API failure with an explicit code, e.g. `ApiError(503, "runtime.unavailable", "...")`."""
 
