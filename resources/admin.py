@@ -98,3 +98,8 @@ class ModelAdmin(admin.ModelAdmin[Model]):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
         return [*self.readonly_fields, "workspace", "model_id"] if obj else list(self.readonly_fields)
+
+
+# The admin of MCP servers and knowledge bases lives with them; importing registers it.
+from resources.knowledge import admin as _knowledge_admin  # noqa: E402, F401
+from resources.mcp import admin as _mcp_admin  # noqa: E402, F401

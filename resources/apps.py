@@ -1,4 +1,4 @@
-"""App config of resources: model providers and models (MCP servers and knowledge bases to come)."""
+"""App config of resources: model providers and models, MCP servers and tools, knowledge bases."""
 
 from django.apps import AppConfig
 

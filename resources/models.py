@@ -1,15 +1,18 @@
 """Host resources a run may be allowed to use, per workspace: OpenAI-compatible model providers and the
-models they serve.
+models they serve, MCP servers and their tools, knowledge bases with their documents and chunks.
 
-`provider_id` and `model_id` are the public ids (REST paths, `resource_policy.allowed_model_ids`,
-`ctx.resources.models[].model_id`). Validation lives in `resources.services`; secrets (the API key and the
-extra headers, which may carry auth) are encrypted at rest and never shown unmasked.
+`provider_id`, `model_id`, `server_id`, `tool_name` and `kb_id` are the public ids (REST paths, binding
+resource policies, `ctx.resources`). Validation lives in the services; secrets (API keys, headers and
+environments, which may carry auth) are encrypted at rest and never shown unmasked.
 """
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 
+from artifacts.models import Artifact
 from bindings.models import Workspace
 from langbot_host.core.crypto import EncryptedJSONField
 
@@ -66,3 +69,147 @@ class Model(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workspace}/{self.model_id}"
+
+
+class MCPServer(models.Model):
+    """A Model Context Protocol server whose tools runs may call: a local process spoken to over stdio, or
+    a streamable-HTTP endpoint. Its tools are cached as `MCPTool` rows, refreshed on demand and on
+    reconnect; `status` and `last_error` say how the last connection went."""
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio (local process)"
+        HTTP = "http", "streamable HTTP"
+
+    class Status(models.TextChoices):
+        UNKNOWN = "unknown", "not connected yet"
+        OK = "ok", "connected"
+        ERROR = "error", "failing"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="mcp_servers")
+    server_id = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200)
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.STDIO)
+    command = models.CharField(max_length=500, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    # Environment and headers may carry credentials: encrypted, shown masked.
+    env = EncryptedJSONField(default=dict)
+    url = models.CharField(max_length=500, blank=True)
+    headers = EncryptedJSONField(default=dict)
+    enabled = models.BooleanField(default=True)
+    timeout_seconds = models.PositiveIntegerField(default=30)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.UNKNOWN)
+    last_error = models.TextField(blank=True)
+    tools_refreshed_at = models.DateTimeField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workspace", "server_id"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "server_id"], name="uniq_mcp_server_per_workspace")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}/{self.server_id}"
+
+
+class MCPTool(models.Model):
+    """One tool of an MCP server as runs see it. `tool_name` is the public, workspace-unique name
+    (`allowed_tool_names`, `ctx.resources.tools`); `remote_name` is the server's own name for it."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="mcp_tools")
+    server = models.ForeignKey(MCPServer, on_delete=models.CASCADE, related_name="tools")
+    tool_name = models.CharField(max_length=128)
+    remote_name = models.CharField(max_length=128)
+    description = models.TextField(blank=True)
+    parameters = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["workspace", "tool_name"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "tool_name"], name="uniq_tool_name_per_workspace")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}/{self.tool_name}"
+
+
+class KnowledgeBase(models.Model):
+    """A searchable set of documents. With an embedding model its chunks also carry dense vectors and
+    retrieval ranks by both (hybrid); without one, by full-text search alone."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="knowledge_bases")
+    kb_id = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    # PROTECT: a model a knowledge base embeds with cannot be deleted under it (the API answers 409).
+    embedding_model = models.ForeignKey(
+        Model, on_delete=models.PROTECT, null=True, blank=True, related_name="knowledge_bases"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workspace", "kb_id"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "kb_id"], name="uniq_knowledge_base_per_workspace")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}/{self.kb_id}"
+
+
+class KnowledgeDocument(models.Model):
+    """An uploaded document of a knowledge base; its bytes are an artifact, its text lives in chunks.
+    Ingestion (a Celery task) moves it queued → processing → ready | failed, with `progress` and `error`."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        PROCESSING = "processing", "processing"
+        READY = "ready", "ready"
+        FAILED = "failed", "failed"
+
+    document_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="knowledge_documents")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
+    artifact = models.ForeignKey(Artifact, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    name = models.CharField(max_length=255)
+    mime_type = models.CharField(max_length=255, default="application/octet-stream")
+    size = models.PositiveBigIntegerField(default=0)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    # 0–100, what the ingestion task has done so far.
+    progress = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    page_count = models.PositiveIntegerField(default=0)
+    chunk_count = models.PositiveIntegerField(default=0)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["knowledge_base", "-created_at"]
+        indexes = [models.Index(fields=["knowledge_base", "status"], name="kb_document_status_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.knowledge_base}/{self.name}"
+
+
+class KnowledgeChunk(models.Model):
+    """A passage of a document as retrieval returns it: its text, its position in the document and where
+    it came from (`metadata`: page, heading...). The full-text indexes (a PostgreSQL GIN index, a SQLite
+    FTS5 table) are created by migrations per database; `embedding` holds the dense vector as float32 bytes
+    when the knowledge base has an embedding model."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
+    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="chunks")
+    document = models.ForeignKey(KnowledgeDocument, on_delete=models.CASCADE, related_name="chunks")
+    position = models.PositiveIntegerField()
+    text = models.TextField()
+    metadata = models.JSONField(default=dict, blank=True)
+    token_count = models.PositiveIntegerField(default=0)
+    embedding = models.BinaryField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["document", "position"]
+        constraints = [models.UniqueConstraint(fields=["document", "position"], name="uniq_chunk_position")]
+        indexes = [models.Index(fields=["knowledge_base", "id"], name="kb_chunk_kb_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.position}"

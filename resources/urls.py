@@ -1,6 +1,6 @@
 """Routes of the resources app under `/api/v1/`."""
 
-from django.urls import path
+from django.urls import include, path
 
 from resources.api import ModelDetailApi, ModelListApi, ModelProviderDetailApi, ModelProviderListApi
 
@@ -9,4 +9,6 @@ urlpatterns = [
     path("model-providers/<slug:provider_id>", ModelProviderDetailApi.as_view(), name="model-provider-detail"),
     path("models", ModelListApi.as_view(), name="model-list"),
     path("models/<slug:model_id>", ModelDetailApi.as_view(), name="model-detail"),
+    path("", include("resources.mcp.urls")),
+    path("", include("resources.knowledge.urls")),
 ]

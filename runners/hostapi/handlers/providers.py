@@ -1,17 +1,19 @@
 """Models, tools and knowledge bases (PROTOCOL_V1 §7.1–§7.3): authorization against the frozen
 snapshot here — an id outside it answers `unauthorized`. `invoke_llm` and `invoke_llm_stream` then call
 the model's provider (`runners.hostapi.handlers.llm`), `invoke_rerank` its `/rerank` endpoint
-(`runners.hostapi.handlers.rerank`); token counts, tools and knowledge bases have no providers yet and
-answer `not_found`, the same answer as an id that is not configured at all. The deadline bound comes from
-the dispatcher.
+(`runners.hostapi.handlers.rerank`); tools go to their MCP server (`runners.hostapi.handlers.tools`),
+retrieval to the knowledge base's index (`runners.hostapi.handlers.knowledge`). The deadline bound comes
+from the dispatcher.
 """
 
 from __future__ import annotations
 
 from langbot_sdk.protocol import Action
 from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.knowledge import knowledge_search
 from runners.hostapi.handlers.llm import llm_invoke, llm_stream
 from runners.hostapi.handlers.rerank import rerank_invoke
+from runners.hostapi.handlers.tools import tool_handle
 
 _MODEL_OPERATIONS: dict[Action, str | None] = {
     Action.INVOKE_LLM: "invoke",
@@ -42,7 +44,7 @@ async def tool_call(call: ProxyCall) -> HandlerResult:
     operation = "detail" if call.action is Action.GET_TOOL_DETAIL else "call"
     if tool is None or (tool.operations and operation not in tool.operations):
         raise unauthorized(f"tool {tool_name!r} is not authorized for this run", tool_name=tool_name)
-    raise not_found(f"tool {tool_name!r} is not configured on this host", tool_name=tool_name)
+    return await tool_handle(call)
 
 
 async def knowledge_retrieve(call: ProxyCall) -> HandlerResult:
@@ -50,7 +52,7 @@ async def knowledge_retrieve(call: ProxyCall) -> HandlerResult:
     kb = call.session.resources.find_knowledge_base(kb_id)
     if kb is None or (kb.operations and "retrieve" not in kb.operations):
         raise unauthorized(f"knowledge base {kb_id!r} is not authorized for this run", kb_id=kb_id)
-    raise not_found(f"knowledge base {kb_id!r} is not configured on this host", kb_id=kb_id)
+    return await knowledge_search(call)
 
 
 HANDLERS: dict[Action, FamilyHandler] = {

@@ -1,0 +1,5 @@
+"""Routes of knowledge under `/api/v1/`."""
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []

@@ -1,0 +1,5 @@
+"""Routes of mcp under `/api/v1/`."""
+
+from django.urls import URLPattern
+
+urlpatterns: list[URLPattern] = []
