@@ -88,6 +88,11 @@ class RerankResult(HostModel):
 
 class CountTokensResult(HostModel):
     tokens: int
+    estimated: bool = False
+    """True when the host does not know the model's tokenizer (or the input has images): ``tokens`` is
+    then an estimate made with a common encoding, good for budgeting, not for billing."""
+    encoding: str | None = None
+    """The tokenizer the count used (e.g. ``o200k_base``)."""
 
 
 class ToolDetail(HostModel):

@@ -1,18 +1,18 @@
 """Models, tools and knowledge bases (PROTOCOL_V1 §7.1–§7.3): authorization against the frozen
-snapshot here — an id outside it answers `unauthorized`. `invoke_llm` and `invoke_llm_stream` then call
-the model's provider (`runners.hostapi.handlers.llm`), `invoke_rerank` its `/rerank` endpoint
-(`runners.hostapi.handlers.rerank`); tools go to their MCP server (`runners.hostapi.handlers.tools`),
-retrieval to the knowledge base's index (`runners.hostapi.handlers.knowledge`). The deadline bound comes
-from the dispatcher.
+snapshot here — an id outside it answers `unauthorized`. Then `invoke_llm` and `invoke_llm_stream` call the
+model's provider (`llm`), `invoke_rerank` its `/rerank` endpoint (`rerank`), `count_tokens` counts on the
+host with the model's tokenizer (`tokens`), tools go to their MCP server (`tools`), retrieval to the
+knowledge base's index (`knowledge`). The deadline bound comes from the dispatcher.
 """
 
 from __future__ import annotations
 
 from langbot_sdk.protocol import Action
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, unauthorized
 from runners.hostapi.handlers.knowledge import knowledge_search
 from runners.hostapi.handlers.llm import llm_invoke, llm_stream
 from runners.hostapi.handlers.rerank import rerank_invoke
+from runners.hostapi.handlers.tokens import tokens_count
 from runners.hostapi.handlers.tools import tool_handle
 
 _MODEL_OPERATIONS: dict[Action, str | None] = {
@@ -35,7 +35,7 @@ async def model_call(call: ProxyCall) -> HandlerResult:
         return await llm_stream(call)
     if call.action is Action.INVOKE_RERANK:
         return await rerank_invoke(call)
-    raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
+    return await tokens_count(call)
 
 
 async def tool_call(call: ProxyCall) -> HandlerResult:
