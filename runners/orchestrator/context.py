@@ -48,6 +48,8 @@ from langbot_sdk.protocol import (
     RawEventRef,
     SubjectContext,
 )
+from resources.knowledge.selectors import knowledge_bases_by_id
+from resources.mcp.selectors import tools_by_name
 from resources.selectors import models_by_id
 from runners.hostapi.scope import RunScope
 from runners.hostapi.session import RunSession
@@ -236,6 +238,8 @@ def context_build(
         resource_policy=resource_policy,
         state_policy=state_policy,
         models_read=lambda model_ids: models_by_id(workspace_id=run.workspace_id, model_ids=model_ids),
+        tools_read=lambda names: tools_by_name(workspace_id=run.workspace_id, tool_names=names),
+        knowledge_bases_read=lambda kb_ids: knowledge_bases_by_id(workspace_id=run.workspace_id, kb_ids=kb_ids),
     )
     workspace = run.workspace
     bot = run.bot

@@ -2,11 +2,11 @@
 runner config's selections (DESIGN §5), as `AgentResources` plus the context APIs it opens.
 
 A resource appears only when the runner's config selects it (model / knowledge-base selector fields) or
-the policy names it (tools — there is no tool selector), the policy allows it and the manifest asks for
-that kind of access. A model must also exist in the run's workspace: `models_read` is handed the allowed
-ids (called only when there are any, so a runner selecting no model costs no query) and returns their
-rows, whose kind and abilities are what the runner sees. Tools and knowledge bases have no providers yet
-and answer `not_found`.
+the policy names it (tools — there is no tool selector; `*` allows every tool of the workspace), the
+policy allows it and the manifest asks for that kind of access. Each must also exist in the run's
+workspace: the `*_read` callables are handed the allowed ids (called only when there are any, so a runner
+selecting nothing costs no query; `tools_read(None)` means every tool) and return their rows, whose kind,
+abilities, descriptions and schemas are what the runner sees.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from langbot_sdk.protocol import (
     StorageResource,
     ToolResource,
 )
-from resources.models import Model
+from resources.models import KnowledgeBase, MCPTool, Model
 
 
 def _selected_ids(value: Any) -> list[str]:
@@ -68,6 +68,16 @@ def _model_resource(row: Model, *, operations: list[Any]) -> ModelResource:
     )
 
 
+def _tool_resource(row: MCPTool, *, operations: list[Any]) -> ToolResource:
+    return ToolResource(
+        tool_name=row.tool_name,
+        description=row.description or None,
+        parameters=row.parameters or {},
+        source=f"mcp:{row.server.server_id}",
+        operations=operations,
+    )
+
+
 def resources_build(
     *,
     permissions: AgentRunnerPermissions,
@@ -77,6 +87,8 @@ def resources_build(
     resource_policy: ResourcePolicy,
     state_policy: StatePolicy,
     models_read: Callable[[list[str]], Mapping[str, Model]],
+    tools_read: Callable[[list[str] | None], Mapping[str, MCPTool]],
+    knowledge_bases_read: Callable[[list[str]], Mapping[str, KnowledgeBase]],
 ) -> tuple[AgentResources, ContextAPICapabilities]:
     selected_models, selected_kbs = config_selections(schema, config)
 
@@ -90,16 +102,29 @@ def resources_build(
                 models.append(_model_resource(row, operations=list(permissions.models)))
 
     tools: list[ToolResource] = []
-    if permissions.tools:
-        for name in dict.fromkeys(resource_policy.allowed_tool_names):
-            if name != WILDCARD:
-                tools.append(ToolResource(tool_name=name, operations=list(permissions.tools)))
+    names = list(dict.fromkeys(resource_policy.allowed_tool_names))
+    if permissions.tools and names:
+        tool_rows = tools_read(None if WILDCARD in names else names)
+        for name in tool_rows if WILDCARD in names else names:
+            tool = tool_rows.get(name)
+            if tool is not None:
+                tools.append(_tool_resource(tool, operations=list(permissions.tools)))
 
     kbs: list[KnowledgeBaseResource] = []
-    if permissions.knowledge_bases:
-        for kb_id in selected_kbs:
-            if resource_policy.allows_kb(kb_id):
-                kbs.append(KnowledgeBaseResource(kb_id=kb_id, operations=list(permissions.knowledge_bases)))
+    allowed_kbs = [kb_id for kb_id in selected_kbs if resource_policy.allows_kb(kb_id)]
+    if permissions.knowledge_bases and allowed_kbs:
+        kb_rows = knowledge_bases_read(allowed_kbs)
+        for kb_id in allowed_kbs:
+            kb = kb_rows.get(kb_id)
+            if kb is not None:
+                kbs.append(
+                    KnowledgeBaseResource(
+                        kb_id=kb.kb_id,
+                        name=kb.name,
+                        description=kb.description or None,
+                        operations=list(permissions.knowledge_bases),
+                    )
+                )
 
     areas = [area for area in resource_policy.storage_areas if area.value in permissions.storage]
     state = StateResource(

@@ -14,7 +14,7 @@ from django.utils import timezone
 from bindings.models import RunnerDescriptor
 from bindings.policies import ResourcePolicy, StatePolicy
 from langbot_sdk.protocol import AgentRunnerContextPolicy, AgentRunnerPermissions, DynamicFormItemSchema
-from resources.models import Model
+from resources.models import KnowledgeBase, MCPServer, MCPTool, Model
 from runners.hostapi.scope import RunScope
 from runners.models import Run
 from runners.orchestrator.context import context_build
@@ -28,6 +28,18 @@ SCHEMA = [
 ]
 
 
+SERVER = MCPServer(server_id="files")
+TOOLS = {
+    name: MCPTool(tool_name=name, description=f"{name} things", parameters={"type": "object"}, server=SERVER)
+    for name in ("search", "fetch")
+}
+KBS = {"kb1", "kb2"}
+
+
+def _tools_read(names: list[str] | None) -> dict[str, MCPTool]:
+    return {name: tool for name, tool in TOOLS.items() if names is None or name in names}
+
+
 def _build(permissions: dict, policy: dict, config: dict, state: dict | None = None):
     return resources_build(
         permissions=AgentRunnerPermissions.model_validate(permissions),
@@ -37,6 +49,8 @@ def _build(permissions: dict, policy: dict, config: dict, state: dict | None = N
         resource_policy=ResourcePolicy.model_validate(policy),
         state_policy=StatePolicy.model_validate(state or {}),
         models_read=lambda ids: {i: Model(model_id=i, name=i, kind="llm") for i in ids},
+        tools_read=_tools_read,
+        knowledge_bases_read=lambda ids: {i: KnowledgeBase(kb_id=i, name=i.upper()) for i in ids if i in KBS},
     )
 
 
@@ -57,6 +71,25 @@ def test_resources_are_the_intersection_of_manifest_policy_and_config():
     assert apis.history_page is True
     assert apis.history_search is False
     assert apis.storage is True
+
+
+def test_tools_are_the_policys_names_that_exist_in_the_workspace_with_their_schemas():
+    resources, _ = _build({"tools": ["detail", "call"]}, {"allowed_tool_names": ["fetch", "gone"]}, {})
+    assert [(t.tool_name, t.description, t.parameters, t.source, t.operations) for t in resources.tools] == [
+        ("fetch", "fetch things", {"type": "object"}, "mcp:files", ["detail", "call"])
+    ]
+
+
+def test_the_tool_wildcard_grants_every_tool_of_the_workspace():
+    resources, _ = _build({"tools": ["call"]}, {"allowed_tool_names": ["*"]}, {})
+    assert sorted(t.tool_name for t in resources.tools) == ["fetch", "search"]
+
+
+def test_a_selected_knowledge_base_that_does_not_exist_is_not_a_resource():
+    resources, _ = _build(
+        {"knowledge_bases": ["retrieve"]}, {"allowed_kb_ids": ["kb1", "kb9"]}, {"kbs": ["kb9", "kb1"]}
+    )
+    assert [(kb.kb_id, kb.name) for kb in resources.knowledge_bases] == [("kb1", "KB1")]
 
 
 def test_a_model_the_policy_does_not_allow_is_not_a_resource():

@@ -298,7 +298,8 @@ def test_models_tools_and_knowledge_are_unauthorized_outside_the_snapshot(host_r
     assert run.refused("retrieve_knowledge_base", kb_id="kb", query_text="q").code == "unauthorized"
 
 
-def test_a_selected_model_with_no_row_is_not_in_the_snapshot_and_a_tool_without_a_provider_is_not_found(host_run):
+def test_a_selected_model_or_a_named_tool_with_no_row_is_not_in_the_snapshot(host_run):
     run = host_run(config={"model": "m1"}, resource_policy={"allowed_model_ids": ["m1"], "allowed_tool_names": ["t"]})
+    assert run.built.context.resources.tools == []
     assert run.refused("invoke_llm", model_id="m1", messages=[]).code == "unauthorized"
-    assert run.refused("get_tool_detail", tool_name="t").code == "not_found"
+    assert run.refused("get_tool_detail", tool_name="t").code == "unauthorized"
