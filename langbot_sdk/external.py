@@ -1,0 +1,480 @@
+"""Shared pieces of runners that call an external agent platform (Dify, n8n, Coze, DashScope, Langflow, ...).
+
+What belongs here is what every such adapter needs and nothing platform-specific:
+
+* `Platform`: one per adapter, named by its error-code prefix (``Platform("dify")``). It builds the
+  failures every adapter reports (`ExternalRunnerError`, turned into ``run.failed`` by ``to_result``):
+  ``<x>.config_invalid`` naming the field, ``<x>.timeout`` (retryable), ``<x>.empty_output``,
+  ``<x>.http_error`` (a 4xx answer, non-retryable, with the platform's own message), ``<x>.rate_limited``
+  (429) and ``<x>.unavailable`` (5xx) — both retryable —, ``<x>.connection_error`` (retryable) and
+  ``<x>.error`` for a failure the platform reports inside a stream. Every message goes through
+  ``redact``, which hides the secrets the config reader saw, so no credential reaches a log or a result.
+* `RunnerConfig`: typed reading of ``ctx.config`` that fails with ``<x>.config_invalid`` naming the field.
+* `streaming_request`: an HTTP request whose response is read as a stream; a non-2xx answer raises the
+  platform's error, transport failures and timeouts become the matching failures, and the connection is
+  closed however the caller leaves — cancellation of the run included.
+* `sse_events` (server-sent events: ``event``/``data``/``id`` fields, multi-line data, comments) and
+  `json_values` (newline-delimited or concatenated JSON) read such a response.
+* `usage_normalized`: a platform's token counts as ``run.completed``'s usage.
+* `input_text`, `input_files`, `artifact_bytes`: the current input and its files, read through
+  ``api.artifacts`` so an adapter can upload them to its platform.
+
+Typical use inside ``AgentRunner.run``::
+
+    platform = Platform("acme")
+    try:
+        config = RunnerConfig(ctx.config, platform)
+        url, key = config.url("base-url"), config.secret("api-key")
+        async with streaming_request(platform, "POST", f"{url}/chat", timeout=60, json=body,
+                                     headers={"Authorization": f"Bearer {key}"}) as response:
+            async for event in sse_events(response):
+                ...
+    except ExternalRunnerError as exc:
+        yield exc.to_result(ctx.run_id)
+        return
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult, ArtifactMetadata
+from langbot_sdk.proxy import AgentRunAPIProxy
+
+__all__ = [
+    "ERROR_BODY_MAX_BYTES",
+    "ExternalRunnerError",
+    "InputFile",
+    "Platform",
+    "RunnerConfig",
+    "SSEEvent",
+    "artifact_bytes",
+    "input_files",
+    "input_text",
+    "json_values",
+    "sse_events",
+    "streaming_request",
+    "usage_normalized",
+]
+
+ERROR_BODY_MAX_BYTES = 64 * 1024
+"""How much of an error answer is read to find the platform's message."""
+MESSAGE_MAX_CHARS = 500
+"""Longest platform message carried into ``run.failed``."""
+REDACTED = "***"
+_MIN_SECRET_CHARS = 4  # shorter values would redact ordinary words
+
+
+class ExternalRunnerError(Exception):
+    """A failure of an external-platform run, reported as ``run.failed`` with these fields."""
+
+    def __init__(
+        self, code: str, message: str, *, retryable: bool = False, details: Mapping[str, Any] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.details: dict[str, Any] = dict(details or {})
+
+    def to_result(self, run_id: str) -> AgentRunResult:
+        return AgentRunResult.run_failed(
+            run_id, self.code, self.message, retryable=self.retryable, details=self.details
+        )
+
+
+@dataclass
+class Platform:
+    """The adapter's platform: its error-code prefix and the secrets to keep out of messages."""
+
+    name: str
+    """Prefix of the error codes (``dify`` gives ``dify.timeout``) and the name shown in messages."""
+    label: str = ""
+    """Human name in messages (default: ``name``)."""
+    secrets: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.label = self.label or self.name
+
+    # -- redaction ----------------------------------------------------------------------------------
+
+    def add_secret(self, value: str) -> None:
+        """Hide ``value`` (and nothing shorter than 4 characters) in every message built from now on."""
+        if len(value) >= _MIN_SECRET_CHARS:
+            self.secrets.add(value)
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
+
+    # -- the failures every adapter reports ----------------------------------------------------------
+
+    def error(self, kind: str, message: str, *, retryable: bool = False, **details: Any) -> ExternalRunnerError:
+        """``<name>.<kind>`` with a redacted message (details are caller-built and must hold no secret)."""
+        return ExternalRunnerError(f"{self.name}.{kind}", self.redact(message), retryable=retryable, details=details)
+
+    def config_invalid(self, field_name: str, problem: str) -> ExternalRunnerError:
+        return self.error("config_invalid", f"runner config `{field_name}` {problem}", field=field_name)
+
+    def timeout(self, seconds: float) -> ExternalRunnerError:
+        return self.error(
+            "timeout", f"{self.label} did not finish within {seconds:g} seconds", retryable=True, timeout=seconds
+        )
+
+    def empty_output(self, detail: str = "") -> ExternalRunnerError:
+        suffix = f" ({detail})" if detail else ""
+        return self.error("empty_output", f"{self.label} answered with no output{suffix}")
+
+    def connection_error(self, exc: BaseException) -> ExternalRunnerError:
+        return self.error("connection_error", f"cannot reach {self.label}: {type(exc).__name__}: {exc}", retryable=True)
+
+    def stream_error(self, message: str, *, retryable: bool = False, **details: Any) -> ExternalRunnerError:
+        """A failure the platform reported in the middle of an answer (an ``error`` event, ...)."""
+        return self.error("error", f"{self.label} reported an error: {message}", retryable=retryable, **details)
+
+    def http_error(self, status: int, body: bytes, *, headers: Mapping[str, str] | None = None) -> ExternalRunnerError:
+        """The failure for a non-2xx answer: 429 and 5xx are retryable, any other status is not."""
+        message = _platform_message(body) or f"HTTP {status}"
+        details: dict[str, Any] = {"status": status}
+        platform_code = _platform_code(body)
+        if platform_code:
+            details["platform_code"] = platform_code
+        if status == 429:
+            retry_after = (headers or {}).get("retry-after")
+            if retry_after:
+                details["retry_after"] = retry_after
+            return self.error("rate_limited", f"{self.label} rate limit: {message}", retryable=True, **details)
+        if status >= 500:
+            return self.error("unavailable", f"{self.label} failed ({status}): {message}", retryable=True, **details)
+        return self.error("http_error", f"{self.label} refused the request ({status}): {message}", **details)
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _platform_message(body: bytes) -> str:
+    """The human message of an error body: ``message``, ``error.message``, ``error``, ``detail``, ``msg``
+    of a JSON object, else the text itself (cut to 500 characters)."""
+    data = _json_or_none(body)
+    if isinstance(data, dict):
+        nested = data.get("error")
+        candidates = [
+            data.get("message"),
+            nested.get("message") if isinstance(nested, dict) else nested,
+            data.get("detail"),
+            data.get("msg"),
+        ]
+        for candidate in candidates:
+            if isinstance(candidate, str) and candidate.strip():
+                return candidate.strip()[:MESSAGE_MAX_CHARS]
+    return body.decode("utf-8", errors="replace").strip()[:MESSAGE_MAX_CHARS]
+
+
+def _platform_code(body: bytes) -> str | None:
+    data = _json_or_none(body)
+    if isinstance(data, dict):
+        nested = data.get("error")
+        for candidate in (data.get("code"), nested.get("code") if isinstance(nested, dict) else None):
+            if isinstance(candidate, str | int) and not isinstance(candidate, bool) and str(candidate):
+                return str(candidate)
+    return None
+
+
+# --- config ----------------------------------------------------------------------------------------
+
+
+class RunnerConfig:
+    """Typed reads of a runner's config; a missing or malformed value raises ``<x>.config_invalid``
+    naming the field. ``secret`` values are registered with the platform for redaction."""
+
+    def __init__(self, config: Mapping[str, Any], platform: Platform) -> None:
+        self._config = config
+        self._platform = platform
+
+    def _raw(self, name: str) -> Any:
+        value = self._config.get(name)
+        return None if value == "" else value
+
+    def text(self, name: str, default: str = "") -> str:
+        """An optional string (surrounding whitespace kept); ``default`` when missing or empty."""
+        value = self._raw(name)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise self._platform.config_invalid(name, "must be a string")
+        return value
+
+    def required_text(self, name: str) -> str:
+        value = self.text(name).strip()
+        if not value:
+            raise self._platform.config_invalid(name, "is required")
+        return value
+
+    def secret(self, name: str, *, required: bool = True) -> str:
+        value = self.text(name).strip()
+        if required and not value:
+            raise self._platform.config_invalid(name, "is required")
+        if value:
+            self._platform.add_secret(value)
+        return value
+
+    def url(self, name: str) -> str:
+        """A required http(s) URL, without a trailing slash."""
+        value = self.required_text(name)
+        try:
+            parsed = httpx.URL(value)
+        except (httpx.InvalidURL, TypeError):
+            raise self._platform.config_invalid(name, "is not a valid URL") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise self._platform.config_invalid(name, "must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    def choice(self, name: str, options: Iterable[str], default: str) -> str:
+        value = self.text(name, default)
+        allowed = list(options)
+        if value not in allowed:
+            raise self._platform.config_invalid(name, f"must be one of: {', '.join(allowed)}")
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        """A positive, finite number of seconds."""
+        value = self._raw(name)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            raise self._platform.config_invalid(name, "must be a positive number of seconds")
+        return float(value)
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self._raw(name)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._platform.config_invalid(name, "must be true or false")
+        return value
+
+
+# --- HTTP ------------------------------------------------------------------------------------------
+
+
+def _timeout_config(seconds: float) -> httpx.Timeout:
+    return httpx.Timeout(seconds, connect=min(seconds, 10.0))
+
+
+@asynccontextmanager
+async def streaming_request(
+    platform: Platform,
+    method: str,
+    url: str,
+    *,
+    timeout: float,
+    client: httpx.AsyncClient | None = None,
+    **request: Any,
+) -> AsyncIterator[httpx.Response]:
+    """Send a request and yield its response unread, for streaming.
+
+    ``timeout`` bounds the whole exchange, reading included: past it the block raises ``<x>.timeout``. A
+    non-2xx answer raises ``platform.http_error`` with the platform's message; transport failures (also
+    while the block reads) raise ``<x>.connection_error``. The response and a client created here are
+    closed when the block exits for any reason, including the run being cancelled, so the platform sees
+    the connection go. ``request`` holds httpx's request arguments (``json``, ``headers``, ``files``, ...).
+    """
+    own_client = client is None
+    http = client if client is not None else httpx.AsyncClient(timeout=_timeout_config(timeout))
+    try:
+        async with asyncio.timeout(timeout):
+            async with http.stream(method, url, **request) as response:
+                if not response.is_success:
+                    body = await _read_limited(response, ERROR_BODY_MAX_BYTES)
+                    raise platform.http_error(response.status_code, body, headers=response.headers)
+                yield response
+    except (TimeoutError, httpx.TimeoutException):
+        raise platform.timeout(timeout) from None
+    except httpx.TransportError as exc:
+        raise platform.connection_error(exc) from None
+    finally:
+        if own_client:
+            await http.aclose()
+
+
+async def _read_limited(response: httpx.Response, limit: int) -> bytes:
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= limit:
+            return body[:limit]
+    return body
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    """One server-sent event; ``event`` is ``"message"`` when the server named none."""
+
+    event: str = "message"
+    data: str = ""
+    id: str | None = None
+    retry: int | None = None
+
+    def json(self) -> Any:
+        """The data parsed as JSON (raises ``ValueError`` when it is not)."""
+        return json.loads(self.data)
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
+    """The events of a ``text/event-stream`` response, as the WHATWG rules frame them.
+
+    Lines ``field: value`` (one optional space after the colon) accumulate until a blank line; several
+    ``data`` lines join with ``\\n``; lines starting with ``:`` are comments (keep-alives) and skipped; an
+    event without data (e.g. ``event: ping`` alone) is not dispatched. A last event not followed by a blank
+    line is still dispatched when the stream ends.
+    """
+    event, event_id, retry = "", None, None
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield SSEEvent(event or "message", "\n".join(data), event_id, retry)
+            event, data, retry = "", [], None
+            continue
+        if line.startswith(":"):
+            continue
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            event = value
+        elif name == "data":
+            data.append(value)
+        elif name == "id" and "\0" not in value:
+            event_id = value
+        elif name == "retry" and value.isdigit():
+            retry = int(value)
+    if data:
+        yield SSEEvent(event or "message", "\n".join(data), event_id, retry)
+
+
+async def json_values(response: httpx.Response, *, max_chars: int = 10 * 1024 * 1024) -> AsyncIterator[Any]:
+    """The JSON values of a response holding one or more of them, newline-delimited or simply
+    concatenated, each yielded as soon as it is complete. Raises ``ValueError`` when text that is not
+    JSON remains at the end or the answer exceeds ``max_chars``."""
+    decoder = json.JSONDecoder()
+    buffer, seen = "", 0
+    async for text in response.aiter_text():
+        seen += len(text)
+        if seen > max_chars:
+            raise ValueError(f"the answer is longer than {max_chars} characters")
+        buffer += text
+        while buffer := buffer.lstrip():
+            try:
+                value, end = decoder.raw_decode(buffer)
+            except json.JSONDecodeError:
+                break  # incomplete: wait for more text
+            buffer = buffer[end:]
+            yield value
+    if buffer.strip():
+        raise ValueError(f"the answer ends with text that is not JSON: {buffer.strip()[:80]!r}")
+
+
+# --- usage -----------------------------------------------------------------------------------------
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def usage_normalized(
+    raw: Mapping[str, Any] | None,
+    *,
+    source: str,
+    prompt_key: str = "prompt_tokens",
+    completion_key: str = "completion_tokens",
+    total_key: str = "total_tokens",
+    extra_keys: Iterable[str] = (),
+) -> dict[str, Any] | None:
+    """A platform's usage as ``run.completed``'s ``usage``: ``prompt_tokens``, ``completion_tokens``,
+    ``total_tokens`` (summed when the platform gives no total) and ``source`` (the platform), plus the
+    ``extra_keys`` it reports as JSON scalars (e.g. ``total_price``, ``currency``). None when it reports
+    no token count at all."""
+    if not raw:
+        return None
+    prompt, completion, total = (_count(raw.get(k)) for k in (prompt_key, completion_key, total_key))
+    if prompt is None and completion is None and total is None:
+        return None
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt or 0,
+        "completion_tokens": completion or 0,
+        "total_tokens": total if total is not None else (prompt or 0) + (completion or 0),
+        "source": source,
+    }
+    for key in extra_keys:
+        value = raw.get(key)
+        if isinstance(value, str | int | float | bool) and key not in usage:
+            usage[key] = value
+    return usage
+
+
+# --- input -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A file of the current input, held by the host as an artifact."""
+
+    artifact_id: str
+    name: str | None = None
+    mime_type: str | None = None
+
+
+def input_text(ctx: AgentRunContext) -> str:
+    """The current input's text: ``input.text``, else its text content parts joined by newlines."""
+    if ctx.input.text:
+        return ctx.input.text
+    return "\n".join(part.text for part in ctx.input.contents if part.type == "text" and part.text)
+
+
+def input_files(ctx: AgentRunContext) -> list[InputFile]:
+    """The artifacts of the current input (attachments, then content parts naming one), each once."""
+    files: dict[str, InputFile] = {}
+    for ref in ctx.input.attachments:
+        files.setdefault(ref.artifact_id, InputFile(ref.artifact_id, ref.name, ref.mime_type))
+    for part in ctx.input.contents:
+        if part.artifact_id:
+            files.setdefault(part.artifact_id, InputFile(part.artifact_id, part.file_name, part.mime_type))
+    return list(files.values())
+
+
+async def artifact_bytes(api: AgentRunAPIProxy, artifact_id: str, *, max_bytes: int) -> tuple[ArtifactMetadata, bytes]:
+    """An artifact's metadata and content through ``api.artifacts``; raises ``ValueError`` when it is
+    larger than ``max_bytes`` (checked before any byte is read) and ``AgentAPIException`` when the host
+    refuses."""
+    metadata = await api.artifacts.metadata(artifact_id)
+    if metadata.size > max_bytes:
+        raise ValueError(f"artifact {artifact_id} is {metadata.size} bytes; the limit is {max_bytes}")
+    content = bytearray()
+    async for chunk in api.artifacts.open_stream(artifact_id):
+        content += chunk.data()
+        if len(content) > max_bytes:
+            raise ValueError(f"artifact {artifact_id} is larger than {max_bytes} bytes")
+        if chunk.eof:
+            break
+    return metadata, bytes(content)
