@@ -15,7 +15,13 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from bindings.forms import CONFIG_FIELD_PREFIX, AgentBindingAdminForm, BotAdminForm, binding_admin_form
+from bindings.forms import (
+    CONFIG_FIELD_PREFIX,
+    AgentBindingAdminForm,
+    BotAdminForm,
+    binding_admin_form,
+    policy_field_names,
+)
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
 from bindings.selectors import workspaces_of_member
 from bindings.services import api_key_create, binding_save
@@ -152,18 +158,10 @@ class AgentBindingAdmin(admin.ModelAdmin[AgentBinding]):
             (None, {"fields": ["binding_id", "name", "workspace", "enabled"]}),
             ("Routing", {"fields": ["scope_type", "scope_id", "event_types", "priority"]}),
             ("Runner and its config", {"fields": runner_section}),
-            (
-                "Policies",
-                {
-                    "fields": [
-                        "resource_policy",
-                        "state_policy",
-                        "delivery_policy",
-                        "concurrency_policy",
-                        "timeout_seconds",
-                    ]
-                },
-            ),
+            ("Resource policy", {"fields": policy_field_names("resource_policy")}),
+            ("State policy", {"fields": policy_field_names("state_policy")}),
+            ("Delivery policy", {"fields": policy_field_names("delivery_policy")}),
+            ("Run policies", {"fields": ["concurrency_policy", "timeout_seconds"]}),
         ]
         if obj is not None:
             fieldsets.append(("Record", {"fields": self.readonly_fields}))

@@ -6,6 +6,15 @@ comes from the posted data, `?runner_id=` or the stored binding, and changing th
 the page with `?runner_id=`. Validation is `bindings.services.binding_prepare`, the same as the API's;
 its field errors are shown on the matching form fields. Secrets are shown as the mask, and a mask that
 comes back keeps the stored secret.
+
+Model and knowledge-base selectors of the config, and the policies' model, tool and knowledge-base lists,
+are selects of the workspace's real resources, listed through `bindings.resource_catalog` (filled by
+`resources`; without it they are free text). The workspace is the one posted, the one of `?workspace=`
+(picking a workspace on the add page reloads it so) or the binding's; while none is chosen the selects
+list every workspace the user may pick, grouped by workspace. A stored id that no longer exists stays
+listed as "(missing)" so that saving keeps it. The policies are edited as one control per key and put
+back together as the JSON the API takes; stored keys no control covers show in the policy's "other keys"
+JSON and are saved as they are.
 """
 
 from __future__ import annotations
@@ -19,17 +28,21 @@ from django.forms.fields import InvalidJSONInput
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
-from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.policies import WILDCARD, DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.resource_catalog import CatalogEntry, ResourceKind, resource_catalog_source
 from bindings.runner_config import config_schema_items
-from bindings.selectors import binding_runner_config_masked, bot_credentials_masked
+from bindings.selectors import binding_runner_config_masked, bot_credentials_masked, workspaces_of_member
 from bindings.services import BindingValidationError, binding_prepare, credentials_merge
 from bindings.specs import BindingIn
 from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
+from langbot_sdk.protocol.state import StateScope, StorageArea
 
 CONFIG_FIELD_PREFIX = "cfg__"
+# While no workspace is chosen, the resource selects list the resources of at most this many workspaces.
+CATALOG_GROUPED_WORKSPACES_MAX = 20
 
 
 def _text(value: Any) -> str:
@@ -148,13 +161,96 @@ def runner_choices(current: str | None) -> list[tuple[str, str]]:
     return choices
 
 
-def runner_config_items(runner_id: str | None) -> list[DynamicFormItemSchema]:
+def _runner_descriptor(runner_id: str | None) -> RunnerDescriptor | None:
     if not runner_id:
-        return []
+        return None
     descriptor = RunnerDescriptor.objects.filter(runner_id=runner_id).first()
     if descriptor is None or descriptor.status == RunnerDescriptor.Status.MISSING:
-        return []
-    return config_schema_items(descriptor.config_schema)
+        return None
+    return descriptor
+
+
+def _runner_platform_actions(descriptor: RunnerDescriptor | None) -> list[str]:
+    """The platform actions the runner's manifest may request: all a policy can usefully allow."""
+    actions = (descriptor.permissions or {}).get("platform_api", []) if descriptor is not None else []
+    return [action for action in actions if isinstance(action, str)] if isinstance(actions, list) else []
+
+
+# --- policies as controls ------------------------------------------------------------------------------
+
+POLICY_MODELS: dict[str, type[ResourcePolicy] | type[StatePolicy] | type[DeliveryPolicy]] = {
+    "resource_policy": ResourcePolicy,
+    "state_policy": StatePolicy,
+    "delivery_policy": DeliveryPolicy,
+}
+POLICY_OTHER_KEYS = "other"
+"""The control of a policy holding the stored keys no other control covers, as JSON."""
+
+# The keys each policy edits with a control of its own; anything else stored goes to the "other" JSON.
+POLICY_CONTROLLED_KEYS: dict[str, tuple[str, ...]] = {
+    "resource_policy": (
+        "allowed_model_ids",
+        "allowed_tool_names",
+        "allowed_kb_ids",
+        "storage_areas",
+        "platform_actions",
+        "require_action_approval",
+    ),
+    "state_policy": ("enable_state", "state_scopes"),
+    "delivery_policy": ("enable_streaming", "enable_reply", "max_message_size"),
+}
+
+# Policy lists of resource ids: (key, resource kind, what one is called in a message).
+POLICY_RESOURCE_LISTS: tuple[tuple[str, ResourceKind, str], ...] = (
+    ("allowed_model_ids", ResourceKind.MODELS, "model"),
+    ("allowed_tool_names", ResourceKind.TOOLS, "tool"),
+    ("allowed_kb_ids", ResourceKind.KNOWLEDGE_BASES, "knowledge base"),
+)
+
+
+def policy_field_name(policy: str, key: str) -> str:
+    return f"{policy}__{key}"
+
+
+def policy_field_names(policy: str) -> list[str]:
+    """The form fields of one policy, in the order the admin shows them."""
+    return [policy_field_name(policy, key) for key in (*POLICY_CONTROLLED_KEYS[policy], POLICY_OTHER_KEYS)]
+
+
+def _other_keys_field() -> StorableJSONField:
+    return StorableJSONField(
+        label="Other keys",
+        required=False,
+        help_text="Stored keys of this policy that have no control above, kept as they are (a JSON object). "
+        "A key the policy does not know is refused on save: remove it here.",
+    )
+
+
+def _enum_choices(enum: type[StorageArea] | type[StateScope]) -> list[Any]:
+    return [(member.value, member.value) for member in enum]
+
+
+def _wildcard_first(choices: list[Any]) -> list[Any]:
+    return [(WILDCARD, f"all ({WILDCARD})"), *choices]
+
+
+def _with_stored(choices: list[Any], stored: Any, *, suffix: str) -> list[Any]:
+    """`choices` plus the stored values they lack, labelled with `suffix`, so that they stay visible and
+    saving the form unchanged keeps them."""
+    values = stored if isinstance(stored, list) else [stored]
+    offered = {value for value, _ in _flat_choices(choices)}
+    extra = [value for value in values if isinstance(value, str) and value and value not in offered]
+    return [*choices, *((value, f"{value} {suffix}") for value in dict.fromkeys(extra))]
+
+
+def _flat_choices(choices: list[Any]) -> list[tuple[str, str]]:
+    flat: list[tuple[str, str]] = []
+    for value, label in choices:
+        if isinstance(label, (list, tuple)):
+            flat.extend(label)
+        else:
+            flat.append((value, label))
+    return flat
 
 
 class EventTypesField(forms.CharField):
@@ -170,6 +266,7 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
     """Base form; `binding_admin_form()` derives the class for one runner."""
 
     config_items: ClassVar[list[DynamicFormItemSchema]] = []
+    runner_platform_actions: ClassVar[list[str]] = []
     user: ClassVar[AbstractBaseUser | AnonymousUser | None] = None
 
     binding_id = forms.SlugField(required=False, max_length=64, help_text="Leave empty to generate one from the name.")
@@ -177,9 +274,53 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         initial="message.received", help_text="Comma-separated, e.g. `message.received`; `*` matches every event."
     )
     runner_id = forms.ChoiceField(label="Runner", choices=[])
-    resource_policy = StorableJSONField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
-    state_policy = StorableJSONField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
-    delivery_policy = StorableJSONField(required=False, widget=forms.Textarea(attrs={"rows": 3}))
+
+    # Resource policy. The three id lists are selects of the workspace's resources, or free text without a
+    # catalog (set up in __init__).
+    resource_policy__allowed_model_ids = forms.MultipleChoiceField(label="Allowed models", required=False)
+    resource_policy__allowed_tool_names = forms.MultipleChoiceField(label="Allowed tools", required=False)
+    resource_policy__allowed_kb_ids = forms.MultipleChoiceField(label="Allowed knowledge bases", required=False)
+    resource_policy__storage_areas = forms.MultipleChoiceField(
+        label="Storage areas",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        choices=_enum_choices(StorageArea),
+        help_text="`plugin` and `binding` are private to the runner; `workspace` is shared by every binding.",
+    )
+    resource_policy__platform_actions = forms.MultipleChoiceField(
+        label="Platform actions",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The actions the runner's manifest may request; the policy allows a subset.",
+    )
+    resource_policy__require_action_approval = forms.BooleanField(
+        label="Require action approval",
+        required=False,
+        help_text="Platform actions wait for an operator's approval.",
+    )
+    resource_policy__other = _other_keys_field()
+    # State policy.
+    state_policy__enable_state = forms.BooleanField(label="Enable state", required=False)
+    state_policy__state_scopes = forms.MultipleChoiceField(
+        label="State scopes",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        choices=_enum_choices(StateScope),
+    )
+    state_policy__other = _other_keys_field()
+    # Delivery policy.
+    delivery_policy__enable_streaming = forms.BooleanField(label="Enable streaming", required=False)
+    delivery_policy__enable_reply = forms.BooleanField(
+        label="Enable reply",
+        required=False,
+        help_text="Unticked, the binding is an observer: it runs beside the replying binding and never replies.",
+    )
+    delivery_policy__max_message_size = forms.IntegerField(
+        label="Max message size",
+        required=False,
+        help_text="Longest reply (characters) delivered to the platform; empty leaves it to the platform.",
+    )
+    delivery_policy__other = _other_keys_field()
 
     class Meta:
         model = AgentBinding
@@ -191,9 +332,6 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             "scope_id",
             "event_types",
             "runner_id",
-            "resource_policy",
-            "state_policy",
-            "delivery_policy",
             "concurrency_policy",
             "timeout_seconds",
             "priority",
@@ -203,13 +341,14 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.prepared: dict[str, Any] = {}
+        self._catalog_cache: dict[tuple[ResourceKind, int], list[CatalogEntry]] = {}
         instance: AgentBinding = self.instance
         stored = instance.runner_id if instance.pk else None
         runner_field = self.fields["runner_id"]
         assert isinstance(runner_field, forms.ChoiceField)
         runner_field.choices = runner_choices(stored)
         runner_field.help_text = "Changing the runner reloads the page with that runner's config fields."
-        runner_field.widget.attrs["onchange"] = "window.location.search='?runner_id='+encodeURIComponent(this.value)"
+        runner_field.widget.attrs["onchange"] = _reload_with("runner_id")
         self.fields[
             "scope_id"
         ].help_text = "bot_id for bot scope; empty for workspace scope (its own workspace) and global scope."
@@ -217,13 +356,15 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         self.fields["workspace"].help_text = "Empty only for host-wide global bindings (superusers)."
         if instance.pk:
             self.fields["binding_id"].disabled = True
-        for policy, model in (
-            ("resource_policy", ResourcePolicy),
-            ("state_policy", StatePolicy),
-            ("delivery_policy", DeliveryPolicy),
-        ):
-            stored_policy = getattr(instance, policy) if instance.pk else {}
-            self.initial[policy] = model.model_validate(stored_policy or {}).model_dump(mode="json")
+        workspace_field = self.fields["workspace"]
+        if isinstance(workspace_field, forms.ModelChoiceField) and not self._user_is_superuser:
+            workspace_field.queryset = workspaces_of_member(user_id=getattr(self.user, "pk", None))
+        self.catalog_workspaces, self.catalog_workspace = self._resolve_catalog_workspaces()
+        if not instance.pk:
+            # The resource selects follow the workspace: picking one reloads the add page with it.
+            workspace_field.widget.attrs["onchange"] = _reload_with("workspace")
+            if self.catalog_workspace is not None and not self.is_bound:
+                self.initial.setdefault("workspace", self.catalog_workspace.pk)
         masked = binding_runner_config_masked(instance) if instance.pk else {}
         for item in self.config_items:
             name = CONFIG_FIELD_PREFIX + item.name
@@ -231,15 +372,178 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
                 self.initial[name] = masked[item.name]
             elif item.default is not None:
                 self.initial.setdefault(name, item.default)
-        workspace_field = self.fields["workspace"]
-        if isinstance(workspace_field, forms.ModelChoiceField) and not self._user_is_superuser:
-            workspace_field.queryset = Workspace.objects.filter(
-                memberships__user_id=getattr(self.user, "pk", None) or 0
-            )
+            self._catalog_config_field(item, stored=masked.get(item.name))
+        self._policy_controls_set_up()
 
     @property
     def _user_is_superuser(self) -> bool:
         return bool(getattr(self.user, "is_superuser", False))
+
+    # --- the workspace whose resources are offered -------------------------------------------------
+
+    def _resolve_catalog_workspaces(self) -> tuple[list[Workspace], Workspace | None]:
+        """The workspaces whose resources the selects offer, and the one binding workspace when known.
+
+        Known: posted, given as `?workspace=` (the add page's initial data) or the binding's. Otherwise
+        every workspace the user may pick (their only one counts as chosen). Never a workspace the user
+        may not pick: a foreign id posted by hand lists nothing of it.
+        """
+        user_id = getattr(self.user, "pk", None)
+        allowed = Workspace.objects.all() if self._user_is_superuser else workspaces_of_member(user_id=user_id)
+        raw = self.data.get(self.add_prefix("workspace")) if self.is_bound else self.initial.get("workspace")
+        if raw is not None and str(raw).isdigit():
+            chosen = allowed.filter(pk=int(raw)).first()
+            if chosen is not None:
+                return [chosen], chosen
+        everything = list(allowed.order_by("slug")[: CATALOG_GROUPED_WORKSPACES_MAX + 1])
+        if len(everything) == 1 and not self.is_bound and not self._user_is_superuser:
+            return everything, everything[0]
+        return everything[:CATALOG_GROUPED_WORKSPACES_MAX], None
+
+    def _catalog_entries(self, kind: ResourceKind, workspace: Workspace) -> list[CatalogEntry]:
+        key = (kind, workspace.pk)
+        if key not in self._catalog_cache:
+            source = resource_catalog_source(kind)
+            self._catalog_cache[key] = source(workspace) if source is not None else []
+        return self._catalog_cache[key]
+
+    def _resource_choices(self, kind: ResourceKind, *, model_kind: str | None = None) -> list[Any]:
+        """The workspace's resources of `kind` as choices: flat for one workspace, grouped by workspace
+        while none is chosen."""
+
+        def entries(workspace: Workspace) -> list[tuple[str, str]]:
+            return [
+                (entry.id, entry.label)
+                for entry in self._catalog_entries(kind, workspace)
+                if model_kind is None or entry.model_kind == model_kind
+            ]
+
+        if self.catalog_workspace is not None:
+            return entries(self.catalog_workspace)
+        groups = [(f"workspace {workspace.slug}", entries(workspace)) for workspace in self.catalog_workspaces]
+        return [group for group in groups if group[1]]
+
+    def _unknown_id_message(self, label: str, noun: str) -> str:
+        where = f"workspace {self.catalog_workspace.slug}" if self.catalog_workspace is not None else "your workspaces"
+        return f"{label}: there is no {noun} %(value)s in {where}."
+
+    def _catalog_help(self) -> str:
+        if self.catalog_workspace is not None:
+            return ""
+        more = len(self.catalog_workspaces) >= CATALOG_GROUPED_WORKSPACES_MAX
+        return " Choose the workspace first to list only its resources" + (
+            f" (only the first {CATALOG_GROUPED_WORKSPACES_MAX} workspaces are listed)." if more else "."
+        )
+
+    def _catalog_config_field(self, item: DynamicFormItemSchema, *, stored: Any) -> None:
+        """A model or knowledge-base selector of the runner config as a select of the workspace's ones."""
+        if item.type is DynamicFormItemType.MODEL_SELECTOR:
+            kind, noun = ResourceKind.MODELS, f"{item.model_kind} model" if item.model_kind else "model"
+        elif item.type is DynamicFormItemType.KNOWLEDGE_BASE_SELECTOR:
+            kind, noun = ResourceKind.KNOWLEDGE_BASES, "knowledge base"
+        else:
+            return
+        if resource_catalog_source(kind) is None:
+            return
+        name = CONFIG_FIELD_PREFIX + item.name
+        free_text = self.fields[name]
+        choices = _with_stored(self._resource_choices(kind, model_kind=item.model_kind), stored, suffix="(missing)")
+        options: dict[str, Any] = {
+            "label": free_text.label,
+            "help_text": (free_text.help_text + self._catalog_help()).strip(),
+            "required": free_text.required,
+            "error_messages": {"invalid_choice": self._unknown_id_message(str(free_text.label), noun)},
+        }
+        if item.multiple:
+            self.fields[name] = forms.MultipleChoiceField(
+                choices=choices, widget=forms.SelectMultiple(attrs={"size": 6}), **options
+            )
+        else:
+            self.fields[name] = forms.ChoiceField(choices=[("", "---------"), *choices], **options)
+
+    # --- policies ----------------------------------------------------------------------------------
+
+    def _stored_policy(self, policy: str) -> dict[str, Any]:
+        instance: AgentBinding = self.instance
+        stored = getattr(instance, policy) if instance.pk else None
+        return stored if isinstance(stored, dict) else {}
+
+    def _policy_controls_set_up(self) -> None:
+        for policy, model in POLICY_MODELS.items():
+            stored = self._stored_policy(policy)
+            values = {**model().model_dump(mode="json"), **stored}
+            for key in POLICY_CONTROLLED_KEYS[policy]:
+                self.initial.setdefault(policy_field_name(policy, key), values.get(key))
+            other = {key: value for key, value in stored.items() if key not in POLICY_CONTROLLED_KEYS[policy]}
+            other_name = policy_field_name(policy, POLICY_OTHER_KEYS)
+            self.initial[other_name] = other
+            posted_other = self.data.get(self.add_prefix(other_name)) if self.is_bound else None
+            if not other and posted_other in (None, "", "{}"):
+                # Nothing to show: the usual case, since the controls cover every key the policy knows.
+                self.fields[other_name].widget = forms.HiddenInput()
+        resource = {**ResourcePolicy().model_dump(mode="json"), **self._stored_policy("resource_policy")}
+        for key, kind, noun in POLICY_RESOURCE_LISTS:
+            name = policy_field_name("resource_policy", key)
+            field = self.fields[name]
+            if resource_catalog_source(kind) is None:
+                self.fields[name] = LinesField(
+                    label=field.label, required=False, help_text=f"One id per line; `{WILDCARD}` allows every one."
+                )
+                continue
+            assert isinstance(field, forms.MultipleChoiceField)
+            field.widget = forms.SelectMultiple(attrs={"size": 8})
+            field.choices = _with_stored(
+                _wildcard_first(self._resource_choices(kind)), resource.get(key), suffix="(missing)"
+            )
+            field.error_messages["invalid_choice"] = self._unknown_id_message(str(field.label), noun)
+            field.help_text = (
+                f"None selected allows none; `{WILDCARD}` allows every one the runner's config selects."
+                + self._catalog_help()
+            )
+        actions = self.fields[policy_field_name("resource_policy", "platform_actions")]
+        assert isinstance(actions, forms.MultipleChoiceField)
+        actions.choices = _with_stored(
+            _wildcard_first([(action, action) for action in self.runner_platform_actions]),
+            resource.get("platform_actions"),
+            suffix="(not requested by the runner)",
+        )
+        areas = self.fields[policy_field_name("resource_policy", "storage_areas")]
+        assert isinstance(areas, forms.MultipleChoiceField)
+        areas.choices = _with_stored(_enum_choices(StorageArea), resource.get("storage_areas"), suffix="(unknown)")
+        state = {**StatePolicy().model_dump(mode="json"), **self._stored_policy("state_policy")}
+        scopes = self.fields[policy_field_name("state_policy", "state_scopes")]
+        assert isinstance(scopes, forms.MultipleChoiceField)
+        scopes.choices = _with_stored(_enum_choices(StateScope), state.get("state_scopes"), suffix="(unknown)")
+
+    def _policy_from_fields(self, policy: str) -> dict[str, Any]:
+        """One policy as the API takes it: the stored keys no control covers, then each control's value."""
+        other = self.cleaned_data.get(policy_field_name(policy, POLICY_OTHER_KEYS))
+        value: dict[str, Any] = dict(other) if isinstance(other, dict) else {}
+        for key in POLICY_CONTROLLED_KEYS[policy]:
+            value[key] = self.cleaned_data.get(policy_field_name(policy, key))
+        return value
+
+    def clean_resource_policy__other(self) -> Any:
+        return self._clean_other("resource_policy")
+
+    def clean_state_policy__other(self) -> Any:
+        return self._clean_other("state_policy")
+
+    def clean_delivery_policy__other(self) -> Any:
+        return self._clean_other("delivery_policy")
+
+    def _clean_other(self, policy: str) -> dict[str, Any]:
+        value = self.cleaned_data.get(policy_field_name(policy, POLICY_OTHER_KEYS))
+        if value in (None, ""):
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Must be a JSON object.")
+        covered = sorted(set(value) & set(POLICY_CONTROLLED_KEYS[policy]))
+        if covered:
+            raise forms.ValidationError(f"Set {', '.join(covered)} with the control(s) above, not here.")
+        return value
+
+    # --- validation ------------------------------------------------------------------------------
 
     def _config_from_fields(self) -> dict[str, Any]:
         config: dict[str, Any] = {}
@@ -251,12 +555,16 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         return config
 
     def _error_field(self, key: str) -> str | None:
-        """The form field an error key (`runner_config.x`, `scope.scope_id`, `resource_policy.y`) belongs to."""
+        """The form field an error key (`runner_config.x`, `scope.scope_id`, `resource_policy.y.0`)
+        belongs to."""
         parts = key.split(".")
         if parts[0] == "runner_config":
             target = CONFIG_FIELD_PREFIX + parts[1] if len(parts) > 1 else ""
         elif parts[0] == "scope":
             target = parts[1] if len(parts) > 1 else "scope_type"
+        elif parts[0] in POLICY_MODELS:
+            control = policy_field_name(parts[0], parts[1]) if len(parts) > 1 else ""
+            target = control if control in self.fields else policy_field_name(parts[0], POLICY_OTHER_KEYS)
         else:
             target = parts[0]
         return target if target in self.fields and not self.fields[target].disabled else None
@@ -274,14 +582,12 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             "event_types": cleaned.get("event_types") or [],
             "runner_id": cleaned.get("runner_id"),
             "runner_config": self._config_from_fields(),
+            **{policy: self._policy_from_fields(policy) for policy in POLICY_MODELS},
             "concurrency_policy": cleaned.get("concurrency_policy"),
             "timeout_seconds": cleaned.get("timeout_seconds"),
             "priority": cleaned.get("priority"),
             "enabled": cleaned.get("enabled"),
         }
-        for policy in ("resource_policy", "state_policy", "delivery_policy"):
-            if cleaned.get(policy) not in (None, ""):
-                body[policy] = cleaned[policy]
         try:
             spec = BindingIn.model_validate(body)
             self.prepared = binding_prepare(workspace=workspace, spec=spec, existing=instance if instance.pk else None)
@@ -294,20 +600,37 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
     def _add_field_errors(self, fields: dict[str, str]) -> None:
         for key, message in fields.items():
             target = self._error_field(key)
-            self.add_error(target, message if target else f"{key}: {message}")
+            # Policy errors keep naming their key, as the API's do.
+            named = target is None or key.split(".")[0] in POLICY_MODELS
+            self.add_error(target, f"{key}: {message}" if named else message)
 
     def _post_clean(self) -> None:
         # Model validation is `binding_prepare`'s job (run in clean); the admin saves `self.prepared`.
         return
 
 
+def _reload_with(parameter: str) -> str:
+    """An onchange handler reloading the page with this select's value as `?<parameter>=`, other query
+    parameters (the runner, the workspace) kept."""
+    return (
+        "var q=new URLSearchParams(window.location.search);"
+        f"q.set('{parameter}',this.value);window.location.search=q.toString()"
+    )
+
+
 def binding_admin_form(
     *, runner_id: str | None, user: AbstractBaseUser | AnonymousUser | None, instance: AgentBinding | None = None
 ) -> type[AgentBindingAdminForm]:
     """The admin form class for a binding of `runner_id`, with one field per config schema item."""
-    items = runner_config_items(runner_id)
+    descriptor = _runner_descriptor(runner_id)
+    items = config_schema_items(descriptor.config_schema) if descriptor is not None else []
     stored_secrets = (instance.runner_secrets or {}) if instance is not None and instance.pk else {}
-    attrs: dict[str, Any] = {"config_items": items, "user": user, "__module__": __name__}
+    attrs: dict[str, Any] = {
+        "config_items": items,
+        "runner_platform_actions": _runner_platform_actions(descriptor),
+        "user": user,
+        "__module__": __name__,
+    }
     for item in items:
         attrs[CONFIG_FIELD_PREFIX + item.name] = config_form_field(item, has_stored_secret=item.name in stored_secrets)
     return type("AgentBindingRunnerForm", (AgentBindingAdminForm,), attrs)

@@ -41,9 +41,13 @@ def form_data(workspace, runner, **overrides):
         "cfg__max_rounds": "5",
         "cfg__api_key": "sk-admin",
         "cfg__prompt": '[{"role": "system", "content": "be brief"}]',
-        "resource_policy": "",
-        "state_policy": "",
-        "delivery_policy": "",
+        # The policy controls as a fresh add page posts them (the policies' defaults).
+        "resource_policy__storage_areas": ["plugin", "binding"],
+        "resource_policy__require_action_approval": "on",
+        "state_policy__enable_state": "on",
+        "state_policy__state_scopes": ["conversation", "actor", "subject", "runner", "binding"],
+        "delivery_policy__enable_streaming": "on",
+        "delivery_policy__enable_reply": "on",
         "concurrency_policy": "queue",
         "timeout_seconds": "300",
         "_save": "Save",
@@ -208,7 +212,7 @@ def _errors(response) -> dict:
     ("overrides", "field"),
     [
         ({"cfg__prompt": '[{"role": "system", "content": "nul \\u0000"}]'}, "cfg__prompt"),
-        ({"resource_policy": '{"allowed_model_ids": ["m\\u0000"]}'}, "resource_policy"),
+        ({"resource_policy__other": '{"legacy": "m\\u0000"}'}, "resource_policy__other"),
     ],
 )
 def test_text_the_database_cannot_store_is_refused_on_its_field(admin_client, workspace, runner, overrides, field):
