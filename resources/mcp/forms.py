@@ -1,0 +1,97 @@
+"""The admin form of MCP servers.
+
+Validation is the API's (`resources.mcp.specs`, `resources.mcp.services`), its field errors shown on the
+matching form fields. `env` and `headers` values are shown as the mask; a mask that comes back keeps the
+stored value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from pydantic import ValidationError
+
+from langbot_host.core.api_errors import field_errors
+from langbot_host.core.crypto import SECRET_MASK
+from resources.mcp.selectors import mcp_server_env_masked, mcp_server_headers_masked
+from resources.mcp.services import mcp_secret_merge, mcp_transport_check
+from resources.mcp.specs import MCPServerIn
+from resources.models import MCPServer
+from resources.services import ResourceValidationError
+
+_INPUTS = {"env": "env_input", "headers": "headers_input", "args": "args_input"}
+
+
+class MCPServerAdminForm(forms.ModelForm[MCPServer]):
+    args_input = forms.JSONField(
+        label="Arguments",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text='stdio: a JSON list of strings, e.g. ["-y", "@modelcontextprotocol/server-everything"].',
+    )
+    env_input = forms.JSONField(
+        label="Environment",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=f'stdio: a JSON object, e.g. {{"API_KEY": "..."}}; the host\'s own environment is never passed. '
+        f"Stored values show as {SECRET_MASK}; leave them so to keep them. A variable removed here is deleted.",
+    )
+    headers_input = forms.JSONField(
+        label="Headers",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=f'http: a JSON object, e.g. {{"Authorization": "Bearer ..."}}. Stored values show as {SECRET_MASK}; '
+        "leave them so to keep them.",
+    )
+
+    class Meta:
+        model = MCPServer
+        fields = ["workspace", "server_id", "name", "transport", "command", "url", "timeout_seconds", "enabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env: dict[str, str] = {}
+        self.headers: dict[str, str] = {}
+        self.args: list[str] = []
+        if self.instance.pk:
+            self.initial["args_input"] = list(self.instance.args or [])
+            self.initial["env_input"] = mcp_server_env_masked(self.instance)
+            self.initial["headers_input"] = mcp_server_headers_masked(self.instance)
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean() or {}
+        values = {
+            "name": cleaned.get("name") or "",
+            "transport": cleaned.get("transport") or "",
+            "command": cleaned.get("command") or "",
+            "args": cleaned.get("args_input") or [],
+            "env": cleaned.get("env_input") or {},
+            "url": cleaned.get("url") or "",
+            "headers": cleaned.get("headers_input") or {},
+            "timeout_seconds": cleaned.get("timeout_seconds"),
+            "enabled": bool(cleaned.get("enabled")),
+        }
+        try:
+            spec = mcp_transport_check(MCPServerIn.model_validate(values))
+            self.env, self.headers = mcp_secret_merge(
+                env=spec.env, headers=spec.headers, server=self.instance if self.instance.pk else None
+            )
+        except ValidationError as exc:
+            self._add_errors(field_errors(exc))
+            return cleaned
+        except ResourceValidationError as exc:
+            self._add_errors(exc.fields)
+            return cleaned
+        self.args = list(spec.args)
+        cleaned["command"], cleaned["url"] = spec.command, spec.url
+        return cleaned
+
+    def _add_errors(self, fields: dict[str, str]) -> None:
+        for key, message in fields.items():
+            head = key.split(".", 1)[0]
+            name = _INPUTS.get(head, head)
+            if name in self.fields and name not in self.errors:
+                self.add_error(name, message)
+            elif name not in self.fields:
+                self.add_error(None, f"{key}: {message}")

@@ -1,0 +1,108 @@
+"""MCP server rows pointing at the real fake server (`tests/fakes/mcp_server.py`), over stdio or over
+streamable HTTP on a free localhost port, and the fixture that closes this process's sessions after a
+test (so no stdio server outlives it). Test modules import the fixtures they use (`*_fixture`, registered
+under the name without the suffix)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from resources.mcp.client import mcp_connections_close_all
+from resources.models import MCPServer
+
+SERVER_SCRIPT = str(Path(__file__).with_name("mcp_server.py"))
+HTTP_TOKEN = "tok-http-secret-4242"
+
+
+def stdio_server(
+    workspace: Any,
+    *,
+    server_id: str = "fake",
+    tools: list[str] | None = None,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    timeout_seconds: int = 15,
+    enabled: bool = True,
+) -> MCPServer:
+    """A stdio server row that runs the fake server with this interpreter."""
+    args = [SERVER_SCRIPT]
+    if tools is not None:
+        args += ["--tools", ",".join(tools)]
+    for name in extra:
+        args += ["--extra", name]
+    return MCPServer.objects.create(
+        workspace=workspace,
+        server_id=server_id,
+        name=server_id,
+        transport=MCPServer.Transport.STDIO,
+        command=sys.executable,
+        args=args,
+        env=env or {},
+        timeout_seconds=timeout_seconds,
+        enabled=enabled,
+    )
+
+
+@dataclass
+class HttpMCP:
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+
+    def server(self, workspace: Any, *, server_id: str = "remote", timeout_seconds: int = 15) -> MCPServer:
+        return MCPServer.objects.create(
+            workspace=workspace,
+            server_id=server_id,
+            name=server_id,
+            transport=MCPServer.Transport.HTTP,
+            url=self.url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout_seconds=timeout_seconds,
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(name="mcp_cleanup")
+def mcp_cleanup_fixture() -> Iterator[None]:
+    yield
+    mcp_connections_close_all()
+
+
+@pytest.fixture(name="mcp_http")
+def mcp_http_fixture(mcp_cleanup: None) -> Iterator[HttpMCP]:
+    """The fake server over streamable HTTP (a subprocess on a free port), requiring `HTTP_TOKEN`."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, SERVER_SCRIPT, "--http", "--port", str(port), "--token", HTTP_TOKEN],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the fake MCP HTTP server did not start") from None
+                time.sleep(0.05)
+        yield HttpMCP(url=f"http://127.0.0.1:{port}/mcp", token=HTTP_TOKEN, process=process)
+    finally:
+        mcp_connections_close_all()
+        process.kill()
+        process.wait(timeout=10)
