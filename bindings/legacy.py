@@ -2,14 +2,18 @@
 
 The pipeline's `ai.runner.runner` names a built-in runner of old LangBot; it maps to the official runner
 plugin of OFFICIAL_RUNNER_PLUGINS §3, and the pipeline's `ai.<runner>` block becomes the binding's
-`runner_config`, copied value for value. When the runner's plugin is installed the block is checked
-against its config schema; when it is not, the block is stored unchecked and the binding says so
-(`config_validated: false`, and `source_detail`).
+`runner_config`, copied value for value — with one exception, named in `LEGACY_BLOCK_RESHAPES`: a field
+whose LangBot shape no form item type can hold is split into fields that can, every value kept (LangBot's
+local-agent `model: {primary, fallbacks, reasoning}` becomes `model`, `fallback-models` and
+`model-reasoning`, so the host's resource builder sees the selected models). When the runner's plugin is
+installed the block is checked against its config schema; when it is not, the block is stored unchecked
+and the binding says so (`config_validated: false`, and `source_detail`).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,29 @@ LEGACY_RUNNER_IDS: dict[str, str] = {
 }
 
 LEGACY_EVENT_TYPE = "message.received"
+
+
+def _local_agent_block(block: dict[str, Any]) -> dict[str, Any]:
+    """LangBot's `model: {primary, fallbacks, reasoning}` (a plain id in older LangBot) as the local-agent
+    plugin's `model` (a model selector), `fallback-models` (a multiple model selector) and `model-reasoning`."""
+    model = block.get("model")
+    if not isinstance(model, dict):
+        return block
+    reshaped = {key: value for key, value in block.items() if key != "model"}
+    reshaped["model"] = model.get("primary", "")
+    if "fallbacks" in model:
+        reshaped["fallback-models"] = model["fallbacks"]
+    if "reasoning" in model:
+        reshaped["model-reasoning"] = model["reasoning"]
+    extra = {key: value for key, value in model.items() if key not in ("primary", "fallbacks", "reasoning")}
+    if extra:
+        # Keys LangBot may add later stay visible (and fail validation by name) rather than vanish.
+        reshaped["model-extra"] = extra
+    return reshaped
+
+
+# Old runner → how its block's LangBot shape becomes the official plugin's config (see the module doc).
+LEGACY_BLOCK_RESHAPES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"local-agent": _local_agent_block}
 
 
 class LegacyImportError(Exception):
@@ -102,8 +129,12 @@ def legacy_pipeline_parse(data: Any) -> LegacyPipeline:
         # The block is copied as it is or not at all.
         where = f"ai.{legacy_runner}" + (f".{unstorable}" if unstorable else "")
         raise LegacyImportError(f"`{where}` holds a NUL character or an unpaired surrogate, which cannot be stored")
+    reshape = LEGACY_BLOCK_RESHAPES.get(legacy_runner)
     return LegacyPipeline(
-        name=name, legacy_runner=legacy_runner, runner_id=LEGACY_RUNNER_IDS[legacy_runner], runner_config=block
+        name=name,
+        legacy_runner=legacy_runner,
+        runner_id=LEGACY_RUNNER_IDS[legacy_runner],
+        runner_config=reshape(block) if reshape is not None else block,
     )
 
 
