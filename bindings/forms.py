@@ -362,7 +362,10 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         self.catalog_workspaces, self.catalog_workspace = self._resolve_catalog_workspaces()
         if not instance.pk:
             # The resource selects follow the workspace: picking one reloads the add page with it.
-            workspace_field.widget.attrs["onchange"] = _reload_with("workspace")
+            # The admin wraps the select (add / change links); the handler belongs on the select itself.
+            select = getattr(workspace_field.widget, "widget", workspace_field.widget)
+            if isinstance(select, forms.Widget):
+                select.attrs["onchange"] = _reload_with("workspace")
             if self.catalog_workspace is not None and not self.is_bound:
                 self.initial.setdefault("workspace", self.catalog_workspace.pk)
         masked = binding_runner_config_masked(instance) if instance.pk else {}
@@ -372,7 +375,8 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
                 self.initial[name] = masked[item.name]
             elif item.default is not None:
                 self.initial.setdefault(name, item.default)
-            self._catalog_config_field(item, stored=masked.get(item.name))
+            # A stored value, or a default the schema names, stays offered even when no resource has it.
+            self._catalog_config_field(item, stored=self.initial.get(name))
         self._policy_controls_set_up()
 
     @property

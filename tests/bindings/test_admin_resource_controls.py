@@ -11,6 +11,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from bindings import resource_catalog
+from bindings.forms import POLICY_CONTROLLED_KEYS, POLICY_MODELS
 from bindings.models import AgentBinding
 from bindings.services import binding_create, workspace_member_add
 from bindings.specs import BindingIn
@@ -176,6 +177,7 @@ def test_the_form_lists_the_real_models_tools_and_knowledge_bases_of_the_binding
     }
     html = response.content.decode()
     assert '<option value="chat">chat — OpenAI/gpt-4o-mini (llm)</option>' in html
+    assert "q.set(&#x27;workspace&#x27;,this.value)" in html  # picking another workspace reloads its lists
     assert 'type="checkbox" name="state_policy__state_scopes" value="conversation"' in html
     assert "other-" not in html
 
@@ -410,3 +412,8 @@ def test_without_a_resource_catalog_the_selectors_are_free_text(admin_client, wo
     assert binding.resource_policy["allowed_model_ids"] == ["any-llm", "*"]
     assert binding.resource_policy["allowed_tool_names"] == []
     assert binding.resource_policy["allowed_kb_ids"] == ["kb-one"]
+
+
+def test_every_policy_control_edits_a_key_its_policy_knows():
+    for policy, model in POLICY_MODELS.items():
+        assert set(POLICY_CONTROLLED_KEYS[policy]) <= set(model.model_fields), policy
