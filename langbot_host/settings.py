@@ -139,6 +139,8 @@ ARTIFACT_STORAGE_URL = env.str("ARTIFACT_STORAGE_URL", default=f"file://{VAR_DIR
 # Largest `POST /api/v1/artifacts` upload and largest file fetched for a URL attachment.
 LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES = env.int("LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES", default=1024**3)
 LANGBOT_ARTIFACT_FETCH_MAX_BYTES = env.int("LANGBOT_ARTIFACT_FETCH_MAX_BYTES", default=50 * 1024**2)
+# Knowledge-base document uploads above this answer 413 `payload_too_large` (resources/knowledge/uploads.py).
+KNOWLEDGE_DOCUMENT_MAX_BYTES = env.int("KNOWLEDGE_DOCUMENT_MAX_BYTES", default=50 * 1024**2)
 LANGBOT_ARTIFACT_FETCH_TIMEOUT = env.float("LANGBOT_ARTIFACT_FETCH_TIMEOUT", default=20.0)
 # URL attachments resolving to private, loopback or link-local addresses are refused unless this is on
 # (only for closed networks where such URLs are trusted).
@@ -274,4 +276,3 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
-

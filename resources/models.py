@@ -144,6 +144,9 @@ class KnowledgeBase(models.Model):
     embedding_model = models.ForeignKey(
         Model, on_delete=models.PROTECT, null=True, blank=True, related_name="knowledge_bases"
     )
+    # Bumped whenever the KB's searchable chunks change (a document ready or deleted, the embedding model
+    # changed): processes that cache the KB's vectors compare it to know their copy is stale.
+    index_version = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -205,6 +208,10 @@ class KnowledgeChunk(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     token_count = models.PositiveIntegerField(default=0)
     embedding = models.BinaryField(null=True, blank=True)
+    # Extra words for the full-text index only: the overlapping character bigrams (and single characters)
+    # of CJK runs, which neither PostgreSQL's `simple` parser nor FTS5's unicode61 tokenizer split into
+    # words (resources/knowledge/terms.py). Empty for text without CJK.
+    search_terms = models.TextField(blank=True, default="")
 
     class Meta:
         ordering = ["document", "position"]

@@ -1,1 +1,150 @@
-"""Admin of knowledge."""
+"""Admin of knowledge bases: the knowledge base's fields, an upload field that adds a document (ingested by
+a worker, as over REST), and its documents inline with their status (coloured), progress, error and chunk
+count. Removing a document inline deletes its chunks and artifact as the API does; deleting a knowledge
+base deletes everything of it.
+
+Superusers see everything; other staff see and edit only the knowledge bases of workspaces they belong to,
+and may only pick embedding models of those workspaces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from bindings.selectors import workspaces_of_member
+from resources.knowledge.parsing import document_type
+from resources.knowledge.services import (
+    DocumentTypeUnsupportedError,
+    knowledge_base_delete,
+    knowledge_document_delete,
+    knowledge_document_upload,
+)
+from resources.models import KnowledgeBase, KnowledgeDocument, Model
+
+_STATUS_COLOURS = {
+    KnowledgeDocument.Status.QUEUED: "#6c757d",
+    KnowledgeDocument.Status.PROCESSING: "#0d6efd",
+    KnowledgeDocument.Status.READY: "#198754",
+    KnowledgeDocument.Status.FAILED: "#dc3545",
+}
+
+
+def _is_superuser(request: HttpRequest) -> bool:
+    return bool(getattr(request.user, "is_superuser", False))
+
+
+class KnowledgeBaseAdminForm(forms.ModelForm[KnowledgeBase]):
+    upload = forms.FileField(
+        required=False,
+        label="Add a document",
+        help_text="Text, Markdown, HTML, PDF or DOCX; ingested by a worker after saving.",
+    )
+
+    class Meta:
+        model = KnowledgeBase
+        fields = ["workspace", "kb_id", "name", "description", "embedding_model"]
+
+    def clean_upload(self) -> Any:
+        upload = self.cleaned_data.get("upload")
+        if upload is None:
+            return None
+        limit = int(settings.KNOWLEDGE_DOCUMENT_MAX_BYTES)
+        if upload.size > limit:
+            raise forms.ValidationError(f"The file is {upload.size} bytes; the limit is {limit}.")
+        if document_type(name=upload.name or "", mime_type=upload.content_type or "") is None:
+            raise forms.ValidationError("Unsupported type: upload text, Markdown, HTML, PDF or DOCX.")
+        return upload
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean() or {}
+        workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.workspace_id else None)
+        model = cleaned.get("embedding_model")
+        if model is not None:
+            if model.kind != Model.Kind.EMBEDDING:
+                self.add_error("embedding_model", "Pick a model of kind embedding.")
+            elif workspace is not None and model.workspace_id != workspace.pk:
+                self.add_error("embedding_model", "The model belongs to another workspace.")
+        return cleaned
+
+
+class KnowledgeDocumentInline(admin.TabularInline[KnowledgeDocument, KnowledgeBase]):
+    model = KnowledgeDocument
+    extra = 0
+    fields = ["name", "status_coloured", "progress", "error", "chunk_count", "page_count", "created_at"]
+    readonly_fields = ["name", "status_coloured", "progress", "error", "chunk_count", "page_count", "created_at"]
+    can_delete = True
+    show_change_link = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # documents come in through the upload field
+
+    @admin.display(description="status")
+    def status_coloured(self, document: KnowledgeDocument) -> str:
+        colour = _STATUS_COLOURS.get(KnowledgeDocument.Status(document.status), "#6c757d")
+        return format_html('<strong style="color: {}">{}</strong>', colour, document.get_status_display())
+
+
+@admin.register(KnowledgeBase)
+class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
+    form = KnowledgeBaseAdminForm
+    inlines = [KnowledgeDocumentInline]
+    list_display = ["kb_id", "workspace", "name", "embedding_model", "updated_at"]
+    list_filter = ["workspace"]
+    search_fields = ["kb_id", "name"]
+    prepopulated_fields = {"kb_id": ["name"]}
+    readonly_fields = ["created_at", "updated_at"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
+        queryset = super().get_queryset(request).select_related("workspace", "embedding_model")
+        if _is_superuser(request):
+            return queryset
+        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "embedding_model":
+            models = Model.objects.filter(kind=Model.Kind.EMBEDDING)
+            if not _is_superuser(request):
+                models = models.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
+            kwargs["queryset"] = models
+        elif db_field.name == "workspace" and not _is_superuser(request):
+            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> list[str]:
+        return [*self.readonly_fields, "workspace", "kb_id"] if obj else list(self.readonly_fields)
+
+    def get_prepopulated_fields(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> dict[str, Any]:
+        return {} if obj else dict(self.prepopulated_fields)
+
+    def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        upload = form.cleaned_data.get("upload")
+        if upload is not None:
+            try:
+                knowledge_document_upload(
+                    knowledge_base=obj, file=upload, name=upload.name or "document", mime_type=upload.content_type or ""
+                )
+            except DocumentTypeUnsupportedError as exc:
+                messages.error(request, f"Not added: {exc}")
+                return
+            messages.success(request, f"{upload.name} is queued for ingestion.")
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        # Deleted documents go through the service, which also removes their chunks and artifacts.
+        formset.save(commit=False)
+        for document in formset.deleted_objects:
+            knowledge_document_delete(document=document)
+
+    def delete_model(self, request: HttpRequest, obj: KnowledgeBase) -> None:
+        knowledge_base_delete(knowledge_base=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[KnowledgeBase]) -> None:
+        for knowledge_base in queryset:
+            knowledge_base_delete(knowledge_base=knowledge_base)

@@ -4,14 +4,20 @@
 order: a JSON answer (`reply`; `rerank_answer()` builds a rerank one), a streamed one as server-sent
 events (`stream`: `data: {chunk}\\n\\n` frames, then `data: [DONE]`), an error with an OpenAI error body
 (`fail`), or a stream that sends its first chunk and then holds until the client goes away (`stall`). A
-stream can also be held after its first chunk until the test calls `release()`. The requests' JSON bodies
+stream can also be held after its first chunk until the test calls `release()`. `POST /v1/embeddings`
+answers outside the script with deterministic vectors (`embedding_of`: hashed words, so texts sharing
+words are close; `embedding_aliases` maps a word to another to fake a synonym) unless `fail_embeddings`
+queued an error for it. The requests' JSON bodies
 are kept in `requests`, their paths and headers in `paths` and `headers`; `disconnected` is set when a
 held stream sees its client close the connection.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import re
 import select
 import socket
 import threading
@@ -74,8 +80,23 @@ def rerank_answer(*results: tuple[int, float, Any], usage: dict[str, int] | None
     return answer
 
 
+EMBEDDING_DIMENSIONS = 64
+
+
+def embedding_of(text: str, aliases: dict[str, str] | None = None) -> list[float]:
+    """A unit vector of the text's words hashed into `EMBEDDING_DIMENSIONS` buckets."""
+    vector = [0.0] * EMBEDDING_DIMENSIONS
+    for word in re.findall(r"\w+", text.lower()):
+        word = (aliases or {}).get(word, word)
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % EMBEDDING_DIMENSIONS] += 1.0
+    norm = math.sqrt(sum(value * value for value in vector)) or 1.0
+    return [value / norm for value in vector]
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
+        self.embedding_aliases: dict[str, str] = {}
+        self.embedding_failures: deque[_Entry] = deque()
         self.script: deque[_Entry] = deque()
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
@@ -103,6 +124,10 @@ class FakeOpenAI:
     def fail(self, status: int, message: str, *, headers: dict[str, str] | None = None) -> None:
         body = {"error": {"message": message, "type": "fake_error", "param": None, "code": None}}
         self.script.append(_Entry("fail", body=body, status=status, headers=headers or {}))
+
+    def fail_embeddings(self, status: int, message: str) -> None:
+        body = {"error": {"message": message, "type": "fake_error", "param": None, "code": None}}
+        self.embedding_failures.append(_Entry("fail", body=body, status=status))
 
     def release(self) -> None:
         self._released.set()
@@ -136,6 +161,9 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             fake.requests.append(json.loads(self.rfile.read(length) or b"{}"))
             fake.paths.append(self.path)
             fake.headers.append({name.lower(): value for name, value in self.headers.items()})
+            if self.path.rstrip("/") == "/v1/embeddings":
+                self._embeddings(fake.requests[-1])
+                return
             if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/rerank") or not fake.script:
                 self._json(404, {"error": {"message": f"nothing scripted for {self.path}", "type": "fake"}})
                 return
@@ -158,6 +186,20 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                     fake.disconnected.set()
                 return
             self._event("[DONE]")
+
+        def _embeddings(self, body: dict[str, Any]) -> None:
+            if fake.embedding_failures:
+                failure = fake.embedding_failures.popleft()
+                self._json(failure.status, failure.body)
+                return
+            texts = body.get("input") or []
+            texts = [texts] if isinstance(texts, str) else texts
+            data = [
+                {"object": "embedding", "index": i, "embedding": embedding_of(text, fake.embedding_aliases)}
+                for i, text in enumerate(texts)
+            ]
+            usage = {"prompt_tokens": sum(len(text.split()) for text in texts), "total_tokens": 0}
+            self._json(200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage})
 
         def _event(self, data: str) -> None:
             self.wfile.write(f"data: {data}\n\n".encode())
