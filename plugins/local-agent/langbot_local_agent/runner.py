@@ -59,6 +59,7 @@ from langbot_sdk.runner import AgentRunner
 
 MIN_BUDGET_TOKENS = 256
 ITERATION_SEPARATOR = "\n\n"
+SUMMARY_INSTRUCTION_TOKENS = 128
 
 
 def iteration_cap_message(rounds: int) -> str:
@@ -270,7 +271,7 @@ class _Turn:
             checkpoint.summary if checkpoint else "",
             older,
             summary_tokens=config.summary_tokens,
-            input_budget=max(MIN_BUDGET_TOKENS, window - config.summary_tokens - config.reserve_tokens),
+            input_budget=max(MIN_BUDGET_TOKENS, window - config.summary_tokens - SUMMARY_INSTRUCTION_TOKENS),
             counter=self.counter,
         )
         try:
