@@ -85,7 +85,7 @@ def test_top_k_and_filters_reach_the_search(kb_run):
 
 
 def test_a_bad_filter_or_an_empty_query_is_invalid_argument(kb_run):
-    run, kb = kb_run()
+    run, _ = kb_run()
 
     assert run.refused("retrieve_knowledge_base", kb_id="kb1", query_text="x", filters={"a__b": 1}).error.code == (
         "invalid_argument"
