@@ -261,6 +261,7 @@ async def test_without_state_the_older_history_is_left_out_instead_of_summarised
     )
 
     assert host.actions("invoke_llm") == []
+    assert host.actions("invoke_llm_stream")[0]["messages"][-1]["content"].startswith("<runner-notice>")
     meta = results[-1].data["metadata"]["history"]
     assert meta["compacted"] is False
     assert meta["left_out_messages"] > 0

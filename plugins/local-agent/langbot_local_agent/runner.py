@@ -28,6 +28,7 @@ from langbot_local_agent.context import (
     ATTACHMENTS,
     KNOWLEDGE,
     LOCAL_AGENT_FENCES,
+    NOTICE,
     SUMMARY,
     FenceInjection,
     context_assemble,
@@ -60,6 +61,10 @@ from langbot_sdk.runner import AgentRunner
 MIN_BUDGET_TOKENS = 256
 ITERATION_SEPARATOR = "\n\n"
 SUMMARY_INSTRUCTION_TOKENS = 128
+LEFT_OUT_NOTICE = (
+    "Earlier messages of this conversation are not included here. If the user refers to something you "
+    "cannot see, say so instead of guessing."
+)
 
 
 def iteration_cap_message(rounds: int) -> str:
@@ -224,8 +229,10 @@ class _Turn:
             max_round=config.max_round,
         )
         compacted = False
+        left_out = 0
         if split:
             summary = await self._summarise(checkpoint, history[:split], window)
+            left_out = split if summary is None else 0
             if summary is not None:
                 new = Checkpoint(
                     cursor=pairs[split - 1][0].cursor,
@@ -237,6 +244,8 @@ class _Turn:
                 injections = [i for i in injections if i.kind != SUMMARY] + new.fences
                 checkpoint = new
             history = history[split:]
+        if left_out or read.older_unread:
+            injections.append(FenceInjection(NOTICE, LEFT_OUT_NOTICE, {}, ctx.run_id))
 
         assembled = context_assemble(
             registry=LOCAL_AGENT_FENCES, system=system, history=history, current_user=user.message,
@@ -249,8 +258,8 @@ class _Turn:
             "older_unread": read.older_unread,
             "checkpoint_cursor": checkpoint.cursor if checkpoint else None,
             "compacted": compacted,
-            "summarised_messages": split if compacted else 0,
-            "left_out_messages": (split if not compacted else 0) + assembled.dropped_history,
+            "summarised_messages": split - left_out,
+            "left_out_messages": left_out + assembled.dropped_history,
         }
         self.report.context = {
             "budget_tokens": budget,

@@ -1,0 +1,86 @@
+"""The local-agent through the real worker and plugin runtime, against a local OpenAI-compatible server:
+a reply streams, and a second turn sees the first through history paging."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from runners.models import Run, RunEvent
+from runners.runtime.catalog import runner_descriptors_sync
+from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
+from tests.fakes.openai_server import FakeOpenAI, chunk, fake_openai
+from tests.local_agent.plugin import RUNNER_ID
+from tests.processes import post_message, wait_terminal
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with fake_openai() as server:
+        yield server
+
+
+@pytest.fixture
+def local_agent_binding(worker, qa_report, fake):
+    assert RUNNER_ID in [m.id for m in qa_report.runners], "the runtime did not load plugins/local-agent"
+    runner_descriptors_sync(report=qa_report)
+    workspace = WorkspaceFactory.create()
+    provider = ModelProviderFactory.create(workspace=workspace, base_url=fake.base_url, max_retries=0)
+    ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", name="gpt-fake", supports_tools=True)
+    return AgentBindingFactory.create(
+        workspace=workspace,
+        runner_id=RUNNER_ID,
+        runner_config={"model": "m1", "prompt": [{"role": "system", "content": "You are terse."}]},
+        resource_policy={"allowed_model_ids": ["m1"]},
+        state_policy={"enable_state": True, "state_scopes": ["conversation"]},
+        delivery_policy={"enable_reply": True, "enable_streaming": True},
+    )
+
+
+def answer(*parts: str) -> list[dict]:
+    return [
+        chunk({"role": "assistant", "content": parts[0]}),
+        *[chunk({"content": part}) for part in parts[1:]],
+        chunk({}, finish_reason="stop"),
+        chunk(usage={"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}),
+    ]
+
+
+def test_a_chat_with_the_local_agent_streams_its_reply(local_agent_binding, fake):
+    fake.stream(answer("Hel", "lo", " Ada"))
+
+    run = wait_terminal(post_message(local_agent_binding, "hi, I am Ada", conversation_id="la-1"), timeout=60)
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.output == "Hello Ada"
+    events = list(RunEvent.objects.filter(run=run).values_list("type", "data"))
+    deltas = "".join(data["chunk"]["content"] for type_, data in events if type_ == "message.delta")
+    assert deltas == "Hello Ada"
+    assert [t for t, _ in events][-2:] == ["message.completed", "run.completed"]
+    request = fake.requests[-1]
+    assert request["stream"] is True
+    assert request["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert request["messages"][-1] == {"role": "user", "content": "hi, I am Ada"}
+
+
+def test_the_second_turn_sees_the_first_through_history_paging(local_agent_binding, fake):
+    fake.stream(answer("Nice to meet you, Ada."))
+    first = wait_terminal(post_message(local_agent_binding, "my name is Ada", conversation_id="la-2"), timeout=60)
+    assert first.status == Run.Status.COMPLETED, first.error
+
+    fake.stream(answer("Your name is Ada."))
+    second = wait_terminal(post_message(local_agent_binding, "what is my name?", conversation_id="la-2"), timeout=60)
+
+    assert second.status == Run.Status.COMPLETED, second.error
+    assert second.output == "Your name is Ada."
+    assert fake.requests[-1]["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "my name is Ada"},
+        {"role": "assistant", "content": "Nice to meet you, Ada."},
+        {"role": "user", "content": "what is my name?"},
+    ]
+    history = RunEvent.objects.get(run=second, type="run.completed").data["metadata"]["history"]
+    assert history["items_read"] == 2
