@@ -6,10 +6,16 @@ the provider's key.
 The caller has already checked the snapshot; here the model is read from the workspace (it may have been
 deleted since the run started: `not_found`). A stream is closed at the provider as soon as its consumer
 stops — a cancelled run or a passed deadline closes the generator, whose `finally` closes the HTTP stream.
+
+Calls reuse one client per provider and event loop (`provider_client`): building an `AsyncOpenAI` loads the
+CA bundle into a new SSL context, about 20 ms on the 2-core development machine, which every call paid
+before (bench/model_proxy.py); a kept client also keeps its connections to the provider alive between calls.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -46,6 +52,39 @@ ALLOWED_EXTRA_ARGS = frozenset(
 )
 
 
+_ClientKey = tuple[Any, ...]
+_clients: dict[asyncio.AbstractEventLoop, dict[_ClientKey, openai.AsyncOpenAI]] = {}
+
+
+def provider_client(provider: ModelProvider) -> openai.AsyncOpenAI:
+    """The running loop's client for the provider as it is configured now. An edited provider gets a new
+    client (streams in flight keep the old one until they end); clients of closed loops are dropped."""
+    loop = asyncio.get_running_loop()
+    for other in list(_clients):
+        if other.is_closed():
+            _clients.pop(other, None)
+    clients = _clients.setdefault(loop, {})
+    key = (
+        provider.pk,
+        provider.base_url,
+        provider.api_key,
+        json.dumps(provider.headers or {}, sort_keys=True),
+        provider.timeout_seconds,
+        provider.max_retries,
+    )
+    client = clients.get(key)
+    if client is None:
+        for stale in [other for other in clients if other[0] == provider.pk]:
+            clients.pop(stale, None)
+        client = clients[key] = async_openai_client(provider)
+    return client
+
+
+def call_timeout(call: ProxyCall, provider: ModelProvider) -> float:
+    """The provider's timeout, shortened to what the run has left."""
+    return min(float(provider.timeout_seconds), max(call.remaining(), 0.001))
+
+
 async def llm_model(call: ProxyCall) -> Model:
     return await model_of_kind(call, Model.Kind.LLM)
 
@@ -67,11 +106,11 @@ async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
     model = await llm_model(call)
     arguments = completion_arguments(call.request, model)
     provider = model.provider
-    async with async_openai_client(provider, timeout=max(call.remaining(), 0.001)) as client:
-        try:
-            completion = await client.chat.completions.create(**arguments)
-        except openai.APIError as exc:
-            raise provider_error(provider, exc) from None
+    client = provider_client(provider)
+    try:
+        completion = await client.chat.completions.create(**arguments, timeout=call_timeout(call, provider))
+    except openai.APIError as exc:
+        raise provider_error(provider, exc) from None
     choice = completion.choices[0] if completion.choices else None
     message = _message_of(choice.message.model_dump(exclude_none=True)) if choice else {"role": "assistant"}
     usage = completion.usage.model_dump(exclude_none=True) if completion.usage else None
@@ -87,21 +126,19 @@ async def llm_stream(call: ProxyCall) -> AsyncIterator[dict[str, Any]]:
     model = await llm_model(call)
     arguments = completion_arguments(call.request, model)
     provider = model.provider
-    client = async_openai_client(provider, timeout=max(call.remaining(), 0.001))
+    client = provider_client(provider)
     try:
         # Opened here, not in the generator, so a refusal (429, 401...) is the call's error, not a frame's.
-        stream = await client.chat.completions.create(**arguments, stream=True, stream_options={"include_usage": True})
+        stream = await client.chat.completions.create(
+            **arguments, stream=True, stream_options={"include_usage": True}, timeout=call_timeout(call, provider)
+        )
     except openai.APIError as exc:
-        await client.close()
         raise provider_error(provider, exc) from None
-    except BaseException:
-        await client.close()
-        raise
-    return _chunks(stream, client, provider, call)
+    return _chunks(stream, provider, call)
 
 
 async def _chunks(
-    stream: openai.AsyncStream[Any], client: openai.AsyncOpenAI, provider: ModelProvider, call: ProxyCall
+    stream: openai.AsyncStream[Any], provider: ModelProvider, call: ProxyCall
 ) -> AsyncIterator[dict[str, Any]]:
     last_usage: dict[str, Any] | None = None
     ended = False
@@ -139,10 +176,9 @@ async def _chunks(
     finally:
         # Counted here so a stream its consumer stopped (or that broke) still records what arrived.
         call.session.usage.record(call.request.model_id, last_usage, partial=not ended or last_usage is None)
-        # Closing the response drops the provider's HTTP connection at once (the run was cancelled, its
-        # deadline passed, or the stream simply ended).
+        # Closing a response not read to its end drops the provider's HTTP connection at once (the run was
+        # cancelled or its deadline passed); one that ended leaves its connection to the client's pool.
         await stream.close()
-        await client.close()
 
 
 def provider_error(provider: ModelProvider, exc: openai.APIError) -> AgentAPIException:
