@@ -249,7 +249,16 @@ class ModelDetailApi(APIView):
             raise invalid_fields(exc.fields) from None
         return Response(model_out(model))
 
-    @extend_schema(operation_id="models_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})
+    @extend_schema(
+        operation_id="models_destroy",
+        parameters=[WORKSPACE_PARAMETER],
+        responses={204: None, 409: OpenApiResponse(description="`failed_precondition`: knowledge bases embed with it")},
+    )
     def delete(self, request: Request, model_id: str) -> Response:
-        model_delete(model=_model_or_404(request_workspace(request), model_id))
+        try:
+            model_delete(model=_model_or_404(request_workspace(request), model_id))
+        except ResourceInUseError as exc:
+            raise ApiError(
+                409, "failed_precondition", "Knowledge bases embed with this model.", {"fields": exc.fields}
+            ) from None
         return Response(status=status.HTTP_204_NO_CONTENT)

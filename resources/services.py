@@ -189,4 +189,10 @@ def model_update(*, model: Model, patch: ModelPatchIn) -> Model:
 
 
 def model_delete(*, model: Model) -> None:
+    """Delete a model no knowledge base embeds with; their vectors would otherwise lose their meaning."""
+    users = sorted(model.knowledge_bases.values_list("kb_id", flat=True))
+    if users:
+        raise ResourceInUseError(
+            {"model_id": f"Knowledge bases embed with this model: {', '.join(users)}. Change them first."}
+        )
     model.delete()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resources.models import Model
+from resources.models import KnowledgeBase, Model
 from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -116,3 +116,15 @@ def test_a_model_is_deleted(api_client, provider):
 
     assert api_client.delete("/api/v1/models/main").status_code == 204
     assert not Model.objects.exists()
+
+
+def test_a_model_a_knowledge_base_embeds_with_cannot_be_deleted(api_client, provider, workspace):
+    model = ModelFactory.create(provider=provider, model_id="embedder", kind="embedding")
+    KnowledgeBase.objects.create(workspace=workspace, kb_id="handbook", name="Handbook", embedding_model=model)
+
+    response = api_client.delete("/api/v1/models/embedder")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "failed_precondition"
+    assert "handbook" in response.json()["error"]["details"]["fields"]["model_id"]
+    assert Model.objects.filter(model_id="embedder").exists()
