@@ -370,9 +370,14 @@ class MCPConnections:
                 if not _lost(exc):
                     raise MCPClientError("refused", config.redacted(exc.message), code=exc.code) from None
                 failure: BaseException = exc
+            except MCPClientError:
+                raise
             except Exception as exc:
                 if not _lost(exc):
-                    raise
+                    # An answer the SDK could not accept (a result not matching the tool's output schema,
+                    # a malformed message): the server's fault, reported as its refusal.
+                    message = config.redacted(f"unusable answer: {_described(exc)}")
+                    raise MCPClientError("refused", message) from None
                 failure = exc
             else:
                 connection.last_used = time.monotonic()
