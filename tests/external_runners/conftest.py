@@ -10,6 +10,7 @@ import pytest
 
 from tests.external_runners.host import ScriptedHost, start_host
 from tests.fakes.dify_server import FakeDify, fake_dify
+from tests.fakes.n8n_server import FakeN8n, fake_n8n
 
 
 @pytest.fixture
@@ -25,4 +26,10 @@ async def host() -> AsyncIterator[ScriptedHost]:
 @pytest.fixture
 def dify() -> Iterator[FakeDify]:
     with fake_dify() as server:
+        yield server
+
+
+@pytest.fixture
+def n8n() -> Iterator[FakeN8n]:
+    with fake_n8n() as server:
         yield server

@@ -1,0 +1,233 @@
+"""The n8n-agent runner: one run is one call of an n8n workflow's webhook, its answer relayed as results.
+
+The webhook gets the JSON body old LangBot sent (`chatInput`, `message`, `user_message_text`,
+`conversation_id`, `session_id`, `user_id`, `msg_create_time`, plus `sessionId` for n8n's chat memory
+nodes). The answer is either n8n's stream — newline-delimited JSON items `{"type": "begin"}`,
+`{"type": "item", "content": "..."}` ..., `{"type": "end"}` — relayed as `message.delta`s, or a plain
+answer: a JSON object whose `output-key` field is the reply (the whole object as JSON when it has no such
+field; a one-item list is that item), or plain text.
+
+The conversation and session ids are the runner's own: made on a conversation's first turn and kept in
+conversation state (`external.conversation_id`, `external.session_id`). Authentication: none, basic, a JWT
+signed with HS256 (made here with hmac, as old LangBot made it with PyJWT: `iat`, `exp` one hour later,
+`sub: n8n-webhook`), or a custom header. Config field names are those of LangBot's `ai.n8n-service-api`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from langbot_sdk.external import (
+    ExternalRunnerError,
+    Platform,
+    RunnerConfig,
+    input_text,
+    streaming_request,
+    usage_normalized,
+)
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.proxy import AgentRunAPIProxy
+from langbot_sdk.runner import AgentRunner
+
+logger = logging.getLogger(__name__)
+
+STATE_SCOPE = "conversation"
+CONVERSATION_KEY = "external.conversation_id"
+SESSION_KEY = "external.session_id"
+AUTH_TYPES = ("none", "basic", "jwt", "header")
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_OUTPUT_KEY = "response"
+JWT_LIFETIME = 3600
+STREAM_TYPES = frozenset({"begin", "item", "end", "error"})
+MAX_ANSWER_CHARS = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class N8nSettings:
+    webhook_url: str
+    headers: dict[str, str]
+    auth: tuple[str, str] | None
+    timeout: float
+    output_key: str
+
+
+def read_settings(config: dict[str, Any], platform: Platform) -> N8nSettings:
+    reader = RunnerConfig(config, platform)
+    webhook_url = reader.url("webhook-url")
+    auth_type = reader.choice("auth-type", AUTH_TYPES, "none")
+    headers: dict[str, str] = {}
+    auth: tuple[str, str] | None = None
+    if auth_type == "basic":
+        auth = (reader.required_text("basic-username"), reader.secret("basic-password", required=False))
+    elif auth_type == "jwt":
+        secret = reader.secret("jwt-secret")
+        if reader.text("jwt-algorithm", "HS256").strip().upper() != "HS256":
+            raise platform.config_invalid("jwt-algorithm", "must be HS256 (the only algorithm supported)")
+        headers["Authorization"] = f"Bearer {jwt_hs256(secret)}"
+    elif auth_type == "header":
+        name = reader.required_text("header-name")
+        headers[name] = reader.secret("header-value")
+    return N8nSettings(
+        webhook_url=webhook_url,
+        headers=headers,
+        auth=auth,
+        timeout=reader.seconds("timeout", DEFAULT_TIMEOUT),
+        output_key=reader.text("output-key", DEFAULT_OUTPUT_KEY).strip() or DEFAULT_OUTPUT_KEY,
+    )
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def jwt_hs256(secret: str, *, now: float | None = None) -> str:
+    """A JWT with the claims old LangBot sent, signed with HMAC-SHA256."""
+    issued = int(time.time() if now is None else now)
+    header = {"alg": "HS256", "typ": "JWT"}
+    claims = {"exp": issued + JWT_LIFETIME, "iat": issued, "sub": "n8n-webhook"}
+    signing_input = ".".join(_b64url(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims))
+    signature = hmac.new(secret.encode(), signing_input.encode("ascii"), hashlib.sha256).digest()
+    return f"{signing_input}.{_b64url(signature)}"
+
+
+class N8nAgentRunner(AgentRunner):
+    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
+        platform = Platform("n8n", label="n8n")
+        try:
+            settings = read_settings(ctx.config, platform)
+        except ExternalRunnerError as exc:
+            yield exc.to_result(ctx.run_id)
+            return
+        api = self.run_api(ctx)
+        ids, new_ids = await _session_ids(ctx, api)
+        for key, value in new_ids.items():
+            yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, key, value)
+        try:
+            async for result in self._call(ctx, settings, platform, ids):
+                yield result
+        except ExternalRunnerError as exc:
+            yield exc.to_result(ctx.run_id)
+
+    async def _call(
+        self, ctx: AgentRunContext, settings: N8nSettings, platform: Platform, ids: dict[str, str]
+    ) -> AsyncIterator[AgentRunResult]:
+        text = input_text(ctx)
+        conversation = ctx.conversation
+        user_id = (
+            f"{conversation.launcher_type}_{conversation.launcher_id}"
+            if conversation is not None and conversation.launcher_type and conversation.launcher_id
+            else (ctx.actor.actor_id if ctx.actor is not None and ctx.actor.actor_id else "")
+        )
+        body = {
+            "chatInput": text,
+            "message": text,
+            "user_message_text": text,
+            "conversation_id": ids[CONVERSATION_KEY],
+            "session_id": ids[SESSION_KEY],
+            "sessionId": ids[SESSION_KEY],
+            "user_id": user_id,
+            "msg_create_time": ctx.event.event_time or int(time.time()),
+        }
+        options: dict[str, Any] = {"headers": settings.headers, "json": body}
+        if settings.auth is not None:
+            options["auth"] = httpx.BasicAuth(*settings.auth)
+        decoder = json.JSONDecoder()
+        raw, buffer, streamed, parts = "", "", False, []
+        plain: list[Any] = []
+        async with streaming_request(
+            platform, "POST", settings.webhook_url, timeout=settings.timeout, **options
+        ) as response:
+            async for chunk in response.aiter_text():
+                raw += chunk
+                if len(raw) > MAX_ANSWER_CHARS:
+                    raise platform.error(
+                        "answer_too_large", f"the webhook answered more than {MAX_ANSWER_CHARS} characters"
+                    )
+                buffer += chunk
+                while buffer := buffer.lstrip():
+                    try:
+                        value, end = decoder.raw_decode(buffer)
+                    except json.JSONDecodeError:
+                        break
+                    buffer = buffer[end:]
+                    if isinstance(value, dict) and value.get("type") in STREAM_TYPES:
+                        streamed = True
+                        piece = self._stream_item(platform, value)
+                        if piece:
+                            parts.append(piece)
+                            yield AgentRunResult.message_delta(ctx.run_id, piece)
+                    else:
+                        plain.append(value)
+        usage = None
+        if streamed:
+            reply = "".join(parts)
+        else:
+            reply, usage = self._plain_reply(settings, raw, plain)
+        if not reply.strip():
+            raise platform.empty_output("streamed items had no content" if streamed else "")
+        yield AgentRunResult.message_completed(ctx.run_id, reply)
+        yield AgentRunResult.run_completed(ctx.run_id, usage=usage, metadata={"streamed": streamed})
+
+    def _stream_item(self, platform: Platform, item: dict[str, Any]) -> str:
+        if item.get("type") == "error":
+            raise platform.stream_error(str(item.get("content") or item.get("message") or "workflow error"))
+        if item.get("type") != "item":
+            return ""
+        content = item.get("content")
+        if content is None:
+            return ""
+        return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+
+    def _plain_reply(self, settings: N8nSettings, raw: str, values: list[Any]) -> tuple[str, dict[str, Any] | None]:
+        if len(values) != 1:
+            return raw.strip(), None  # not JSON (or several values): the text as it came
+        value = values[0]
+        if isinstance(value, list) and len(value) == 1:
+            value = value[0]  # n8n's "all incoming items" answer for one item
+        if not isinstance(value, dict):
+            return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None
+        usage_raw = value.get("usage")
+        usage = usage_normalized(usage_raw, source="n8n") if isinstance(usage_raw, dict) else None
+        if settings.output_key in value:
+            output = value[settings.output_key]
+            return (output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)), usage
+        return json.dumps(value, ensure_ascii=False), usage
+
+
+async def _session_ids(ctx: AgentRunContext, api: AgentRunAPIProxy) -> tuple[dict[str, str], dict[str, str]]:
+    """The conversation's ids, and those made now (to store). Without state every turn gets new ids."""
+    conversation = ctx.conversation
+    launcher = (
+        f"{conversation.launcher_type}_{conversation.launcher_id}"
+        if conversation is not None and conversation.launcher_type and conversation.launcher_id
+        else None
+    )
+    ids: dict[str, str] = {}
+    stateful = True
+    for key in (CONVERSATION_KEY, SESSION_KEY):
+        try:
+            stored = await api.state.get(STATE_SCOPE, key)
+        except AgentAPIException as exc:
+            logger.info("conversation state unavailable (%s); the n8n ids are new every turn", exc.error.code)
+            stateful = False
+            break
+        if stored.found and isinstance(stored.value, str) and stored.value:
+            ids[key] = stored.value
+    made: dict[str, str] = {}
+    if CONVERSATION_KEY not in ids:
+        made[CONVERSATION_KEY] = str(uuid.uuid4())
+    if SESSION_KEY not in ids:
+        # Old LangBot's session id was the launcher; a conversation of its own gets one when there is none.
+        made[SESSION_KEY] = launcher or f"session-{uuid.uuid4()}"
+    return {**ids, **made}, (made if stateful else {})

@@ -1,0 +1,228 @@
+"""The n8n-agent runner against a local fake n8n webhook, driven through the real plugin runtime by a
+scripted host (tests/external_runners/host.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from tests.external_runners.host import ScriptedHost, types_of
+from tests.fakes.n8n_server import FakeN8n, fake_n8n
+
+N8N_ID = "plugin:langbot/n8n-agent/default"
+
+
+async def run(host: ScriptedHost, n8n: FakeN8n, text: str = "hi", **options: Any) -> list[dict[str, Any]]:
+    config = {"webhook-url": n8n.webhook_url, **options.pop("config", {})}
+    return await host.run(N8N_ID, host.context(N8N_ID, text, config=config, **options))
+
+
+def reply(results: list[dict[str, Any]]) -> Any:
+    assert results[-1]["type"] == "run.completed", results
+    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
+
+
+def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
+    assert results[-1]["type"] == "run.failed", results
+    assert "message.completed" not in types_of(results)
+    return results[-1]["data"]
+
+
+async def test_a_streamed_answer_is_relayed_item_by_item_then_as_one_message(host, n8n):
+    n8n.stream("Hel", "lo", {"rich": True})
+
+    results = await run(host, n8n, "hello")
+
+    deltas = [r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta"]
+    assert deltas == ["Hel", "lo", '{"rich": true}']
+    assert reply(results) == 'Hello{"rich": true}'
+    assert results[-1]["data"]["metadata"] == {"streamed": True}
+    request = n8n.requests[0]
+    assert request["chatInput"] == request["message"] == request["user_message_text"] == "hello"
+    assert request["user_id"] == "person_u-42"
+    assert request["msg_create_time"] == 1_700_000_000
+
+
+@pytest.mark.parametrize(
+    ("answer", "config", "expected"),
+    [
+        ({"response": "plain hello"}, {}, "plain hello"),
+        ({"answer": "keyed hello", "other": 1}, {"output-key": "answer"}, "keyed hello"),
+        ([{"response": "first item"}], {}, "first item"),
+        ({"result": {"a": 1}}, {}, '{"result": {"a": 1}}'),
+    ],
+)
+async def test_a_plain_json_answer_replies_its_output_key(host, n8n, answer, config, expected):
+    n8n.json(answer)
+
+    results = await run(host, n8n, config=config)
+
+    assert reply(results) == expected
+    assert "message.delta" not in types_of(results)
+    assert results[-1]["data"]["metadata"] == {"streamed": False}
+
+
+async def test_a_plain_text_answer_is_the_reply(host, n8n):
+    n8n.text("just text\n")
+
+    assert reply(await run(host, n8n)) == "just text"
+
+
+async def test_the_runner_owns_the_conversation_and_session_ids_across_turns(host, n8n):
+    n8n.json({"response": "one"})
+    n8n.json({"response": "two"})
+    n8n.json({"response": "elsewhere"})
+
+    first = await run(host, n8n, conversation_id="langbot-conv-1")
+    second = await run(host, n8n, conversation_id="langbot-conv-1")
+    await run(host, n8n, conversation_id="langbot-conv-2")
+
+    one, two, other = n8n.requests
+    stored = {r["data"]["key"]: r["data"]["value"] for r in first if r["type"] == "state.updated"}
+    assert stored == {"external.conversation_id": one["conversation_id"], "external.session_id": "person_u-42"}
+    assert one["conversation_id"] not in ("", "langbot-conv-1")
+    assert (two["conversation_id"], two["session_id"], two["sessionId"]) == (
+        one["conversation_id"], "person_u-42", "person_u-42",
+    )  # fmt: skip
+    assert "state.updated" not in types_of(second)
+    assert other["conversation_id"] != one["conversation_id"]
+
+
+@pytest.mark.parametrize(
+    ("auth", "config"),
+    [
+        (("basic", "bot", "pa:ss"), {"auth-type": "basic", "basic-username": "bot", "basic-password": "pa:ss"}),
+        (("jwt", "jwt-secret-value"), {"auth-type": "jwt", "jwt-secret": "jwt-secret-value"}),
+        (
+            ("header", "X-N8N-Key", "hdr-secret"),
+            {"auth-type": "header", "header-name": "X-N8N-Key", "header-value": "hdr-secret"},
+        ),
+    ],
+)
+async def test_each_auth_type_is_accepted_by_the_webhook(host, auth, config):
+    with fake_n8n(auth=auth) as n8n:
+        n8n.json({"response": "authorized"})
+
+        results = await run(host, n8n, config=config)
+
+        assert reply(results) == "authorized"
+        if auth[0] == "jwt":
+            claims = n8n.jwt_claims[0]
+            assert claims["sub"] == "n8n-webhook"
+            assert claims["exp"] - claims["iat"] == 3600
+
+
+async def test_wrong_credentials_fail_with_n8ns_message_and_no_secret_shown(host):
+    with fake_n8n(auth=("header", "X-N8N-Key", "right-value")) as n8n:
+        config = {"auth-type": "header", "header-name": "X-N8N-Key", "header-value": "wrong-value-123"}
+
+        results = await run(host, n8n, config=config)
+
+    data = failure(results)
+    assert (data["code"], data["retryable"]) == ("n8n.http_error", False)
+    assert "Authorization data is wrong!" in data["message"]
+    assert "wrong-value-123" not in json.dumps(results)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "code", "retryable"),
+    [
+        (404, 'The requested webhook "POST x" is not registered.', "n8n.http_error", False),
+        (500, "Error in workflow", "n8n.unavailable", True),
+        (429, "Too many requests", "n8n.rate_limited", True),
+    ],
+)
+async def test_n8n_error_answers_fail_the_run_with_its_message(host, n8n, status, message, code, retryable):
+    n8n.fail(status, message)
+
+    data = failure(await run(host, n8n))
+
+    assert (data["code"], data["retryable"]) == (code, retryable)
+    assert message in data["message"]
+
+
+async def test_a_webhook_that_is_not_registered_is_a_clear_failure(host, n8n):
+    results = await run(host, n8n, config={"webhook-url": n8n.webhook_url + "-typo"})
+
+    data = failure(results)
+    assert data["code"] == "n8n.http_error"
+    assert "is not registered" in data["message"]
+
+
+async def test_an_error_item_in_the_stream_fails_the_run(host, n8n):
+    n8n.stream_lines([{"type": "begin"}, {"type": "error", "content": "Node 'AI Agent' failed"}])
+
+    data = failure(await run(host, n8n))
+
+    assert data["code"] == "n8n.error"
+    assert "Node 'AI Agent' failed" in data["message"]
+
+
+async def test_a_webhook_that_stops_answering_times_out_retryably(host, n8n):
+    n8n.stream("slow", " answer", hold_after=2)
+
+    data = failure(await run(host, n8n, config={"timeout": 0.5}))
+
+    assert (data["code"], data["retryable"]) == ("n8n.timeout", True)
+    assert await asyncio.to_thread(n8n.disconnected.wait, 5)
+
+
+@pytest.mark.parametrize("answer", [[{"type": "begin"}, {"type": "end"}], {"response": "  "}])
+async def test_an_answer_without_output_fails_as_empty_output(host, n8n, answer):
+    if isinstance(answer, list):
+        n8n.stream_lines(answer)
+    else:
+        n8n.json(answer)
+
+    data = failure(await run(host, n8n))
+
+    assert data["code"] == "n8n.empty_output"
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"webhook-url": ""}, "webhook-url"),
+        ({"webhook-url": "n8n.local/webhook"}, "webhook-url"),
+        ({"auth-type": "oauth"}, "auth-type"),
+        ({"auth-type": "basic"}, "basic-username"),
+        ({"auth-type": "jwt"}, "jwt-secret"),
+        ({"auth-type": "jwt", "jwt-secret": "s3cret", "jwt-algorithm": "RS256"}, "jwt-algorithm"),
+        ({"auth-type": "header", "header-value": "v"}, "header-name"),
+        ({"auth-type": "header", "header-name": "X-Key"}, "header-value"),
+        ({"timeout": "120s"}, "timeout"),
+    ],
+)
+async def test_missing_or_bad_config_fails_naming_the_field_without_calling_n8n(host, n8n, config, field):
+    context = host.context(N8N_ID, "hi", config={"webhook-url": n8n.webhook_url, **config})
+
+    data = failure(await host.run(N8N_ID, context))
+
+    assert data["code"] == "n8n.config_invalid"
+    assert data["details"] == {"field": field}
+    assert n8n.requests == []
+
+
+async def test_cancelling_a_run_closes_the_webhook_stream(host, n8n):
+    n8n.stream("first", " second", hold_after=2)
+    context = host.context(N8N_ID, "hi", config={"webhook-url": n8n.webhook_url})
+    results: list[dict[str, Any]] = []
+    first_delta = asyncio.Event()
+
+    async def consume() -> None:
+        async for result in host.run_stream(N8N_ID, context):
+            results.append(result)
+            if result["type"] == "message.delta":
+                first_delta.set()
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.wait_for(first_delta.wait(), 10)
+    assert (await host.cancel(context["run_id"]))["cancelled"] is True
+    await asyncio.wait_for(consumer, 10)
+
+    assert results[-1]["type"] == "run.failed"
+    assert results[-1]["data"]["code"] == "cancelled"
+    assert await asyncio.to_thread(n8n.disconnected.wait, 5)
