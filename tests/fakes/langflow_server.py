@@ -1,0 +1,222 @@
+"""A local Langflow server speaking the run API's real wire format (shapes from Langflow's public API docs),
+for tests of the langflow-agent runner.
+
+* `POST /api/v1/run/{flow_id}?stream=true` answers from the script with Langflow's streamed events: one JSON
+  object `{"event", "data"}` per line, blank lines between them (`add_message` for the user's and the flow's
+  messages, `token` per generated piece, `end` with the run's result), optionally held after some events
+  until the client goes away.
+* `POST /api/v1/run/{flow_id}` (`stream=false`) answers the run's result as one JSON object: `session_id`
+  and `outputs` in Langflow's layout (`outputs[0].outputs[0].results.message.text`, `.outputs.message`,
+  `.messages`, `.artifacts`).
+* `fail(status, detail)` answers an error with Langflow's body `{"detail": ...}`; an unknown flow id answers
+  404 `{"detail": "Flow identifier ... not found"}`.
+* Every call needs `x-api-key: <key>`; otherwise 403 `{"detail": "Invalid or missing API key"}`.
+
+Requests' JSON bodies are kept in `requests` and their query parameters in `params`; `disconnected` is set
+when a held stream sees its client close the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+API_KEY = "sk-fake-langflow-key"
+FLOW_ID = "3fa85f64-5717-4562-b3fc-2c963f66afa6"
+
+
+@dataclass
+class _Entry:
+    reply: str = ""
+    tokens: tuple[str, ...] | None = None
+    events: list[dict[str, Any]] | None = None
+    status: int = 200
+    detail: str | None = None
+    hold_after: int | None = None
+    usage: dict[str, Any] | None = None
+
+
+def run_result(session_id: str, reply: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run's result as Langflow returns it for a flow ending in a Chat Output component."""
+    message = {
+        "text": reply, "sender": "Machine", "sender_name": "AI", "session_id": session_id,
+        "timestamp": "2025-01-01T00:00:00Z", "flow_id": FLOW_ID, "properties": {"usage": usage} if usage else {},
+    }  # fmt: skip
+    component = {
+        "results": {"message": message},
+        "artifacts": {"message": reply, "sender": "Machine", "sender_name": "AI", "type": "object"},
+        "outputs": {"message": {"message": reply, "type": "text"}},
+        "logs": {"message": []},
+        "messages": [{"message": reply, "sender": "Machine", "sender_name": "AI", "session_id": session_id}],
+        "timedelta": None,
+        "duration": None,
+        "component_display_name": "Chat Output",
+        "component_id": "ChatOutput-abc12",
+        "used_frozen_result": False,
+    }
+    return {"session_id": session_id, "outputs": [{"inputs": {"input_value": "..."}, "outputs": [component]}]}
+
+
+def stream_events(
+    session_id: str, user_text: str, reply: str, tokens: tuple[str, ...], usage: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The events of a streamed run: the user's message, the flow's message (empty while generating), one
+    `token` per piece, the flow's final message, then `end` with the run's result."""
+    base = {"session_id": session_id, "flow_id": FLOW_ID, "timestamp": "2025-01-01 00:00:00 UTC"}
+    flow_message = {**base, "id": "msg-ai", "sender": "Machine", "sender_name": "AI", "text": "", "properties": {}}
+    return [
+        {"event": "vertices_sorted", "data": {"ids": ["ChatInput-xyz"], "to_run": ["ChatInput-xyz", "ChatOutput-1"]}},
+        {"event": "add_message", "data": {**base, "id": "msg-user", "sender": "User", "sender_name": "User",
+                                          "text": user_text, "properties": {}}},
+        {"event": "add_message", "data": flow_message},
+        *[{"event": "token", "data": {"chunk": piece, "id": "msg-ai", "timestamp": "2025-01-01 00:00:01 UTC"}}
+          for piece in tokens],
+        {"event": "add_message", "data": {**flow_message, "text": reply,
+                                          "properties": {"usage": usage} if usage else {}}},
+        {"event": "end", "data": {"result": run_result(session_id, reply, usage)}},
+    ]  # fmt: skip
+
+
+class FakeLangflow:
+    def __init__(self, api_key: str = API_KEY, flow_id: str = FLOW_ID) -> None:
+        self.api_key = api_key
+        self.flow_id = flow_id
+        self.script: deque[_Entry] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self.params: list[dict[str, str]] = []
+        self.disconnected = threading.Event()
+        self._stopping = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def reply(
+        self, text: str, *, tokens: tuple[str, ...] | None = None, usage: dict[str, Any] | None = None,
+        hold_after: int | None = None,
+    ) -> None:  # fmt: skip
+        """The next run's reply; streamed as `tokens` (default: the text in one token)."""
+        self.script.append(_Entry(reply=text, tokens=tokens, usage=usage, hold_after=hold_after))
+
+    def stream(self, events: list[dict[str, Any]], *, hold_after: int | None = None) -> None:
+        """The next streamed run answers exactly these events."""
+        self.script.append(_Entry(events=events, hold_after=hold_after))
+
+    def fail(self, status: int, detail: str) -> None:
+        self.script.append(_Entry(status=status, detail=detail))
+
+    def start(self) -> FakeLangflow:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextmanager
+def fake_langflow(api_key: str = API_KEY) -> Iterator[FakeLangflow]:
+    server = FakeLangflow(api_key).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _handler_for(fake: FakeLangflow) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            url = urlsplit(self.path)
+            if self.headers.get("x-api-key") != fake.api_key:
+                self._json(403, {"detail": "Invalid or missing API key"})
+                return
+            prefix = "/api/v1/run/"
+            if not url.path.startswith(prefix):
+                self._json(404, {"detail": "Not Found"})
+                return
+            flow_id = url.path[len(prefix) :]
+            if flow_id != fake.flow_id:
+                self._json(404, {"detail": f"Flow identifier {flow_id} not found"})
+                return
+            body = json.loads(raw or b"{}")
+            params = {k: v[0] for k, v in parse_qs(url.query).items()}
+            fake.requests.append(body)
+            fake.params.append(params)
+            if not fake.script:
+                self._json(500, {"detail": "nothing scripted"})
+                return
+            entry = fake.script.popleft()
+            if entry.detail is not None:
+                self._json(entry.status, {"detail": entry.detail})
+                return
+            session_id = body.get("session_id") or FLOW_ID
+            if params.get("stream") == "true":
+                events = entry.events or stream_events(
+                    session_id, body.get("input_value", ""), entry.reply, entry.tokens or (entry.reply,), entry.usage
+                )
+                self._stream(events, entry.hold_after)
+            else:
+                self._json(200, run_result(session_id, entry.reply, entry.usage))
+
+        def _stream(self, events: list[dict[str, Any]], hold_after: int | None) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            for index, event in enumerate(events):
+                if hold_after is not None and index == hold_after:
+                    self._hold()
+                    return
+                self._write((json.dumps(event, ensure_ascii=False) + "\n\n").encode())
+            if hold_after is not None and hold_after >= len(events):
+                self._hold()
+
+        def _hold(self) -> None:
+            """Send nothing more until the client goes away (or the server stops)."""
+            while not fake._stopping.is_set():
+                readable, _, _ = select.select([self.connection], [], [], 0.05)
+                if readable:
+                    try:
+                        if not self.connection.recv(1, socket.MSG_PEEK):
+                            fake.disconnected.set()
+                            return
+                    except OSError:
+                        fake.disconnected.set()
+                        return
+
+        def _write(self, data: bytes) -> None:
+            try:
+                self.wfile.write(data)
+                self.wfile.flush()
+            except OSError:
+                fake.disconnected.set()
+
+        def _json(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
