@@ -1,0 +1,132 @@
+"""`import_legacy_config` on LangBot pipelines whose runner is `dify-service-api` or `n8n-service-api`: the
+`ai.<runner>` block becomes a validated binding of the official plugin, copied value for value; and that
+binding answers against the fake platform through the real worker and plugin runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from bindings.models import AgentBinding
+from bindings.services import binding_runner_config_plain
+from langbot_sdk.protocol import ListAgentRunnersResponse
+from langbot_sdk.runtime.loader import load_plugins
+from runners.models import Run
+from runners.runtime.catalog import runner_descriptors_sync
+from tests.external_runners.host import PLUGINS_DIR
+from tests.factories import WorkspaceFactory
+from tests.fakes.dify_server import API_KEY, chat_events, fake_dify
+from tests.fakes.n8n_server import fake_n8n
+from tests.processes import post_message, wait_terminal
+
+# LangBot's blocks as its pipeline form and default config write them (templates/metadata/pipeline/ai.yaml,
+# default-pipeline-config.json; `thinking-convert` from older versions of the dify block).
+DIFY_BLOCK = {
+    "base-url": "https://api.dify.ai/v1",
+    "base-prompt": "When the file content is readable, please read the content of this file.",
+    "app-type": "chat",
+    "api-key": "app-0123456789abcdef",
+    "timeout": 30,
+    "thinking-convert": "plain",
+}
+N8N_BLOCK = {
+    "webhook-url": "http://your-n8n-webhook-url",
+    "auth-type": "none",
+    "basic-username": "",
+    "basic-password": "",
+    "jwt-secret": "",
+    "jwt-algorithm": "HS256",
+    "header-name": "",
+    "header-value": "",
+    "timeout": 120,
+    "output-key": "response",
+}
+
+
+def install_official_runners() -> None:
+    plugins = load_plugins([PLUGINS_DIR])
+    runner_descriptors_sync(report=ListAgentRunnersResponse(runners=plugins.manifests, plugins=plugins.reports))
+
+
+def import_pipeline(tmp_path: Path, workspace: Any, runner: str, block: dict[str, Any]) -> AgentBinding:
+    path = tmp_path / f"{runner}.json"
+    pipeline = {"name": f"{runner} pipeline", "config": {"ai": {"runner": {"runner": runner}, runner: block}}}
+    path.write_text(json.dumps(pipeline), encoding="utf-8")
+    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
+    return AgentBinding.objects.get(name=f"{runner} pipeline")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("runner", "block", "runner_id", "secrets"),
+    [
+        ("dify-service-api", DIFY_BLOCK, "plugin:langbot/dify-agent/default", {"api-key"}),
+        (
+            "n8n-service-api",
+            N8N_BLOCK,
+            "plugin:langbot/n8n-agent/default",
+            {"basic-password", "jwt-secret", "header-value"},
+        ),
+    ],
+)
+def test_a_langbot_block_imports_as_a_validated_binding_copied_value_for_value(
+    tmp_path, workspace, runner, block, runner_id, secrets
+):
+    install_official_runners()
+
+    binding = import_pipeline(tmp_path, workspace, runner, block)
+
+    assert binding.runner_id == runner_id
+    assert binding.config_validated is True, binding.source_detail
+    config = binding_runner_config_plain(binding)
+    assert {key: config[key] for key in block} == block
+    assert set(binding.runner_secrets) == secrets
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_an_imported_dify_pipeline_answers_through_the_worker(tmp_path, worker):
+    install_official_runners()
+    with fake_dify() as dify:
+        dify.stream(chat_events("Hello ", "from Dify", conversation_id="dify-conv-w"))
+        dify.stream(chat_events("Again", conversation_id="dify-conv-w"))
+        workspace = WorkspaceFactory.create()
+        binding = import_pipeline(
+            tmp_path, workspace, "dify-service-api", {**DIFY_BLOCK, "base-url": dify.base_url, "api-key": API_KEY}
+        )
+
+        first = wait_terminal(post_message(binding, "hi", conversation_id="conv-dify"), timeout=60)
+        second = wait_terminal(post_message(binding, "again", conversation_id="conv-dify"), timeout=60)
+
+    assert binding.config_validated is True
+    assert (first.status, first.output) == (Run.Status.COMPLETED, "Hello from Dify"), first.error
+    assert first.usage["total_tokens"] == 1168
+    assert (second.status, second.output) == (Run.Status.COMPLETED, "Again"), second.error
+    # the second turn continued the Dify conversation the first one was given, through the host's state
+    assert [request["conversation_id"] for request in dify.requests] == ["", "dify-conv-w"]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_an_imported_n8n_pipeline_answers_through_the_worker(tmp_path, worker):
+    install_official_runners()
+    with fake_n8n() as n8n:
+        n8n.stream("Hello ", "from n8n")
+        n8n.json({"response": "plain again"})
+        workspace = WorkspaceFactory.create()
+        binding = import_pipeline(tmp_path, workspace, "n8n-service-api", {**N8N_BLOCK, "webhook-url": n8n.webhook_url})
+
+        first = wait_terminal(post_message(binding, "hi", conversation_id="conv-n8n"), timeout=60)
+        second = wait_terminal(post_message(binding, "again", conversation_id="conv-n8n"), timeout=60)
+
+    assert binding.config_validated is True
+    assert (first.status, first.output) == (Run.Status.COMPLETED, "Hello from n8n"), first.error
+    assert (second.status, second.output) == (Run.Status.COMPLETED, "plain again"), second.error
+    one, two = n8n.requests
+    assert one["chatInput"] == "hi"
+    assert two["conversation_id"] == one["conversation_id"]
+    assert two["session_id"] == one["session_id"]
