@@ -67,12 +67,13 @@ def browser_missing() -> str | None:
 
 
 def process_tests_gate(items: list[Any]) -> None:
-    """Mark the tests of `PROCESS_TEST_DIRS` `integration`, and skip them with the reason when a service
-    (or, for the browser tests, the browser) is missing."""
+    """Mark the tests of `PROCESS_TEST_DIRS` `integration`, and skip every `integration` test (those marked
+    by hand elsewhere too) with the reason when a service (or, for the browser tests, the browser) is
+    missing."""
     missing: dict[str, str | None] = {}
     for item in items:
         path = str(item.fspath)
-        if not any(part in path for part in PROCESS_TEST_DIRS):
+        if not any(part in path for part in PROCESS_TEST_DIRS) and item.get_closest_marker("integration") is None:
             continue
         item.add_marker(pytest.mark.integration)
         if "services" not in missing:
