@@ -122,6 +122,9 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
                 break
     except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
         pass
+    except asyncio.CancelledError:
+        # The server is stopping with this keep-alive connection still open: end it quietly.
+        pass
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError):

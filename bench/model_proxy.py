@@ -9,10 +9,12 @@ awaited by the bench's driver. Inside the runtime, the runner times its model's 
 request sent from the runtime's process straight to the fake with the `openai` SDK, alternating which goes
 first; it replies with the raw timings, which the bench reads from the run's output.
 
-- invoke: `--invokes` sequential calls; overhead = proxy − direct, per pair of neighbouring calls.
+- invoke: `--invokes` sequential calls; overhead = proxy − direct, per pair of neighbouring calls, split by
+  the worker's own time per call (`duration_ms` of its proxy call audit rows) into the worker's handler
+  (model lookup, checks, its provider call beyond the direct one) and the rest (both SDK ends, runtime, wire).
 - stream, flat out: `--streams` streams of 2,000 chunks sent without delay; tokens/s per stream.
 - stream, paced: `--paced` streams at 50 chunks/s (the first chunk also after 20 ms); first-chunk delay
-  added = proxy − direct time to the first chunk, per pair.
+  added = proxy − direct time to the first chunk, per pair; the same for the last chunk, and tokens/s.
 
 Usage: `python -m bench.model_proxy [--invokes N] [--streams N] [--paced N]`. Needs DATABASE_URL=postgres://
 and Redis (see bench/_host.py).
@@ -27,6 +29,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -93,27 +96,51 @@ def _setup(base_url: str) -> Any:
         close_old_connections()
 
 
-def _run_of(conversation: str) -> tuple[str, str, Any]:
+def _run_of(conversation: str) -> tuple[str, str, str, Any]:
     from django.db import close_old_connections
 
     from runners.models import Run
 
     try:
         run = Run.objects.get(conversation_id=conversation)
-        return str(run.status), run.output, run.error
+        return str(run.run_id), str(run.status), run.output, run.error
+    finally:
+        close_old_connections()
+
+
+def _handler_seconds(run_id: str, action: str, count: int) -> list[float]:
+    """The worker's own time in each of the run's last `count` calls of `action` (from the proxy call
+    audit, written in batches shortly after the calls), in call order; [] if they do not all appear."""
+    from django.db import close_old_connections
+
+    from runners.models import ProxyCallAudit
+
+    try:
+        for _ in range(50):
+            rows = ProxyCallAudit.objects.filter(run_id=run_id, action=action, outcome="ok").order_by("id")
+            durations = [row / 1000 for row in rows.values_list("duration_ms", flat=True)]
+            if len(durations) >= count:
+                return durations[-count:]
+            time.sleep(0.1)
+        return []
     finally:
         close_old_connections()
 
 
 async def phase(driver: Driver, spec: dict[str, Any]) -> dict[str, Samples]:
-    """One run of the probe; its timings, or SystemExit when the run did not complete."""
+    """One run of the probe; its timings (for invoke also `handler`: the worker's own time per call), or
+    SystemExit when the run did not complete."""
     conversation = f"model-proxy-{spec['phase']}-{uuid.uuid4().hex[:8]}"
     elapsed, status = await driver.run_one(json.dumps(spec), conversation)
-    run_status, output, error = await sync_to_async(_run_of, thread_sensitive=False)(conversation)
+    run_id, run_status, output, error = await sync_to_async(_run_of, thread_sensitive=False)(conversation)
     if status != "completed" or run_status != "completed":
         raise SystemExit(f"the {spec['phase']} run ended {status}/{run_status} after {elapsed:.1f} s: {error}")
     answer: dict[str, Any] = json.loads(output)
-    return {"proxy": answer["proxy"], "direct": answer["direct"]}
+    result = {"proxy": answer["proxy"], "direct": answer["direct"]}
+    if spec["phase"] == "invoke":
+        seconds = await sync_to_async(_handler_seconds, thread_sensitive=False)(run_id, "invoke_llm", spec["count"])
+        result["handler"] = {"total": seconds}
+    return result
 
 
 def differences(result: dict[str, Samples], key: str) -> list[float]:
@@ -132,11 +159,15 @@ def rows_of(
     invoke: dict[str, Samples], flat: dict[str, Samples], paced: dict[str, Samples]
 ) -> list[tuple[str, str, str]]:
     overhead = differences(invoke, "total")
+    handler = invoke["handler"]["total"]
+    in_handler = [h - d for h, d in zip(handler, invoke["direct"]["total"], strict=False)]
+    outside = [p - h for p, h in zip(invoke["proxy"]["total"], handler, strict=False)]
     first_added = differences(paced, "first")
     end_added = differences(paced, "total")
     direct_rate = statistics.median(rates(flat["direct"]))
     proxy_rate = statistics.median(rates(flat["proxy"]))
     ratio = proxy_rate / direct_rate
+    paced_ratio = statistics.median(rates(paced["proxy"])) / statistics.median(rates(paced["direct"]))
     first_p50 = percentile(first_added, 50) * 1000
     frames = {path: sorted(set(flat[path]["frames"]) | set(paced[path]["frames"])) for path in ("proxy", "direct")}
     return [
@@ -146,6 +177,10 @@ def rows_of(
          f"{ms(percentile(invoke['proxy']['total'], 99))}", "-"),
         ("invoke, host overhead (proxy − direct) p50 / p99", f"{ms(percentile(overhead, 50))} / "
          f"{ms(percentile(overhead, 99))}", "-"),
+        ("  of which in the worker's handler (its time − direct) p50 / p99",
+         f"{ms(percentile(in_handler, 50))} / {ms(percentile(in_handler, 99))}", "-"),
+        ("  of which outside it: SDK, runtime, wire (proxy − handler) p50 / p99",
+         f"{ms(percentile(outside, 50))} / {ms(percentile(outside, 99))}", "-"),
         (f"stream {FLAT_CHUNKS} chunks flat out, direct (median of {len(flat['direct']['total'])})",
          f"{direct_rate:,.0f} tokens/s", "-"),
         ("stream flat out, through the proxy (median)", f"{proxy_rate:,.0f} tokens/s", "-"),
@@ -157,8 +192,9 @@ def rows_of(
         ("stream at 50 chunks/s, first-chunk delay added p50 / p99",
          f"{ms(percentile(first_added, 50))} / {ms(percentile(first_added, 99))}",
          f"p50 ≤ {FIRST_CHUNK_TARGET_MS:g} ms" + (" ✓" if first_p50 <= FIRST_CHUNK_TARGET_MS else " ✗")),
-        ("stream at 50 chunks/s, last-chunk delay added p50 / p99",
+        ("stream at 50 chunks/s, end-of-stream delay added p50 / p99",
          f"{ms(percentile(end_added, 50))} / {ms(percentile(end_added, 99))}", "-"),
+        ("stream at 50 chunks/s, tokens/s ratio proxy / direct", f"{paced_ratio:.3f}", "-"),
         ("chunks per stream received, proxy / direct (paced, flat)", f"{frames['proxy']} / {frames['direct']}",
          "equal"),
     ]  # fmt: skip

@@ -5,7 +5,8 @@ runner calling a provider itself would keep), alternating which goes first, and 
 timings as JSON in its completed message.
 
 Input text, JSON: `{"phase": "invoke" | "stream", "count": n, "warmup": n, "base_url": provider URL,
-"model_name": the provider's model name, "chunks": n, "interval_ms": ms}`. A stream asks the bench's fake
+"model_name": the provider's model name, "chunks": n, "interval_ms": ms, "paths": ["proxy", "direct"]}` (the
+paths to time, both by default). A stream asks the bench's fake
 provider (bench/_fake_provider.py) for `chunks` tokens `interval_ms` apart.
 
 Reply: `{"phase", "proxy": samples, "direct": samples}`, samples `{"total": [s], "first": [s], "tokens": [n],
@@ -99,13 +100,15 @@ class ModelProbe(AgentRunner):
 
         proxied, straight = (proxy_stream, direct_stream) if phase == "stream" else (proxy_invoke, direct_invoke)
         results: dict[str, Samples] = {"proxy": _samples(), "direct": _samples()}
+        paths = set(spec.get("paths", ["proxy", "direct"]))
         try:
+            both: list[tuple[str, Timed]] = [("proxy", proxied), ("direct", straight)]
+            order = [(name, call) for name, call in both if name in paths]
             for _ in range(int(spec.get("warmup", 5))):
-                await proxied()
-                await straight()
+                for _name, call in order:
+                    await call()
             for index in range(int(spec.get("count", 200))):
                 # Alternate which path goes first, so neither always runs right after the other.
-                order: list[tuple[str, Timed]] = [("proxy", proxied), ("direct", straight)]
                 for name, call in order if index % 2 == 0 else reversed(order):
                     _add(results[name], await call())
         finally:
