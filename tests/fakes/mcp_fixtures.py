@@ -1,14 +1,13 @@
 """MCP server rows pointing at the real fake server (`tests/fakes/mcp_server.py`), over stdio or over
-streamable HTTP on a free localhost port, and the fixture that closes this process's sessions after a
+streamable HTTP on a localhost port the kernel picks, and the fixture that closes this process's sessions after a
 test (so no stdio server outlives it). Test modules import the fixtures they use (`*_fixture`, registered
 under the name without the suffix)."""
 
 from __future__ import annotations
 
-import socket
+import select
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,13 +69,6 @@ class HttpMCP:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(name="mcp_cleanup")
 def mcp_cleanup_fixture() -> Iterator[None]:
     yield
@@ -86,21 +78,17 @@ def mcp_cleanup_fixture() -> Iterator[None]:
 @pytest.fixture(name="mcp_http")
 def mcp_http_fixture(mcp_cleanup: None) -> Iterator[HttpMCP]:
     """The fake server over streamable HTTP (a subprocess on a free port), requiring `HTTP_TOKEN`."""
-    port = free_port()
     process = subprocess.Popen(
-        [sys.executable, SERVER_SCRIPT, "--http", "--port", str(port), "--token", HTTP_TOKEN],
-        stdout=subprocess.DEVNULL,
+        [sys.executable, SERVER_SCRIPT, "--http", "--port", "0", "--token", HTTP_TOKEN], stdout=subprocess.PIPE
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the fake MCP HTTP server did not start") from None
-                time.sleep(0.05)
+        # The server binds first and then names its port: readiness and the port in one line.
+        assert process.stdout is not None
+        ready = select.select([process.stdout], [], [], 20)[0]
+        line = process.stdout.readline().decode() if ready else ""
+        if not line.startswith("port "):
+            raise RuntimeError(f"the fake MCP HTTP server did not start: {line!r}")
+        port = int(line.split()[1])
         yield HttpMCP(url=f"http://127.0.0.1:{port}/mcp", token=HTTP_TOKEN, process=process)
     finally:
         mcp_connections_close_all()

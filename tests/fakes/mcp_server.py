@@ -1,5 +1,6 @@
 """A real MCP server for the tests, built with the `mcp` SDK (`MCPServer`, FastMCP's successor), spoken to
-over stdio (`python tests/fakes/mcp_server.py`) or streamable HTTP (`... --http --port N`).
+over stdio (`python tests/fakes/mcp_server.py`) or streamable HTTP (`... --http [--port N]`; it prints
+`port N` once listening, the kernel's choice when N is 0).
 
 Tools: `echo` and `add` (with JSON schemas), `env` (a variable of the server's environment: what the host
 passed), `pid`, `huge` (a text result of `size` characters), `fail` (raises: an `isError` result),
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import sys
 from typing import Any
 
@@ -92,7 +94,16 @@ def main(argv: list[str]) -> None:
     app = server.streamable_http_app()
     if options.token:
         app = _token_guard(app, options.token)
-    uvicorn.run(app, host="127.0.0.1", port=options.port, log_level="warning")
+    # Bound here, not by uvicorn, so that with --port 0 the port is chosen by the kernel and reported on
+    # stdout once listening (connections wait in the backlog until uvicorn accepts them): no window in which
+    # another process takes a port picked in advance.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", options.port))
+    listener.listen(128)
+    print(f"port {listener.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(app, log_level="warning")
+    uvicorn.Server(config).run(sockets=[listener])
 
 
 if __name__ == "__main__":
