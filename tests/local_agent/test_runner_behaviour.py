@@ -184,6 +184,8 @@ async def test_a_history_over_budget_is_summarised_into_a_checkpoint_in_conversa
     assert checkpoint["cursor"] == str(summarised)
     assert checkpoint["fences"][0]["kind"] == "conversation-summary"
     assert checkpoint["fences"][0]["content"] == "SUMMARY: ten questions asked"
+    updates = [r.data for r in results if r.type == "state.updated"]
+    assert updates == [{"scope": "conversation", "key": history.CHECKPOINT_KEY, "value": checkpoint}]
     summary_prompt = host.actions("invoke_llm")[0]["messages"][1]["content"]
     newest_summarised = host.transcript[summarised - 1]["content"]
     assert newest_summarised.split(" word")[0] in summary_prompt

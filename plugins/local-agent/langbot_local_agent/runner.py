@@ -12,6 +12,10 @@ Ways a turn ends:
   model that was streaming failed after its first chunk (details name each failure);
 - cancellation and the run deadline are the host's and the runtime's: nothing here catches them.
 
+A turn that compacted the history also yields `state.updated` with the checkpoint it stored through
+`api.state.set` (the same value), so the run's events — `GET /runs/{id}/events`, the debug chat's state
+panel — show it; a proxy write alone leaves no run event.
+
 Citations: a `message.completed` message has no metadata field in Protocol v1 (`ResultMessage` is
 strict), so the citations travel in `run.completed.metadata.citations`, stored with the run's events.
 """
@@ -34,6 +38,8 @@ from langbot_local_agent.context import (
     context_assemble,
 )
 from langbot_local_agent.history import (
+    CHECKPOINT_KEY,
+    STATE_SCOPE,
     Checkpoint,
     checkpoint_load,
     checkpoint_save,
@@ -158,6 +164,8 @@ class _Turn:
         self.counter = TokenCounter()
         self.chain = model_chain(ctx, config.model_chain)
         self.cadence = DeltaCadence(ctx, config.stream_snapshot_chunks)
+        self.stored_checkpoint: Checkpoint | None = None
+        """The checkpoint this turn stored (compaction), reported as `state.updated`."""
 
     def _failed(self, code: str, message: str, **details: Any) -> AgentRunResult:
         return AgentRunResult.run_failed(self.ctx.run_id, code, message, details=details)
@@ -172,6 +180,9 @@ class _Turn:
         primary = ctx.resources.find_model(self.chain[0])
         assert primary is not None
         messages = await self._context(primary)
+        if self.stored_checkpoint is not None:
+            value = self.stored_checkpoint.to_state()
+            yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, CHECKPOINT_KEY, value)
         tools = await self._tools(primary)
         try:
             async for result in self._loop(messages, tools):
@@ -241,6 +252,7 @@ class _Turn:
                     run_id=ctx.run_id,
                 )
                 compacted = await checkpoint_save(api, ctx, new)
+                self.stored_checkpoint = new if compacted else None
                 injections = [i for i in injections if i.kind != SUMMARY] + new.fences
                 checkpoint = new
             history = history[split:]
