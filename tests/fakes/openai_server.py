@@ -10,6 +10,12 @@ words are close; `embedding_aliases` maps a word to another to fake a synonym) u
 queued an error for it. The requests' JSON bodies
 are kept in `requests`, their paths and headers in `paths` and `headers`; `disconnected` is set when a
 held stream sees its client close the connection.
+
+A stream can be paced (`delay` seconds before each chunk after the first), so a client sees its chunks
+arrive one by one. When the script is empty, a `responder` set with `respond_with()` chooses the answer from
+the request itself (a function of the path and the JSON body returning `replied(...)`, `streamed(...)` or
+`failed(...)`, or None for the 404 an unscripted request gets) — for conversations whose number and kind of
+requests a test does not fix in advance.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import re
 import select
 import socket
 import threading
+import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +44,29 @@ class _Entry:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     hold: bool = False
+    delay: float = 0.0
+    """Seconds to wait before each chunk after the first (a paced stream)."""
+
+
+Answer = _Entry
+"""What a responder returns: `replied(...)`, `streamed(...)` or `failed(...)`."""
+Responder = Callable[[str, dict[str, Any]], "Answer | None"]
+
+
+def replied(body: dict[str, Any]) -> Answer:
+    """A JSON answer (`completion(...)`, `rerank_answer(...)`)."""
+    return _Entry("reply", body=body)
+
+
+def streamed(chunks: list[dict[str, Any]], *, delay: float = 0.0) -> Answer:
+    """A streamed answer, its chunks `delay` seconds apart."""
+    return _Entry("stream", chunks=chunks, delay=delay)
+
+
+def failed(status: int, message: str, *, headers: dict[str, str] | None = None) -> Answer:
+    """An error with an OpenAI error body."""
+    body = {"error": {"message": message, "type": "fake_error", "param": None, "code": None}}
+    return _Entry("fail", body=body, status=status, headers=headers or {})
 
 
 def completion(content: str | None = "", *, tool_calls: list[dict[str, Any]] | None = None,
@@ -98,6 +128,7 @@ class FakeOpenAI:
         self.embedding_aliases: dict[str, str] = {}
         self.embedding_failures: deque[_Entry] = deque()
         self.script: deque[_Entry] = deque()
+        self.responder: Responder | None = None
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
@@ -115,15 +146,18 @@ class FakeOpenAI:
     def reply(self, body: dict[str, Any]) -> None:
         self.script.append(_Entry("reply", body=body))
 
-    def stream(self, chunks: list[dict[str, Any]], *, hold: bool = False) -> None:
-        self.script.append(_Entry("stream", chunks=chunks, hold=hold))
+    def stream(self, chunks: list[dict[str, Any]], *, hold: bool = False, delay: float = 0.0) -> None:
+        self.script.append(_Entry("stream", chunks=chunks, hold=hold, delay=delay))
 
     def stall(self, first: dict[str, Any]) -> None:
         self.script.append(_Entry("stall", chunks=[first]))
 
     def fail(self, status: int, message: str, *, headers: dict[str, str] | None = None) -> None:
-        body = {"error": {"message": message, "type": "fake_error", "param": None, "code": None}}
-        self.script.append(_Entry("fail", body=body, status=status, headers=headers or {}))
+        self.script.append(failed(status, message, headers=headers))
+
+    def respond_with(self, responder: Responder | None) -> None:
+        """Answer the requests the script does not cover with `responder(path, body)`."""
+        self.responder = responder
 
     def fail_embeddings(self, status: int, message: str) -> None:
         body = {"error": {"message": message, "type": "fake_error", "param": None, "code": None}}
@@ -158,16 +192,22 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
-            fake.requests.append(json.loads(self.rfile.read(length) or b"{}"))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            fake.requests.append(body)
             fake.paths.append(self.path)
             fake.headers.append({name.lower(): value for name, value in self.headers.items()})
             if self.path.rstrip("/") == "/v1/embeddings":
-                self._embeddings(fake.requests[-1])
+                self._embeddings(body)
                 return
-            if self.path.rstrip("/") not in ("/v1/chat/completions", "/v1/rerank") or not fake.script:
+            entry: _Entry | None = None
+            if self.path.rstrip("/") in ("/v1/chat/completions", "/v1/rerank"):
+                if fake.script:
+                    entry = fake.script.popleft()
+                elif fake.responder is not None:
+                    entry = fake.responder(self.path.rstrip("/"), body)
+            if entry is None:
                 self._json(404, {"error": {"message": f"nothing scripted for {self.path}", "type": "fake"}})
                 return
-            entry = fake.script.popleft()
             if entry.kind in ("reply", "fail"):
                 self._json(entry.status, entry.body, entry.headers)
                 return
@@ -176,6 +216,8 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_header("connection", "close")
             self.end_headers()
             for index, frame in enumerate(entry.chunks):
+                if index and entry.delay:
+                    time.sleep(entry.delay)
                 self._event(json.dumps(frame))
                 if index == 0:
                     fake.first_chunk_sent.set()
