@@ -62,7 +62,7 @@ class MCPServerToolOut(BaseModel):
 class MCPServerOut(BaseModel):
     server_id: str
     name: str
-    transport: str = Field(description="`stdio` or `http` (streamable HTTP).")
+    transport: str = Field(description="`stdio` or `streamable_http` (DESIGN §3.2; `http` is accepted as input).")
     command: str
     args: list[str]
     env: dict[str, str] = Field(description="Every value is shown as `********`.")
@@ -94,9 +94,12 @@ class ToolListOut(RootModel[list[ToolOut]]):
 
 
 def mcp_server_out(server: MCPServer) -> dict[str, Any]:
+    stored = mcp_server_input(server)
     return {
         "server_id": server.server_id,
-        **mcp_server_input(server),
+        **stored,
+        # Stored as `http`; answered with the name the REST contract pins.
+        "transport": "streamable_http" if stored["transport"] == "http" else stored["transport"],
         "status": server.status,
         "last_error": server.last_error,
         "tools_refreshed_at": server.tools_refreshed_at.isoformat() if server.tools_refreshed_at else None,

@@ -24,7 +24,7 @@ STDIO = {
 }
 HTTP = {
     "name": "Remote",
-    "transport": "http",
+    "transport": "streamable_http",
     "url": "https://mcp.example.com/mcp",
     "headers": {"Authorization": HEADER_SECRET},
 }
@@ -57,16 +57,16 @@ def test_create_an_http_server_and_see_its_headers_only_masked(api_client):
 
     assert response.status_code == 201, response.content
     body = response.json()
-    assert (body["server_id"], body["transport"], body["url"]) == ("remote-1", "http", HTTP["url"])
+    assert (body["server_id"], body["transport"], body["url"]) == ("remote-1", "streamable_http", HTTP["url"])
     assert body["headers"] == {"Authorization": SECRET_MASK}
     assert "hdr-secret-888" not in api_client.get("/api/v1/mcp-servers/remote-1").content.decode()
 
 
-def test_streamable_http_is_accepted_as_the_http_transports_name(api_client):
-    response = api_client.post("/api/v1/mcp-servers", {**HTTP, "transport": "streamable_http"}, format="json")
+def test_http_is_accepted_as_the_streamable_http_transports_other_name(api_client):
+    response = api_client.post("/api/v1/mcp-servers", {**HTTP, "transport": "http"}, format="json")
 
     assert response.status_code == 201, response.content
-    assert response.json()["transport"] == "http"
+    assert response.json()["transport"] == "streamable_http"
 
 
 def test_env_and_headers_are_encrypted_at_rest(api_client):
