@@ -15,6 +15,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.forms import (
     CONFIG_FIELD_PREFIX,
     AgentBindingAdminForm,
@@ -70,22 +71,11 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
 
 
 @admin.register(Bot)
-class BotAdmin(admin.ModelAdmin[Bot]):
+class BotAdmin(WorkspaceScopedAdmin[Bot]):
     form = BotAdminForm
     list_display = ["bot_id", "workspace", "name", "platform", "enabled", "updated_at"]
     list_filter = ["platform", "enabled", "workspace"]
     search_fields = ["bot_id", "name"]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Bot]:
-        queryset = super().get_queryset(request).select_related("workspace")
-        if getattr(request.user, "is_superuser", False):
-            return queryset
-        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
-
-    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "workspace" and not getattr(request.user, "is_superuser", False):
-            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Bot, form: Any, change: bool) -> None:
         obj.credentials = form.credentials

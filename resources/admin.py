@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from bindings.selectors import workspaces_of_member
+from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.clients import ProviderCallError, provider_models_list
 from resources.forms import ModelAdminForm, ModelProviderAdminForm
 from resources.models import Model, ModelProvider
@@ -22,12 +22,8 @@ from resources.models import Model, ModelProvider
 SHOWN_MODEL_IDS = 20
 
 
-def _is_superuser(request: HttpRequest) -> bool:
-    return bool(getattr(request.user, "is_superuser", False))
-
-
 @admin.register(ModelProvider)
-class ModelProviderAdmin(admin.ModelAdmin[ModelProvider]):
+class ModelProviderAdmin(WorkspaceScopedAdmin[ModelProvider]):
     form = ModelProviderAdminForm
     list_display = ["provider_id", "workspace", "name", "base_url", "timeout_seconds", "max_retries", "updated_at"]
     list_filter = ["workspace"]
@@ -35,24 +31,7 @@ class ModelProviderAdmin(admin.ModelAdmin[ModelProvider]):
     prepopulated_fields = {"provider_id": ["name"]}
     readonly_fields = ["created_at", "updated_at"]
     actions = ["test_connection"]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[ModelProvider]:
-        queryset = super().get_queryset(request).select_related("workspace")
-        if _is_superuser(request):
-            return queryset
-        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
-
-    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "workspace" and not _is_superuser(request):
-            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: ModelProvider | None = None) -> list[str]:
-        # The ids are what bindings and runners refer to: fixed once made.
-        return [*self.readonly_fields, "workspace", "provider_id"] if obj else list(self.readonly_fields)
-
-    def get_prepopulated_fields(self, request: HttpRequest, obj: ModelProvider | None = None) -> dict[str, Any]:
-        return {} if obj else dict(self.prepopulated_fields)
+    fixed_fields = ("workspace", "provider_id")
 
     def save_model(self, request: HttpRequest, obj: ModelProvider, form: Any, change: bool) -> None:
         assert isinstance(form, ModelProviderAdminForm)
@@ -74,30 +53,15 @@ class ModelProviderAdmin(admin.ModelAdmin[ModelProvider]):
 
 
 @admin.register(Model)
-class ModelAdmin(admin.ModelAdmin[Model]):
+class ModelAdmin(WorkspaceScopedAdmin[Model]):
     form = ModelAdminForm
     list_display = ["model_id", "workspace", "provider", "name", "kind", "supports_tools", "supports_vision"]
     list_filter = ["kind", "workspace"]
     search_fields = ["model_id", "name"]
     readonly_fields = ["created_at", "updated_at"]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Model]:
-        queryset = super().get_queryset(request).select_related("workspace", "provider")
-        if _is_superuser(request):
-            return queryset
-        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
-
-    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if not _is_superuser(request):
-            if db_field.name == "workspace":
-                kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
-            elif db_field.name == "provider":
-                member_of = workspaces_of_member(user_id=request.user.pk)
-                kwargs["queryset"] = ModelProvider.objects.filter(workspace__in=member_of)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> list[str]:
-        return [*self.readonly_fields, "workspace", "model_id"] if obj else list(self.readonly_fields)
+    list_select_related = ["workspace", "provider"]
+    fixed_fields = ("workspace", "model_id")
+    scoped_foreign_keys = {"provider": "workspace"}
 
 
 # The admin of MCP servers and knowledge bases lives with them; importing registers it.

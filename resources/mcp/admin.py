@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from bindings.selectors import workspaces_of_member
+from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.mcp.forms import MCPServerAdminForm
 from resources.mcp.services import MCPServerDisabledError, MCPServerUnavailableError, mcp_server_refresh
 from resources.models import MCPServer, MCPTool
@@ -26,10 +26,6 @@ _STATUS_COLOURS = {
 }
 # How many tool names a successful refresh shows before "and N more".
 SHOWN_TOOL_NAMES = 20
-
-
-def _is_superuser(request: HttpRequest) -> bool:
-    return bool(getattr(request.user, "is_superuser", False))
 
 
 class MCPToolInline(admin.TabularInline[MCPTool, MCPServer]):
@@ -50,7 +46,7 @@ class MCPToolInline(admin.TabularInline[MCPTool, MCPServer]):
 
 
 @admin.register(MCPServer)
-class MCPServerAdmin(admin.ModelAdmin[MCPServer]):
+class MCPServerAdmin(WorkspaceScopedAdmin[MCPServer]):
     form = MCPServerAdminForm
     inlines = [MCPToolInline]
     list_display = [
@@ -70,23 +66,11 @@ class MCPServerAdmin(admin.ModelAdmin[MCPServer]):
     readonly_fields = ["status_coloured", "last_error", "tools_refreshed_at", "created_at", "updated_at"]
     actions = ["refresh_tools"]
 
+    # The id names the server's tools when they collide: fixed once made.
+    fixed_fields = ("workspace", "server_id")
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[MCPServer]:
-        queryset = super().get_queryset(request).select_related("workspace").prefetch_related("tools")
-        if _is_superuser(request):
-            return queryset
-        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
-
-    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "workspace" and not _is_superuser(request):
-            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: MCPServer | None = None) -> list[str]:
-        # The id names the server's tools when they collide: fixed once made.
-        return [*self.readonly_fields, "workspace", "server_id"] if obj else list(self.readonly_fields)
-
-    def get_prepopulated_fields(self, request: HttpRequest, obj: MCPServer | None = None) -> dict[str, Any]:
-        return {} if obj else dict(self.prepopulated_fields)
+        return super().get_queryset(request).prefetch_related("tools")
 
     def save_model(self, request: HttpRequest, obj: MCPServer, form: Any, change: bool) -> None:
         assert isinstance(form, MCPServerAdminForm)
