@@ -190,9 +190,12 @@ def readme_walkthrough() -> tuple[list[tuple[str, str, dict[str, Any]]], tuple[s
     return calls, (event.group(2).removeprefix(README_HOST), json.loads(event.group(1)))
 
 
-def test_the_readme_walkthrough_binds_the_demo_bot_to_the_local_agent_and_it_answers(web, catalog, fake):
-    # given the demo workspace as `make run` seeds it, and an API key as the README makes it
+def test_the_readme_walkthrough_binds_the_demo_bot_to_the_local_agent_and_it_answers(web, worker, qa_report, fake):
+    # given the demo workspace as `make run` seeds it (then the runtime reports its runners), and an API
+    # key as the README makes it
     call_command("seed_demo")
+    assert RUNNER_ID in [m.id for m in qa_report.runners], "the runtime did not load plugins/local-agent"
+    runner_descriptors_sync(report=qa_report)
     out = io.StringIO()
     call_command("create_api_key", workspace="demo", stdout=out)
     api = Api(web, out.getvalue().strip())
