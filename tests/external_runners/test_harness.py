@@ -360,3 +360,14 @@ def test_stream_json_lines_skip_noise_and_map_tool_errors():
         "cache_read_tokens": 0,
         "cache_creation_tokens": 0,
     }
+
+
+async def test_the_run_deadline_kills_the_process_group(harness, tmp_path):
+    config = harness_config(tmp_path, env={"FAKE_HARNESS_MODE": "hang"})
+    ctx = harness.context(RUNNER_ID, "hi", config=config, deadline_at=time.time() + 3)
+    results = await harness.run(RUNNER_ID, ctx)
+    assert failure(results)["code"] == "runner.timeout"
+    pids = json.loads((working_directory_of(results) / "fake-harness-pids.json").read_text())
+    await asyncio.sleep(0.2)
+    assert not alive(pids["cli"])
+    assert not alive(pids["child"])
