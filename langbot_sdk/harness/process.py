@@ -54,6 +54,7 @@ class HarnessProcess:
         self.process: asyncio.subprocess.Process | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_task: asyncio.Task[None] | None = None
+        self._stdin_task: asyncio.Task[None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -73,10 +74,15 @@ class HarnessProcess:
         )
         self._stderr_task = asyncio.create_task(self._read_stderr())
         if self.stdin_text is not None and self.process.stdin is not None:
-            stdin = self.process.stdin
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                stdin.write(self.stdin_text.encode())
-                await stdin.drain()
+            # Written beside the reading: a CLI that reads its prompt late (or never) must not block the run.
+            self._stdin_task = asyncio.create_task(self._write_stdin(self.process.stdin, self.stdin_text))
+
+    @staticmethod
+    async def _write_stdin(stdin: asyncio.StreamWriter, text: str) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(text.encode())
+            await stdin.drain()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             stdin.close()
 
     async def _read_stderr(self) -> None:
@@ -96,7 +102,10 @@ class HarnessProcess:
         assert self.process is not None
         assert self.process.stdout is not None
         while True:
-            line = await self.process.stdout.readline()
+            try:
+                line = await self.process.stdout.readline()
+            except ValueError:  # a line over LINE_LIMIT: dropped, reading goes on
+                continue
             if not line:
                 return
             yield line.decode("utf-8", errors="replace")
@@ -132,8 +141,9 @@ class HarnessProcess:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
                 await process.wait()
-        if self._stderr_task is not None and not self._stderr_task.done():
-            self._stderr_task.cancel()
+        for task in (self._stderr_task, self._stdin_task):
+            if task is not None and not task.done():
+                task.cancel()
 
     async def __aenter__(self) -> HarnessProcess:
         if self.process is None:
