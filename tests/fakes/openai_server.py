@@ -3,7 +3,8 @@
 `POST /v1/chat/completions` and `POST /v1/rerank` answer from one script, one entry per request, in
 order: a JSON answer (`reply`; `rerank_answer()` builds a rerank one), a streamed one as server-sent
 events (`stream`: `data: {chunk}\\n\\n` frames, then `data: [DONE]`), an error with an OpenAI error body
-(`fail`), or a stream that sends its first chunk and then holds until the client goes away (`stall`). A
+(`fail`), a stream that sends its first chunk and then holds until the client goes away (`stall`), or one
+whose connection closes after its chunks without `[DONE]` (`cut`). A
 stream can also be held after its first chunk until the test calls `release()`. `POST /v1/embeddings`
 answers outside the script with deterministic vectors (`embedding_of`: hashed words, so texts sharing
 words are close; `embedding_aliases` maps a word to another to fake a synonym) unless `fail_embeddings`
@@ -38,7 +39,7 @@ from typing import Any
 
 @dataclass
 class _Entry:
-    kind: str  # reply | stream | fail | stall
+    kind: str  # reply | stream | fail | stall | cut
     body: Any = None
     chunks: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
@@ -152,6 +153,10 @@ class FakeOpenAI:
     def stall(self, first: dict[str, Any]) -> None:
         self.script.append(_Entry("stall", chunks=[first]))
 
+    def cut(self, chunks: list[dict[str, Any]]) -> None:
+        """A stream whose connection closes after `chunks`, without `[DONE]` (a provider that went away)."""
+        self.script.append(_Entry("cut", chunks=chunks))
+
     def fail(self, status: int, message: str, *, headers: dict[str, str] | None = None) -> None:
         self.script.append(failed(status, message, headers=headers))
 
@@ -226,6 +231,8 @@ def _handler_for(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             if entry.kind == "stall":
                 if self._wait_for_disconnect(10):
                     fake.disconnected.set()
+                return
+            if entry.kind == "cut":
                 return
             self._event("[DONE]")
 

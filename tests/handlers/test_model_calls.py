@@ -237,3 +237,23 @@ def test_a_consumer_that_stops_reading_closes_the_provider_connection_at_once(mo
 
     assert LLMStreamChunk.model_validate(first).delta.content == "thinking"
     assert fake.disconnected.wait(5)
+
+
+def test_a_stream_the_provider_cuts_off_mid_answer_is_a_retryable_error_not_a_short_answer(model_run, fake):
+    run = model_run()
+    fake.cut([chunk({"role": "assistant", "content": "The answer is"})])
+
+    error = run.refused("invoke_llm_stream", model_id="m1", messages=HI)
+
+    assert (error.code, error.error.retryable) == ("runtime_error", True)
+    assert "before the answer was complete" in error.error.message
+
+
+def test_a_stream_that_finished_but_lost_its_done_marker_is_kept(model_run, fake):
+    run = model_run()
+    fake.cut([chunk({"role": "assistant", "content": "Done."}), chunk({}, finish_reason="stop")])
+
+    chunks = [LLMStreamChunk.model_validate(item) for item in run.call("invoke_llm_stream", model_id="m1", messages=HI)]
+
+    assert "".join(c.delta.text() for c in chunks) == "Done."
+    assert chunks[-1].finish_reason == "stop"

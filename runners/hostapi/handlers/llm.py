@@ -146,10 +146,11 @@ async def _chunks(
     manager: Any, response: httpx.Response, provider: ModelProvider, call: ProxyCall
 ) -> AsyncIterator[dict[str, Any]]:
     last_usage: dict[str, Any] | None = None
-    ended = False
+    ended = finished = False
     try:
         async for event in sse_events(response):
             if event.data.startswith("[DONE]"):
+                finished = True
                 break
             frame = _stream_frame(provider, event.data)
             choices = frame.get("choices") or []
@@ -159,11 +160,18 @@ async def _chunks(
                 continue
             if usage is not None:
                 last_usage = usage
+            finished = finished or bool(choice and choice.get("finish_reason"))
             yield {
                 "delta": _delta_of(choice.get("delta") if choice is not None else None),
                 "usage": usage,
                 "finish_reason": choice.get("finish_reason") if choice is not None else None,
             }
+        if not finished:
+            # Neither `[DONE]` nor a finish reason: the provider went away mid-answer, and what arrived is
+            # not the whole answer.
+            raise AgentAPIException.runtime_error(
+                "the model provider's stream ended before the answer was complete", retryable=True
+            )
         ended = True
     except httpx.TimeoutException:
         seconds = provider.timeout_seconds
