@@ -16,8 +16,13 @@ What belongs here is what every such adapter needs and nothing platform-specific
 * `sse_events` (server-sent events: ``event``/``data``/``id`` fields, multi-line data, comments) and
   `json_values` (newline-delimited or concatenated JSON) read such a response.
 * `usage_normalized`: a platform's token counts as ``run.completed``'s usage.
-* `input_text`, `input_files`, `artifact_bytes`: the current input and its files, read through
-  ``api.artifacts`` so an adapter can upload them to its platform.
+* `input_text`, `input_files`, `artifact_bytes`, `input_file_content`: the current input and its files,
+  read through ``api.artifacts`` so an adapter can upload them to its platform.
+* `launcher_name`, `platform_user`: who the platform is told it talks to, named as old LangBot named it.
+* `stored_text` / `stored_texts`: the ids an adapter keeps in conversation state between turns
+  (`CONVERSATION_ID_KEY`, `SESSION_ID_KEY` in `STATE_SCOPE`).
+* `json_answer` (a whole JSON answer, size-bounded), `read_limited`, `json_object`, `id_text`, and
+  ``Platform.refusal`` for platforms that refuse with HTTP 200 and an error code in the JSON body.
 
 Typical use inside ``AgentRunner.run``::
 
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
@@ -46,27 +52,54 @@ from typing import Any
 
 import httpx
 
-from langbot_sdk.protocol import AgentRunContext, AgentRunResult, ArtifactMetadata
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult, ArtifactMetadata
 from langbot_sdk.proxy import AgentRunAPIProxy
 
 __all__ = [
+    "ANSWER_MAX_BYTES",
+    "CONVERSATION_ID_KEY",
+    "DEFAULT_TIMEOUT",
     "ERROR_BODY_MAX_BYTES",
+    "SESSION_ID_KEY",
+    "STATE_SCOPE",
     "ExternalRunnerError",
     "InputFile",
+    "InputFileContent",
     "Platform",
     "RunnerConfig",
     "SSEEvent",
     "artifact_bytes",
+    "id_text",
+    "input_file_content",
     "input_files",
     "input_text",
+    "json_answer",
+    "json_object",
     "json_values",
+    "launcher_name",
+    "platform_user",
+    "read_limited",
     "sse_events",
+    "stored_text",
+    "stored_texts",
     "streaming_request",
     "usage_normalized",
 ]
 
+logger = logging.getLogger(__name__)
+
 ERROR_BODY_MAX_BYTES = 64 * 1024
 """How much of an error answer is read to find the platform's message."""
+ANSWER_MAX_BYTES = 16 * 1024 * 1024
+"""The largest whole (not streamed) answer `json_answer` reads by default."""
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a call of the platform may take when the runner config sets no ``timeout`` (LangBot's default)."""
+STATE_SCOPE = "conversation"
+"""The state scope adapters keep the platform's ids in."""
+CONVERSATION_ID_KEY = "external.conversation_id"
+"""State key of the conversation id the platform issued (or the adapter made)."""
+SESSION_ID_KEY = "external.session_id"
+"""State key of the session id the platform issued (or the adapter made)."""
 MESSAGE_MAX_CHARS = 500
 """Longest platform message carried into ``run.failed``."""
 REDACTED = "***"
@@ -156,6 +189,18 @@ class Platform:
         if status >= 500:
             return self.error("unavailable", f"{self.label} failed ({status}): {message}", retryable=True, **details)
         return self.error("http_error", f"{self.label} refused the request ({status}): {message}", **details)
+
+    def refusal(
+        self, answer: Mapping[str, Any], *, code_key: str, message_keys: Iterable[str]
+    ) -> ExternalRunnerError | None:
+        """The failure of a JSON answer whose ``code_key`` is present and not 0 (platforms such as Coze and
+        Tbox refuse a request with HTTP 200 and such a body), else None: ``<x>.http_error``, not retryable,
+        with the first non-empty of ``message_keys`` as the message and the code as ``platform_code``."""
+        code = answer.get(code_key)
+        if code is None or str(code) == "0":
+            return None
+        message = next((str(answer[key]) for key in message_keys if answer.get(key)), f"{code_key} {code}")
+        return self.error("http_error", f"{self.label} refused the request: {message}", platform_code=str(code))
 
 
 def _json_or_none(body: bytes) -> Any:
@@ -249,6 +294,10 @@ class RunnerConfig:
             raise self._platform.config_invalid(name, f"must be one of: {', '.join(allowed)}")
         return value
 
+    def optional_url(self, name: str, default: str) -> str:
+        """An http(s) URL without a trailing slash; ``default`` when missing or blank."""
+        return self.url(name) if self.text(name).strip() else default
+
     def seconds(self, name: str, default: float) -> float:
         """A positive, finite number of seconds."""
         value = self._raw(name)
@@ -298,7 +347,7 @@ async def streaming_request(
         async with asyncio.timeout(timeout):
             async with http.stream(method, url, **request) as response:
                 if not response.is_success:
-                    body = await _read_limited(response, ERROR_BODY_MAX_BYTES)
+                    body = await read_limited(response, ERROR_BODY_MAX_BYTES)
                     raise platform.http_error(response.status_code, body, headers=response.headers)
                 yield response
     except (TimeoutError, httpx.TimeoutException):
@@ -310,7 +359,8 @@ async def streaming_request(
             await http.aclose()
 
 
-async def _read_limited(response: httpx.Response, limit: int) -> bytes:
+async def read_limited(response: httpx.Response, limit: int) -> bytes:
+    """At most ``limit`` bytes of the response's body (what comes after is not read)."""
     body = b""
     async for chunk in response.aiter_bytes():
         body += chunk
@@ -385,6 +435,39 @@ async def json_values(response: httpx.Response, *, max_chars: int = 10 * 1024 * 
             yield value
     if buffer.strip():
         raise ValueError(f"the answer ends with text that is not JSON: {buffer.strip()[:80]!r}")
+
+
+async def json_answer(platform: Platform, response: httpx.Response, *, max_bytes: int = ANSWER_MAX_BYTES) -> Any:
+    """A whole (not streamed) answer parsed as JSON. Raises ``<x>.protocol_error`` when it is larger than
+    ``max_bytes`` (reading stops there) or is not JSON."""
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) > max_bytes:
+            raise platform.error("protocol_error", f"{platform.label}'s answer is larger than {max_bytes} bytes")
+    try:
+        return json.loads(bytes(body))
+    except ValueError:
+        raise platform.error("protocol_error", f"{platform.label}'s answer is not JSON") from None
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """``value`` as a JSON object: a mapping as is, JSON text (str or bytes) parsed, else (text that is not
+    JSON, or JSON that is not an object) an empty dict."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if not isinstance(value, str | bytes):
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def id_text(value: Any) -> str:
+    """An id a platform sent as a string or a number, as text; "" for anything else (booleans included)."""
+    return str(value) if isinstance(value, str | int) and not isinstance(value, bool) and str(value) else ""
 
 
 # --- usage -----------------------------------------------------------------------------------------
@@ -478,3 +561,74 @@ async def artifact_bytes(api: AgentRunAPIProxy, artifact_id: str, *, max_bytes: 
         if chunk.eof:
             break
     return metadata, bytes(content)
+
+
+@dataclass(frozen=True)
+class InputFileContent:
+    """An input file read whole, named and typed for an upload."""
+
+    name: str
+    mime_type: str
+    content: bytes
+
+
+async def input_file_content(
+    api: AgentRunAPIProxy, platform: Platform, file: InputFile, *, max_bytes: int, default_name: str = "file"
+) -> InputFileContent:
+    """The content of an input file, named by the input (else the artifact, else ``default_name``) and typed
+    likewise (else ``application/octet-stream``). Raises ``<x>.input_unavailable`` when the host refuses
+    the read or the file is larger than ``max_bytes``."""
+    try:
+        metadata, content = await artifact_bytes(api, file.artifact_id, max_bytes=max_bytes)
+    except (AgentAPIException, ValueError) as exc:
+        reason = exc.error.message if isinstance(exc, AgentAPIException) else str(exc)
+        raise platform.error("input_unavailable", f"cannot read input file {file.artifact_id}: {reason}") from None
+    return InputFileContent(
+        name=file.name or metadata.name or default_name,
+        mime_type=file.mime_type or metadata.mime_type or "application/octet-stream",
+        content=content,
+    )
+
+
+# --- who and where ---------------------------------------------------------------------------------
+
+
+def launcher_name(ctx: AgentRunContext) -> str | None:
+    """The conversation's launcher as old LangBot named it to platforms (``person_123``), if it has one."""
+    conversation = ctx.conversation
+    if conversation is not None and conversation.launcher_type and conversation.launcher_id:
+        return f"{conversation.launcher_type}_{conversation.launcher_id}"
+    return None
+
+
+def platform_user(ctx: AgentRunContext) -> str:
+    """The user to name to a platform: the launcher (`launcher_name`), else the actor (``user_42``), else
+    ``langbot_<conversation id>`` (the run id when there is no conversation)."""
+    launcher = launcher_name(ctx)
+    if launcher:
+        return launcher
+    if ctx.actor is not None and ctx.actor.actor_id:
+        return f"{ctx.actor.actor_type}_{ctx.actor.actor_id}"
+    return f"langbot_{ctx.context.conversation_id or ctx.run_id}"
+
+
+async def stored_texts(
+    api: AgentRunAPIProxy, keys: Iterable[str], *, scope: str = STATE_SCOPE
+) -> dict[str, str] | None:
+    """The non-empty strings stored under ``keys`` (a key holding nothing else is left out), or None when
+    the host grants no state to this run — then nothing is continued from an earlier turn."""
+    found: dict[str, str] = {}
+    for key in keys:
+        try:
+            stored = await api.state.get(scope, key)
+        except AgentAPIException as exc:
+            logger.info("%s state unavailable (%s); nothing is continued from an earlier turn", scope, exc.error.code)
+            return None
+        if stored.found and isinstance(stored.value, str) and stored.value:
+            found[key] = stored.value
+    return found
+
+
+async def stored_text(api: AgentRunAPIProxy, key: str, *, scope: str = STATE_SCOPE) -> str | None:
+    """The non-empty string stored under ``key``; None when there is none or the host grants no state."""
+    return (await stored_texts(api, [key], scope=scope) or {}).get(key)

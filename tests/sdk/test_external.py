@@ -15,18 +15,28 @@ import pytest
 from langbot_sdk.external import (
     ExternalRunnerError,
     InputFile,
+    InputFileContent,
     Platform,
     RunnerConfig,
     SSEEvent,
     artifact_bytes,
+    id_text,
+    input_file_content,
     input_files,
     input_text,
+    json_answer,
+    json_object,
     json_values,
+    launcher_name,
+    platform_user,
+    read_limited,
     sse_events,
+    stored_text,
+    stored_texts,
     streaming_request,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentRunContext
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext
 from langbot_sdk.proxy import AgentRunAPIProxy
 from tests.sdk.conftest import build_context
 
@@ -227,6 +237,58 @@ async def test_run_failed_of_an_error_keeps_code_retryable_and_details():
     }
 
 
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ({"code": 0, "data": {}}, None),
+        ({"code": "0", "msg": "ok"}, None),
+        ({"data": "no code at all"}, None),
+        ({"code": 4200, "msg": "bot does not exist"}, ("acme refused the request: bot does not exist", "4200")),
+        ({"code": "E1", "message": "", "msg": "nope"}, ("acme refused the request: nope", "E1")),
+        ({"code": 7}, ("acme refused the request: code 7", "7")),
+    ],
+)
+def test_an_http_200_answer_with_an_error_code_is_a_refusal_naming_the_code(answer, expected):
+    refusal = Platform("acme").refusal(answer, code_key="code", message_keys=("message", "msg"))
+
+    if expected is None:
+        assert refusal is None
+    else:
+        assert refusal is not None
+        assert (refusal.code, refusal.retryable) == ("acme.http_error", False)
+        assert (refusal.message, refusal.details) == (expected[0], {"platform_code": expected[1]})
+
+
+async def test_a_whole_json_answer_is_parsed_and_an_oversized_or_malformed_one_is_a_protocol_error():
+    platform = Platform("acme", label="Acme")
+
+    assert await json_answer(platform, response_of(b'{"a": ', b"[1, 2]}")) == {"a": [1, 2]}
+    with pytest.raises(ExternalRunnerError) as too_large:
+        await json_answer(platform, response_of(b'{"a": "', b"x" * 64, b'"}'), max_bytes=32)
+    with pytest.raises(ExternalRunnerError) as not_json:
+        await json_answer(platform, response_of(b"<html>busy</html>"))
+
+    assert (too_large.value.code, too_large.value.message) == (
+        "acme.protocol_error",
+        "Acme's answer is larger than 32 bytes",
+    )
+    assert (not_json.value.code, not_json.value.message) == ("acme.protocol_error", "Acme's answer is not JSON")
+
+
+async def test_read_limited_stops_at_the_limit():
+    assert await read_limited(response_of(b"0123", b"4567", b"89"), 6) == b"012345"
+    assert await read_limited(response_of(b"012"), 6) == b"012"
+
+
+def test_json_object_and_id_text_take_what_platforms_send_leniently():
+    assert json_object('{"a": 1}') == json_object(b'{"a": 1}') == json_object({"a": 1}) == {"a": 1}
+    assert json_object('"[DONE]"') == json_object("[DONE]") == json_object("") == json_object(None) == {}
+    assert json_object(b"\xff") == json_object("[1]") == {}
+    assert (id_text("c-1"), id_text(42), id_text(True), id_text(""), id_text(None), id_text(1.5)) == (
+        "c-1", "42", "", "", "", "",
+    )  # fmt: skip
+
+
 # --- config ----------------------------------------------------------------------------------------
 
 
@@ -266,6 +328,17 @@ def test_config_values_are_read_typed_with_defaults():
     assert config.text("nothing", "fallback") == "fallback"
 
 
+def test_an_optional_url_falls_back_to_its_default_only_when_blank():
+    config = RunnerConfig({"api-base": "https://coze.test/", "blank": "  ", "bad": "coze"}, Platform("acme"))
+
+    assert config.optional_url("api-base", "https://default.test") == "https://coze.test"
+    assert config.optional_url("blank", "https://default.test") == "https://default.test"
+    assert config.optional_url("missing", "https://default.test") == "https://default.test"
+    with pytest.raises(ExternalRunnerError) as caught:
+        config.optional_url("bad", "https://default.test")
+    assert caught.value.details == {"field": "bad"}
+
+
 # --- usage -----------------------------------------------------------------------------------------
 
 
@@ -291,6 +364,66 @@ def test_usage_under_other_names_or_absent():
     ) == {"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10, "source": "x"}
     assert usage_normalized({"latency": 2}, source="x") is None
     assert usage_normalized(None, source="x") is None
+
+
+# --- who and where ---------------------------------------------------------------------------------
+
+
+def test_the_platform_user_is_the_launcher_else_the_actor_else_the_conversation():
+    launched = build_context("")
+    launched["conversation"].update(launcher_type="person", launcher_id="123")
+    launched["actor"] = {"actor_type": "user", "actor_id": "u-9"}
+    acting = build_context("")
+    acting["actor"] = {"actor_type": "user", "actor_id": "u-9"}
+    anonymous = build_context("", conversation_id="conv-7")
+
+    contexts = [AgentRunContext.model_validate(c) for c in (launched, acting, anonymous)]
+
+    assert [launcher_name(ctx) for ctx in contexts] == ["person_123", None, None]
+    assert [platform_user(ctx) for ctx in contexts] == ["person_123", "user_u-9", "langbot_conv-7"]
+
+
+class StateHost:
+    """A host channel answering `state_get` from a dict (or refusing every read)."""
+
+    def __init__(self, values: dict[str, Any], *, refuse: bool = False) -> None:
+        self.values = values
+        self.refuse = refuse
+
+    async def call(self, action: str, data: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
+        assert action == "state_get"
+        if self.refuse:
+            raise AgentAPIException.runtime_error("state store down")
+        key = data["key"]
+        return {"found": key in self.values, "value": self.values.get(key)}
+
+    def stream(
+        self, action: str, data: dict[str, Any], *, timeout: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        raise AssertionError(f"state reads do not stream ({action})")
+
+
+def state_api(host: StateHost, *, granted: bool = True) -> AgentRunAPIProxy:
+    context = build_context("", available_apis={"state": granted}, resources={"state": {"enabled": granted}})
+    return AgentRunAPIProxy(AgentRunContext.model_validate(context), host)
+
+
+async def test_stored_texts_are_the_non_empty_strings_kept_in_conversation_state():
+    api = state_api(StateHost({"external.conversation_id": "c-1", "external.session_id": "", "n": 3}))
+
+    assert await stored_texts(api, ["external.conversation_id", "external.session_id", "n", "missing"]) == {
+        "external.conversation_id": "c-1"
+    }
+    assert await stored_text(api, "external.conversation_id") == "c-1"
+    assert await stored_text(api, "n") is None
+
+
+@pytest.mark.parametrize(("granted", "refuse"), [(False, False), (True, True)], ids=["not-granted", "host-refuses"])
+async def test_without_state_nothing_is_continued(granted, refuse):
+    api = state_api(StateHost({"external.conversation_id": "c-1"}, refuse=refuse), granted=granted)
+
+    assert await stored_texts(api, ["external.conversation_id"]) is None
+    assert await stored_text(api, "external.conversation_id") is None
 
 
 # --- input -----------------------------------------------------------------------------------------
@@ -354,3 +487,19 @@ async def test_an_artifact_is_read_whole_through_the_host_and_an_oversized_one_i
     assert (metadata.name, metadata.mime_type, content) == ("pic.png", "image/png", b"0123456789")
     with pytest.raises(ValueError, match="limit is 5"):
         await artifact_bytes(api, "a-1", max_bytes=5)
+
+
+async def test_an_input_file_is_read_named_and_typed_and_an_unreadable_one_is_input_unavailable():
+    context = build_context("", available_apis={"artifact_metadata": True, "artifact_read": True})
+    api = AgentRunAPIProxy(AgentRunContext.model_validate(context), ArtifactHost(b"0123456789"))
+    platform = Platform("acme")
+
+    named = await input_file_content(api, platform, InputFile("a-1", "cat.png", "image/jpeg"), max_bytes=100)
+    unnamed = await input_file_content(api, platform, InputFile("a-1"), max_bytes=100)
+    with pytest.raises(ExternalRunnerError) as caught:
+        await input_file_content(api, platform, InputFile("a-1"), max_bytes=5)
+
+    assert named == InputFileContent("cat.png", "image/jpeg", b"0123456789")
+    assert unnamed == InputFileContent("pic.png", "image/png", b"0123456789")
+    assert caught.value.code == "acme.input_unavailable"
+    assert "limit is 5" in caught.value.message

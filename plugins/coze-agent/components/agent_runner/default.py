@@ -31,29 +31,35 @@ from typing import Any
 import httpx
 
 from langbot_sdk.external import (
+    CONVERSATION_ID_KEY,
+    DEFAULT_TIMEOUT,
+    ERROR_BODY_MAX_BYTES,
+    STATE_SCOPE,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
-    artifact_bytes,
+    id_text,
+    input_file_content,
     input_files,
     input_text,
+    json_answer,
+    json_object,
+    platform_user,
+    read_limited,
     sse_events,
+    stored_text,
     streaming_request,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
-STATE_SCOPE = "conversation"
-CONVERSATION_KEY = "external.conversation_id"
 DEFAULT_API_BASE = "https://api.coze.cn"
-DEFAULT_TIMEOUT = 120.0
 CANCEL_TIMEOUT = 3.0  # well inside the runtime's cancel grace
 UPLOAD_MAX_BYTES = 10 * 1024 * 1024  # the limit LangBot applied to Coze uploads
-ERROR_BODY_MAX_BYTES = 64 * 1024
 TOOL_RESULT_CHARS = 4000
 # Coze's codes for a conversation it does not know (or that belongs to another bot or user).
 CONVERSATION_GONE_CODES = frozenset({"4200", "4015", "4016"})
@@ -76,7 +82,7 @@ def read_settings(config: dict[str, Any], platform: Platform) -> CozeSettings:
     reader = RunnerConfig(config, platform)
     api_key = reader.secret("api-key")
     bot_id = reader.required_text("bot-id")
-    api_base = reader.url("api-base") if reader.text("api-base").strip() else DEFAULT_API_BASE
+    api_base = reader.optional_url("api-base", DEFAULT_API_BASE)
     return CozeSettings(
         api_key=api_key,
         bot_id=bot_id,
@@ -84,16 +90,6 @@ def read_settings(config: dict[str, Any], platform: Platform) -> CozeSettings:
         auto_save_history=reader.flag("auto-save-history", True),
         timeout=reader.seconds("timeout", DEFAULT_TIMEOUT),
     )
-
-
-def coze_user(ctx: AgentRunContext) -> str:
-    """Coze's `user_id`: the launcher as old LangBot named it (`person_123`), else the actor or conversation."""
-    conversation = ctx.conversation
-    if conversation is not None and conversation.launcher_type and conversation.launcher_id:
-        return f"{conversation.launcher_type}_{conversation.launcher_id}"
-    if ctx.actor is not None and ctx.actor.actor_id:
-        return f"{ctx.actor.actor_type}_{ctx.actor.actor_id}"
-    return f"langbot_{ctx.context.conversation_id or ctx.run_id}"
 
 
 @dataclass
@@ -119,14 +115,10 @@ class ConversationGoneError(Exception):
 class CozeAgentRunner(AgentRunner):
     async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         platform = Platform("coze", label="Coze")
-        try:
-            settings = read_settings(ctx.config, platform)
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
-            return
         api = self.run_api(ctx)
         try:
-            stored = await _stored_conversation(api)
+            settings = read_settings(ctx.config, platform)
+            stored = await stored_text(api, CONVERSATION_ID_KEY)
             message = await self._user_message(ctx, api, settings, platform)
             try:
                 async for result in self._chat(ctx, settings, platform, message, stored):
@@ -151,17 +143,10 @@ class CozeAgentRunner(AgentRunner):
             return {"role": "user", "content": text, "content_type": "text"}
         parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
         for file in files:
-            try:
-                metadata, content = await artifact_bytes(api, file.artifact_id, max_bytes=UPLOAD_MAX_BYTES)
-            except (AgentAPIException, ValueError) as exc:
-                reason = exc.error.message if isinstance(exc, AgentAPIException) else str(exc)
-                raise platform.error(
-                    "input_unavailable", f"cannot read input file {file.artifact_id}: {reason}"
-                ) from None
-            name = file.name or metadata.name or "file"
-            mime_type = file.mime_type or metadata.mime_type or "application/octet-stream"
-            file_id = await self._upload(settings, platform, name, mime_type, content)
-            parts.append({"type": "image" if mime_type.startswith("image/") else "file", "file_id": file_id})
+            upload = await input_file_content(api, platform, file, max_bytes=UPLOAD_MAX_BYTES)
+            file_id = await self._upload(settings, platform, upload.name, upload.mime_type, upload.content)
+            kind = "image" if upload.mime_type.startswith("image/") else "file"
+            parts.append({"type": kind, "file_id": file_id})
         return {"role": "user", "content": json.dumps(parts, ensure_ascii=False), "content_type": "object_string"}
 
     async def _upload(
@@ -175,8 +160,7 @@ class CozeAgentRunner(AgentRunner):
             headers=settings.headers,
             files={"file": (name, content, mime_type)},
         ) as response:
-            body = await response.aread()
-        answer = _json_object(body)
+            answer = json_object(await json_answer(platform, response))
         refusal = _coze_refusal(platform, answer)
         if refusal is not None:
             raise refusal
@@ -198,7 +182,7 @@ class CozeAgentRunner(AgentRunner):
     ) -> AsyncIterator[AgentRunResult]:
         body = {
             "bot_id": settings.bot_id,
-            "user_id": coze_user(ctx),
+            "user_id": platform_user(ctx),
             "stream": True,
             "auto_save_history": settings.auto_save_history,
             "additional_messages": [message],
@@ -217,14 +201,16 @@ class CozeAgentRunner(AgentRunner):
             ) as response:
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     # Coze refuses with a JSON body (`{"code", "msg"}`) and HTTP 200.
-                    answer = _json_object(await _read_limited(response))
+                    answer = json_object(await read_limited(response, ERROR_BODY_MAX_BYTES))
                     if conversation_id and str(answer.get("code")) in CONVERSATION_GONE_CODES:
                         raise ConversationGoneError
                     raise _coze_refusal(platform, answer) or platform.error(
                         "protocol_error", "Coze answered neither a stream nor an error"
                     )
                 async for event in sse_events(response):
-                    for result in self._on_event(ctx.run_id, platform, turn, event.event, _event_data(event.data)):
+                    # `done` carries the bare string "[DONE]" (no object); a self-hosted Coze may send no data.
+                    data = json_object(event.data)
+                    for result in self._on_event(ctx.run_id, platform, turn, event.event, data):
                         yield result
                     if turn.done:
                         break
@@ -242,14 +228,14 @@ class CozeAgentRunner(AgentRunner):
         self, run_id: str, platform: Platform, turn: Turn, kind: str, data: dict[str, Any]
     ) -> list[AgentRunResult]:
         if kind in ("conversation.chat.created", "conversation.chat.in_progress"):
-            turn.chat_id = _text(data.get("id")) or turn.chat_id
-            turn.conversation_id = _text(data.get("conversation_id")) or turn.conversation_id
+            turn.chat_id = id_text(data.get("id")) or turn.chat_id
+            turn.conversation_id = id_text(data.get("conversation_id")) or turn.conversation_id
         elif kind == "conversation.message.delta":
             return self._delta(run_id, turn, data)
         elif kind == "conversation.message.completed":
             return self._message(run_id, turn, data)
         elif kind == "conversation.chat.completed":
-            turn.conversation_id = _text(data.get("conversation_id")) or turn.conversation_id
+            turn.conversation_id = id_text(data.get("conversation_id")) or turn.conversation_id
             turn.usage = usage_normalized(
                 data.get("usage"),
                 source="coze",
@@ -260,14 +246,14 @@ class CozeAgentRunner(AgentRunner):
         elif kind == "conversation.chat.failed":
             error = data.get("last_error") or {}
             raise platform.stream_error(
-                str(error.get("msg") or "the chat failed"), platform_code=_text(error.get("code")) or None
+                str(error.get("msg") or "the chat failed"), platform_code=id_text(error.get("code")) or None
             )
         elif kind == "conversation.chat.requires_action":
             raise platform.stream_error("the bot asked the caller to run a local plugin, which is not supported")
         elif kind == "error":
             raise platform.stream_error(
                 str(data.get("msg") or data.get("message") or "unknown error"),
-                platform_code=_text(data.get("code")) or None,
+                platform_code=id_text(data.get("code")) or None,
             )
         elif kind == "done" or kind.endswith(".done"):
             turn.done = True
@@ -300,10 +286,10 @@ class CozeAgentRunner(AgentRunner):
         elif kind == "follow_up" and isinstance(content, str) and content:
             turn.follow_ups.append(content)
         elif kind == "function_call":
-            call = _json_object(content.encode() if isinstance(content, str) else b"")
+            call = json_object(content if isinstance(content, str) else "")
             name = str(call.get("name") or "tool")
             arguments = call.get("arguments")
-            call_id = _text(data.get("id")) or f"call-{len(turn.tool_calls) + 1}"
+            call_id = id_text(data.get("id")) or f"call-{len(turn.tool_calls) + 1}"
             turn.tool_calls.append((call_id, name))
             return [
                 AgentRunResult.tool_call_started(
@@ -321,7 +307,7 @@ class CozeAgentRunner(AgentRunner):
         results: list[AgentRunResult] = []
         # Only an id Coze issued in this answer is kept for the next turn.
         if turn.conversation_id and turn.conversation_id != sent_conversation_id:
-            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, CONVERSATION_KEY, turn.conversation_id))
+            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, CONVERSATION_ID_KEY, turn.conversation_id))
         if turn.thinking:
             turn.text.append("\n</think>\n")
             turn.thinking = False
@@ -355,50 +341,9 @@ class CozeAgentRunner(AgentRunner):
             logger.warning("run %s: Coze cancel call failed: %s", ctx.run_id, type(exc).__name__)
 
 
-async def _stored_conversation(api: AgentRunAPIProxy) -> str | None:
-    try:
-        stored = await api.state.get(STATE_SCOPE, CONVERSATION_KEY)
-    except AgentAPIException as exc:
-        # No state for this binding: every turn starts a new Coze conversation.
-        logger.info("conversation state unavailable (%s); not continuing a Coze conversation", exc.error.code)
-        return None
-    value = stored.value if stored.found else None
-    return value if isinstance(value, str) and value else None
-
-
-async def _read_limited(response: httpx.Response) -> bytes:
-    body = b""
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) >= ERROR_BODY_MAX_BYTES:
-            break
-    return body[:ERROR_BODY_MAX_BYTES]
-
-
 def _coze_refusal(platform: Platform, answer: dict[str, Any]) -> ExternalRunnerError | None:
     """The failure of a JSON answer whose `code` is not 0, else None."""
-    code = answer.get("code")
-    if code in (0, "0", None):
-        return None
-    message = str(answer.get("msg") or answer.get("message") or f"code {code}")
-    return platform.error("http_error", f"Coze refused the request: {message}", platform_code=str(code))
-
-
-def _event_data(data: str) -> dict[str, Any]:
-    # `done` carries the bare string "[DONE]"; a self-hosted Coze may send no data at all.
-    return _json_object(data.encode())
-
-
-def _json_object(body: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _text(value: Any) -> str:
-    return str(value) if isinstance(value, str | int) and not isinstance(value, bool) and str(value) else ""
+    return platform.refusal(answer, code_key="code", message_keys=("msg", "message"))
 
 
 def _clip(value: Any) -> Any:

@@ -18,7 +18,6 @@ names are those of LangBot's `ai.dashscope-app-api`.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -28,28 +27,28 @@ from typing import Any
 import httpx
 
 from langbot_sdk.external import (
+    DEFAULT_TIMEOUT,
+    SESSION_ID_KEY,
+    STATE_SCOPE,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
     input_files,
     input_text,
+    json_answer,
     sse_events,
+    stored_text,
     streaming_request,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
-from langbot_sdk.proxy import AgentRunAPIProxy
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
-STATE_SCOPE = "conversation"
-SESSION_KEY = "external.session_id"
 APP_TYPES = ("agent", "workflow")
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/api/v1"
 DEFAULT_QUOTE = "参考资料来自:"
-DEFAULT_TIMEOUT = 120.0
-RESPONSE_MAX_BYTES = 16 * 1024 * 1024
 REFERENCES_MAX = 1024  # LangBot's cap on the references of one answer
 CITATION_TEXT_CHARS = 500
 REF_MARKER = re.compile(r"<ref>\[(.*?)\]</ref>")
@@ -75,7 +74,7 @@ class DashScopeSettings:
 
 def read_settings(config: dict[str, Any], platform: Platform) -> DashScopeSettings:
     reader = RunnerConfig(config, platform)
-    base_url = reader.url("base-url") if reader.text("base-url").strip() else DEFAULT_BASE_URL
+    base_url = reader.optional_url("base-url", DEFAULT_BASE_URL)
     return DashScopeSettings(
         app_type=reader.choice("app-type", APP_TYPES, "agent"),
         api_key=reader.secret("api-key"),
@@ -130,7 +129,7 @@ class DashScopeAgentRunner(AgentRunner):
                 raise platform.error("empty_input", "the input has no text; DashScope apps are sent text only")
             if input_files(ctx):
                 logger.info("run %s: input files are not sent to DashScope (its apps take URLs)", ctx.run_id)
-            stored = await _stored_session(self.run_api(ctx))
+            stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
             stream = ctx.delivery.supports_streaming
             turn = Turn()
             async with streaming_request(
@@ -145,7 +144,8 @@ class DashScopeAgentRunner(AgentRunner):
                     async for result in self._events(ctx.run_id, platform, settings, turn, response):
                         yield result
                 else:
-                    self._chunk(platform, settings, turn, await _read_json(platform, response), stream=False)
+                    answer = await json_answer(platform, response)
+                    self._chunk(platform, settings, turn, answer if isinstance(answer, dict) else {}, stream=False)
             for result in self._finish(ctx.run_id, platform, settings, turn, stored):
                 yield result
         except ExternalRunnerError as exc:
@@ -203,7 +203,7 @@ class DashScopeAgentRunner(AgentRunner):
         results: list[AgentRunResult] = []
         # Only a session id DashScope issued is kept for the next turn.
         if turn.session_id and turn.session_id != stored:
-            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, SESSION_KEY, turn.session_id))
+            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, SESSION_ID_KEY, turn.session_id))
         text = _with_references("".join(turn.text), turn.references, settings.quote)
         if not text.strip():
             return [*results, platform.empty_output().to_result(run_id)]
@@ -295,27 +295,3 @@ def _stream_failure(platform: Platform, data: Mapping[str, Any]) -> ExternalRunn
         platform_code=code or None,
         request_id=data.get("request_id"),
     )
-
-
-async def _stored_session(api: AgentRunAPIProxy) -> str | None:
-    try:
-        stored = await api.state.get(STATE_SCOPE, SESSION_KEY)
-    except AgentAPIException as exc:
-        # No state for this binding: every turn starts a new DashScope session.
-        logger.info("conversation state unavailable (%s); not continuing a DashScope session", exc.error.code)
-        return None
-    value = stored.value if stored.found else None
-    return value if isinstance(value, str) and value else None
-
-
-async def _read_json(platform: Platform, response: httpx.Response) -> dict[str, Any]:
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > RESPONSE_MAX_BYTES:
-            raise platform.error("protocol_error", f"DashScope's answer is larger than {RESPONSE_MAX_BYTES} bytes")
-    try:
-        value = json.loads(bytes(body))
-    except ValueError:
-        raise platform.error("protocol_error", "DashScope's answer is not JSON") from None
-    return value if isinstance(value, dict) else {}

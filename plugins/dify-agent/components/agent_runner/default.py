@@ -31,24 +31,29 @@ from typing import Any
 import httpx
 
 from langbot_sdk.external import (
+    CONVERSATION_ID_KEY,
+    DEFAULT_TIMEOUT,
+    STATE_SCOPE,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
-    artifact_bytes,
+    input_file_content,
     input_files,
     input_text,
+    json_answer,
+    json_object,
+    platform_user,
     sse_events,
+    stored_text,
     streaming_request,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
-STATE_SCOPE = "conversation"
-CONVERSATION_KEY = "external.conversation_id"
 APP_TYPES = ("chat", "agent", "workflow", "chatflow")
 THINKING_MODES = ("plain", "original", "remove")
 DEFAULT_BASE_URL = "https://api.dify.ai/v1"
@@ -56,7 +61,6 @@ DEFAULT_BASE_PROMPT = (
     "When the file content is readable, please read the content of this file. "
     "When the file is an image, describe the content of this image."
 )
-DEFAULT_TIMEOUT = 120.0
 STOP_TIMEOUT = 3.0  # well inside the runtime's cancel grace
 UPLOAD_MAX_BYTES = 15 * 1024 * 1024  # Dify's default upload limit
 CITATION_CONTENT_CHARS = 500
@@ -145,16 +149,6 @@ def strip_think(text: str) -> str:
     return re.sub(r"<think>.*?</think>", "", text, flags=re.DOTALL).strip()
 
 
-def dify_user(ctx: AgentRunContext) -> str:
-    """Dify's `user`: the launcher as old LangBot named it (`person_123`), else the actor or conversation."""
-    conversation = ctx.conversation
-    if conversation is not None and conversation.launcher_type and conversation.launcher_id:
-        return f"{conversation.launcher_type}_{conversation.launcher_id}"
-    if ctx.actor is not None and ctx.actor.actor_id:
-        return f"{ctx.actor.actor_type}_{ctx.actor.actor_id}"
-    return f"langbot_{ctx.context.conversation_id or ctx.run_id}"
-
-
 def dify_file_type(mime_type: str) -> str:
     for prefix in ("image", "audio", "video"):
         if mime_type.startswith(prefix + "/"):
@@ -184,14 +178,10 @@ class ConversationGoneError(Exception):
 class DifyAgentRunner(AgentRunner):
     async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         platform = Platform("dify", label="Dify")
-        try:
-            settings = read_settings(ctx.config, platform)
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
-            return
         api = self.run_api(ctx)
         try:
-            stored = None if settings.is_workflow else await _stored_conversation(api)
+            settings = read_settings(ctx.config, platform)
+            stored = None if settings.is_workflow else await stored_text(api, CONVERSATION_ID_KEY)
             files = await self._upload_inputs(ctx, api, settings, platform)
             try:
                 async for result in self._call(ctx, settings, platform, files, stored):
@@ -208,30 +198,22 @@ class DifyAgentRunner(AgentRunner):
     ) -> list[dict[str, Any]]:
         uploaded: list[dict[str, Any]] = []
         for file in input_files(ctx):
-            try:
-                metadata, content = await artifact_bytes(api, file.artifact_id, max_bytes=UPLOAD_MAX_BYTES)
-            except (AgentAPIException, ValueError) as exc:
-                reason = exc.error.message if isinstance(exc, AgentAPIException) else str(exc)
-                raise platform.error(
-                    "input_unavailable", f"cannot read input file {file.artifact_id}: {reason}"
-                ) from None
-            name = file.name or metadata.name or "file"
-            mime_type = file.mime_type or metadata.mime_type or "application/octet-stream"
+            upload = await input_file_content(api, platform, file, max_bytes=UPLOAD_MAX_BYTES)
             async with streaming_request(
                 platform,
                 "POST",
                 f"{settings.base_url}/files/upload",
                 timeout=settings.timeout,
                 headers=settings.headers,
-                files={"file": (name, content, mime_type)},
-                data={"user": dify_user(ctx)},
+                files={"file": (upload.name, upload.content, upload.mime_type)},
+                data={"user": platform_user(ctx)},
             ) as response:
-                answer = json.loads(await response.aread())
+                answer = await json_answer(platform, response)
             file_id = answer.get("id") if isinstance(answer, dict) else None
             if not isinstance(file_id, str) or not file_id:
                 raise platform.error("protocol_error", "Dify's upload answer has no file id")
             uploaded.append(
-                {"type": dify_file_type(mime_type), "transfer_method": "local_file", "upload_file_id": file_id}
+                {"type": dify_file_type(upload.mime_type), "transfer_method": "local_file", "upload_file_id": file_id}
             )
         return uploaded
 
@@ -239,7 +221,7 @@ class DifyAgentRunner(AgentRunner):
         self, ctx: AgentRunContext, settings: DifySettings, files: list[dict[str, Any]], conversation_id: str | None
     ) -> tuple[str, dict[str, Any]]:
         text = input_text(ctx).strip() or settings.base_prompt
-        user = dify_user(ctx)
+        user = platform_user(ctx)
         # The names old LangBot sent, kept so existing Dify apps that declare them still get them.
         inputs = {
             "langbot_user_message_text": text,
@@ -354,9 +336,9 @@ class DifyAgentRunner(AgentRunner):
     def _thought(self, run_id: str, turn: Turn, payload: dict[str, Any]) -> list[AgentRunResult]:
         thought_id = str(payload.get("id") or payload.get("position") or "thought")
         tools = [name.strip() for name in str(payload.get("tool") or "").split(";") if name.strip()]
-        inputs = _json_object(payload.get("tool_input"))
+        inputs = json_object(payload.get("tool_input"))
         observation = payload.get("observation")
-        observations = _json_object(observation)
+        observations = json_object(observation)
         results: list[AgentRunResult] = []
         for tool in tools:
             call_id = f"{thought_id}:{tool}"
@@ -421,7 +403,7 @@ class DifyAgentRunner(AgentRunner):
         results: list[AgentRunResult] = []
         # Only an id Dify issued in this answer is kept for the next turn.
         if not settings.is_workflow and turn.conversation_id and turn.conversation_id != sent_conversation_id:
-            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, CONVERSATION_KEY, turn.conversation_id))
+            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, CONVERSATION_ID_KEY, turn.conversation_id))
         text = "".join(turn.text)
         if turn.workflow_output is not None:
             text = strip_think(turn.workflow_output) if settings.remove_think else turn.workflow_output
@@ -448,33 +430,10 @@ class DifyAgentRunner(AgentRunner):
         try:
             async with httpx.AsyncClient(timeout=STOP_TIMEOUT) as client:
                 await client.post(
-                    f"{settings.base_url}/{path}", json={"user": dify_user(ctx)}, headers=settings.headers
+                    f"{settings.base_url}/{path}", json={"user": platform_user(ctx)}, headers=settings.headers
                 )
         except httpx.HTTPError as exc:
             logger.warning("run %s: Dify stop call failed: %s", ctx.run_id, type(exc).__name__)
-
-
-async def _stored_conversation(api: AgentRunAPIProxy) -> str | None:
-    try:
-        stored = await api.state.get(STATE_SCOPE, CONVERSATION_KEY)
-    except AgentAPIException as exc:
-        # No state for this binding: every turn starts a new Dify conversation.
-        logger.info("conversation state unavailable (%s); not continuing a Dify conversation", exc.error.code)
-        return None
-    value = stored.value if stored.found else None
-    return value if isinstance(value, str) and value else None
-
-
-def _json_object(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str) and value.strip().startswith("{"):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return {}
-        return parsed if isinstance(parsed, dict) else {}
-    return {}
 
 
 def _clip(value: Any) -> Any:

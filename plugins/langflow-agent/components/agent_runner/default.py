@@ -26,24 +26,26 @@ from typing import Any
 import httpx
 
 from langbot_sdk.external import (
+    ANSWER_MAX_BYTES,
+    DEFAULT_TIMEOUT,
+    SESSION_ID_KEY,
+    STATE_SCOPE,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
     input_files,
     input_text,
+    json_answer,
+    stored_text,
     streaming_request,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
-from langbot_sdk.proxy import AgentRunAPIProxy
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
-STATE_SCOPE = "conversation"
-SESSION_KEY = "external.session_id"
-DEFAULT_TIMEOUT = 120.0
-RESPONSE_MAX_BYTES = 16 * 1024 * 1024  # LangBot's limit on a Langflow answer
+RESPONSE_MAX_BYTES = ANSWER_MAX_BYTES  # LangBot's limit on a Langflow answer, 16 MiB
 MACHINE_SENDERS = frozenset({"Machine", "AI"})
 
 
@@ -110,7 +112,7 @@ class LangflowAgentRunner(AgentRunner):
                 raise platform.error("empty_input", "the input has no text; Langflow flows take text only")
             if input_files(ctx):
                 logger.info("run %s: input files are not sent to Langflow (its run API takes text)", ctx.run_id)
-            stored = await _stored_session(self.run_api(ctx))
+            stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
             session_id = stored or f"langbot-{uuid.uuid4()}"
             turn = Turn()
             stream = ctx.delivery.supports_streaming
@@ -127,7 +129,8 @@ class LangflowAgentRunner(AgentRunner):
                     async for result in self._events(ctx.run_id, platform, turn, response):
                         yield result
                 else:
-                    self._outputs(turn, await _read_json(platform, response))
+                    answer = await json_answer(platform, response, max_bytes=RESPONSE_MAX_BYTES)
+                    self._outputs(turn, answer if isinstance(answer, dict) else {})
             for result in self._finish(ctx.run_id, platform, turn, stored, session_id):
                 yield result
         except ExternalRunnerError as exc:
@@ -179,7 +182,7 @@ class LangflowAgentRunner(AgentRunner):
         results: list[AgentRunResult] = []
         session_id = turn.session_id or sent
         if session_id != stored:
-            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, SESSION_KEY, session_id))
+            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, SESSION_ID_KEY, session_id))
         text = turn.output or "".join(turn.tokens) or (turn.flow_messages[-1] if turn.flow_messages else "")
         if not text.strip():
             return [*results, platform.empty_output("no chat output in the flow's result").to_result(run_id)]
@@ -200,30 +203,6 @@ def _request_body(settings: LangflowSettings, text: str, session_id: str) -> dic
     if settings.tweaks:
         body["tweaks"] = settings.tweaks
     return body
-
-
-async def _stored_session(api: AgentRunAPIProxy) -> str | None:
-    try:
-        stored = await api.state.get(STATE_SCOPE, SESSION_KEY)
-    except AgentAPIException as exc:
-        # No state for this binding: every turn is a new Langflow session.
-        logger.info("conversation state unavailable (%s); every turn is a new Langflow session", exc.error.code)
-        return None
-    value = stored.value if stored.found else None
-    return value if isinstance(value, str) and value else None
-
-
-async def _read_json(platform: Platform, response: httpx.Response) -> dict[str, Any]:
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > RESPONSE_MAX_BYTES:
-            raise platform.error("protocol_error", f"Langflow's answer is larger than {RESPONSE_MAX_BYTES} bytes")
-    try:
-        value = json.loads(bytes(body))
-    except ValueError:
-        raise platform.error("protocol_error", "Langflow's answer is not JSON") from None
-    return value if isinstance(value, dict) else {}
 
 
 async def _stream_events(platform: Platform, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:

@@ -29,24 +29,26 @@ from typing import Any
 import httpx
 
 from langbot_sdk.external import (
+    CONVERSATION_ID_KEY,
+    DEFAULT_TIMEOUT,
+    SESSION_ID_KEY,
+    STATE_SCOPE,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
     input_text,
+    launcher_name,
+    stored_texts,
     streaming_request,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
-STATE_SCOPE = "conversation"
-CONVERSATION_KEY = "external.conversation_id"
-SESSION_KEY = "external.session_id"
 AUTH_TYPES = ("none", "basic", "jwt", "header")
-DEFAULT_TIMEOUT = 120.0
 DEFAULT_OUTPUT_KEY = "response"
 JWT_LIFETIME = 3600
 STREAM_TYPES = frozenset({"begin", "item", "end", "error"})
@@ -106,14 +108,9 @@ class N8nAgentRunner(AgentRunner):
         platform = Platform("n8n", label="n8n")
         try:
             settings = read_settings(ctx.config, platform)
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
-            return
-        api = self.run_api(ctx)
-        ids, new_ids = await _session_ids(ctx, api)
-        for key, value in new_ids.items():
-            yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, key, value)
-        try:
+            ids, new_ids = await _session_ids(ctx, self.run_api(ctx))
+            for key, value in new_ids.items():
+                yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, key, value)
             async for result in self._call(ctx, settings, platform, ids):
                 yield result
         except ExternalRunnerError as exc:
@@ -123,19 +120,15 @@ class N8nAgentRunner(AgentRunner):
         self, ctx: AgentRunContext, settings: N8nSettings, platform: Platform, ids: dict[str, str]
     ) -> AsyncIterator[AgentRunResult]:
         text = input_text(ctx)
-        conversation = ctx.conversation
-        user_id = (
-            f"{conversation.launcher_type}_{conversation.launcher_id}"
-            if conversation is not None and conversation.launcher_type and conversation.launcher_id
-            else (ctx.actor.actor_id if ctx.actor is not None and ctx.actor.actor_id else "")
-        )
+        # Old LangBot sent the launcher, else the bare actor id (not `platform_user`'s `user_42`).
+        user_id = launcher_name(ctx) or (ctx.actor.actor_id if ctx.actor is not None and ctx.actor.actor_id else "")
         body = {
             "chatInput": text,
             "message": text,
             "user_message_text": text,
-            "conversation_id": ids[CONVERSATION_KEY],
-            "session_id": ids[SESSION_KEY],
-            "sessionId": ids[SESSION_KEY],
+            "conversation_id": ids[CONVERSATION_ID_KEY],
+            "session_id": ids[SESSION_ID_KEY],
+            "sessionId": ids[SESSION_ID_KEY],
             "user_id": user_id,
             "msg_create_time": ctx.event.event_time or int(time.time()),
         }
@@ -207,27 +200,12 @@ class N8nAgentRunner(AgentRunner):
 
 async def _session_ids(ctx: AgentRunContext, api: AgentRunAPIProxy) -> tuple[dict[str, str], dict[str, str]]:
     """The conversation's ids, and those made now (to store). Without state every turn gets new ids."""
-    conversation = ctx.conversation
-    launcher = (
-        f"{conversation.launcher_type}_{conversation.launcher_id}"
-        if conversation is not None and conversation.launcher_type and conversation.launcher_id
-        else None
-    )
-    ids: dict[str, str] = {}
-    stateful = True
-    for key in (CONVERSATION_KEY, SESSION_KEY):
-        try:
-            stored = await api.state.get(STATE_SCOPE, key)
-        except AgentAPIException as exc:
-            logger.info("conversation state unavailable (%s); the n8n ids are new every turn", exc.error.code)
-            stateful = False
-            break
-        if stored.found and isinstance(stored.value, str) and stored.value:
-            ids[key] = stored.value
+    stored = await stored_texts(api, (CONVERSATION_ID_KEY, SESSION_ID_KEY))
+    ids = stored or {}
     made: dict[str, str] = {}
-    if CONVERSATION_KEY not in ids:
-        made[CONVERSATION_KEY] = str(uuid.uuid4())
-    if SESSION_KEY not in ids:
+    if CONVERSATION_ID_KEY not in ids:
+        made[CONVERSATION_ID_KEY] = str(uuid.uuid4())
+    if SESSION_ID_KEY not in ids:
         # Old LangBot's session id was the launcher; a conversation of its own gets one when there is none.
-        made[SESSION_KEY] = launcher or f"session-{uuid.uuid4()}"
-    return {**ids, **made}, (made if stateful else {})
+        made[SESSION_ID_KEY] = launcher_name(ctx) or f"session-{uuid.uuid4()}"
+    return {**ids, **made}, (made if stored is not None else {})

@@ -19,34 +19,38 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from langbot_sdk.external import (
+    CONVERSATION_ID_KEY,
+    DEFAULT_TIMEOUT,
+    STATE_SCOPE,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
-    artifact_bytes,
+    id_text,
+    input_file_content,
     input_files,
     input_text,
+    json_answer,
+    json_object,
+    platform_user,
     sse_events,
+    stored_text,
     streaming_request,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
-STATE_SCOPE = "conversation"
-CONVERSATION_KEY = "external.conversation_id"
 DEFAULT_BASE_URL = "https://api.tbox.cn"
-DEFAULT_TIMEOUT = 120.0
 UPLOAD_MAX_BYTES = 10 * 1024 * 1024  # the limit LangBot applied to Tbox uploads
-RESPONSE_MAX_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,18 +69,8 @@ def read_settings(config: dict[str, Any], platform: Platform) -> TboxSettings:
     reader = RunnerConfig(config, platform)
     api_key = reader.secret("api-key")
     app_id = reader.required_text("app-id")
-    base_url = reader.url("base-url") if reader.text("base-url").strip() else DEFAULT_BASE_URL
+    base_url = reader.optional_url("base-url", DEFAULT_BASE_URL)
     return TboxSettings(api_key, app_id, base_url, reader.seconds("timeout", DEFAULT_TIMEOUT))
-
-
-def tbox_user(ctx: AgentRunContext) -> str:
-    """Tbox's `userId`: the launcher (`person_123`), else the actor or conversation."""
-    conversation = ctx.conversation
-    if conversation is not None and conversation.launcher_type and conversation.launcher_id:
-        return f"{conversation.launcher_type}_{conversation.launcher_id}"
-    if ctx.actor is not None and ctx.actor.actor_id:
-        return f"{ctx.actor.actor_type}_{ctx.actor.actor_id}"
-    return f"langbot_{ctx.context.conversation_id or ctx.run_id}"
 
 
 @dataclass
@@ -93,20 +87,21 @@ class Turn:
 class TboxAgentRunner(AgentRunner):
     async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         platform = Platform("tbox", label="Tbox")
-        try:
-            settings = read_settings(ctx.config, platform)
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
-            return
         api = self.run_api(ctx)
         try:
+            settings = read_settings(ctx.config, platform)
             text = input_text(ctx)
             images = await self._upload_images(ctx, api, settings, platform)
             if not text.strip() and not images:
                 raise platform.error("empty_input", "the input has no text and no image to send to Tbox")
-            stored = await _stored_conversation(api)
+            stored = await stored_text(api, CONVERSATION_ID_KEY)
             stream = ctx.delivery.supports_streaming
-            body: dict[str, Any] = {"appId": settings.app_id, "query": text, "userId": tbox_user(ctx), "stream": stream}
+            body: dict[str, Any] = {
+                "appId": settings.app_id,
+                "query": text,
+                "userId": platform_user(ctx),
+                "stream": stream,
+            }
             if stored:
                 body["conversationId"] = stored
             if images:
@@ -138,15 +133,8 @@ class TboxAgentRunner(AgentRunner):
             if not (file.mime_type or "image/").startswith("image/"):
                 logger.info("run %s: a non-image input file is not sent to Tbox", ctx.run_id)
                 continue
-            try:
-                metadata, content = await artifact_bytes(api, file.artifact_id, max_bytes=UPLOAD_MAX_BYTES)
-            except (AgentAPIException, ValueError) as exc:
-                reason = exc.error.message if isinstance(exc, AgentAPIException) else str(exc)
-                raise platform.error(
-                    "input_unavailable", f"cannot read input file {file.artifact_id}: {reason}"
-                ) from None
-            mime_type = file.mime_type or metadata.mime_type or "application/octet-stream"
-            if not mime_type.startswith("image/"):
+            image = await input_file_content(api, platform, file, max_bytes=UPLOAD_MAX_BYTES, default_name="image")
+            if not image.mime_type.startswith("image/"):
                 logger.info("run %s: a non-image input file is not sent to Tbox", ctx.run_id)
                 continue
             async with streaming_request(
@@ -155,7 +143,7 @@ class TboxAgentRunner(AgentRunner):
                 f"{settings.base_url}/api/file/upload",
                 timeout=settings.timeout,
                 headers=settings.headers,
-                files={"file": (file.name or metadata.name or "image", content, mime_type)},
+                files={"file": (image.name, image.content, image.mime_type)},
             ) as response:
                 answer = _refusal_checked(platform, await _read_json(platform, response))
             file_id = answer.get("data")
@@ -168,7 +156,7 @@ class TboxAgentRunner(AgentRunner):
         self, run_id: str, platform: Platform, turn: Turn, response: httpx.Response
     ) -> AsyncIterator[AgentRunResult]:
         async for event in sse_events(response):
-            data = _json_object(event.data)
+            data = json_object(event.data)
             if event.event == "error":
                 raise platform.stream_error(
                     str(data.get("description") or data.get("errorMsg") or data.get("message") or "unknown error"),
@@ -185,10 +173,10 @@ class TboxAgentRunner(AgentRunner):
 
     def _message(self, platform: Platform, turn: Turn, data: dict[str, Any]) -> str:
         kind = data.get("type")
-        payload = _json_object(data.get("payload"))
+        payload = json_object(data.get("payload"))
         if kind == "chunk":
-            turn.conversation_id = _text(payload.get("conversationId")) or turn.conversation_id
-            turn.message_id = _text(payload.get("messageId")) or turn.message_id
+            turn.conversation_id = id_text(payload.get("conversationId")) or turn.conversation_id
+            turn.message_id = id_text(payload.get("messageId")) or turn.message_id
             text = payload.get("text")
             if not isinstance(text, str) or not text:
                 return ""
@@ -215,8 +203,8 @@ class TboxAgentRunner(AgentRunner):
     def _whole(self, platform: Platform, turn: Turn, answer: dict[str, Any]) -> None:
         data = _refusal_checked(platform, answer).get("data")
         data = data if isinstance(data, dict) else {}
-        turn.conversation_id = _text(data.get("conversationId")) or None
-        turn.message_id = _text(data.get("messageId")) or None
+        turn.conversation_id = id_text(data.get("conversationId")) or None
+        turn.message_id = id_text(data.get("messageId")) or None
         reasoning = "".join(
             str(item.get("text") or "") for item in data.get("reasoningContent") or [] if isinstance(item, dict)
         )
@@ -231,7 +219,7 @@ class TboxAgentRunner(AgentRunner):
         results: list[AgentRunResult] = []
         # Only an id Tbox issued in this answer is kept for the next turn.
         if turn.conversation_id and turn.conversation_id != stored:
-            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, CONVERSATION_KEY, turn.conversation_id))
+            results.append(AgentRunResult.state_updated(run_id, STATE_SCOPE, CONVERSATION_ID_KEY, turn.conversation_id))
         if turn.thinking:
             turn.thinking = False
             turn.text.append("\n</think>\n")
@@ -251,47 +239,14 @@ class TboxAgentRunner(AgentRunner):
 
 def _refusal_checked(platform: Platform, answer: dict[str, Any]) -> dict[str, Any]:
     """The answer, unless its `errorCode` says Tbox refused (Tbox answers refusals with HTTP 200)."""
-    code = answer.get("errorCode")
-    if code is not None and str(code) != "0":
-        message = str(answer.get("errorMsg") or f"errorCode {code}")
-        raise platform.error("http_error", f"Tbox refused the request: {message}", platform_code=str(code))
+    refusal = platform.refusal(answer, code_key="errorCode", message_keys=("errorMsg",))
+    if refusal is not None:
+        raise refusal
     return answer
 
 
-async def _stored_conversation(api: AgentRunAPIProxy) -> str | None:
-    try:
-        stored = await api.state.get(STATE_SCOPE, CONVERSATION_KEY)
-    except AgentAPIException as exc:
-        # No state for this binding: every turn starts a new Tbox conversation.
-        logger.info("conversation state unavailable (%s); not continuing a Tbox conversation", exc.error.code)
-        return None
-    value = stored.value if stored.found else None
-    return value if isinstance(value, str) and value else None
-
-
 async def _read_json(platform: Platform, response: httpx.Response) -> dict[str, Any]:
-    body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) > RESPONSE_MAX_BYTES:
-            raise platform.error("protocol_error", f"Tbox's answer is larger than {RESPONSE_MAX_BYTES} bytes")
-    value = _json_object(bytes(body).decode("utf-8", errors="replace"))
-    if not value:
+    value = await json_answer(platform, response)
+    if not isinstance(value, dict) or not value:
         raise platform.error("protocol_error", "Tbox's answer is not a JSON object")
     return value
-
-
-def _json_object(value: Any) -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        return dict(value)
-    if not isinstance(value, str):
-        return {}
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
-
-
-def _text(value: Any) -> str:
-    return str(value) if isinstance(value, str | int) and not isinstance(value, bool) and str(value) else ""
