@@ -20,19 +20,14 @@ when a held stream sees its client close the connection.
 from __future__ import annotations
 
 import json
-import select
-import socket
-import threading
 import uuid
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from email.parser import BytesParser
-from email.policy import HTTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, Upload, serving
+
+__all__ = ["BOT_ID", "TOKEN", "FakeCoze", "Upload", "chat_events", "failed_chat", "fake_coze"]
 
 TOKEN = "pat_fake_coze_token"
 BOT_ID = "7350000000000000001"
@@ -45,14 +40,6 @@ class _Entry:
     status: int = 200
     body: Any = None
     hold_after: int | None = None
-
-
-@dataclass
-class Upload:
-    name: str
-    mime_type: str
-    content: bytes
-    file_id: str
 
 
 def chat_events(
@@ -127,24 +114,18 @@ def failed_chat(code: int, msg: str, *, conversation_id: str = "coze-conv-1") ->
     ]
 
 
-class FakeCoze:
+class FakeCoze(FakePlatformServer):
     def __init__(self, token: str = TOKEN) -> None:
+        super().__init__(_CozeHandler)
         self.token = token
-        self.script: deque[_Entry] = deque()
-        self.requests: list[dict[str, Any]] = []
         self.params: list[dict[str, str]] = []
         self.uploads: list[Upload] = []
         self.cancels: list[dict[str, Any]] = []
         self.issued_conversations: set[str] = set()
-        self.disconnected = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._stopping = threading.Event()
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     def stream(self, events: list[tuple[str, Any]], *, hold_after: int | None = None) -> None:
         for _, data in events:
@@ -158,125 +139,69 @@ class FakeCoze:
     def refuse(self, code: int, msg: str) -> None:
         self.script.append(_Entry("refuse", body={"code": code, "msg": msg}))
 
-    def start(self) -> FakeCoze:
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
+def fake_coze(token: str = TOKEN) -> AbstractContextManager[FakeCoze]:
+    return serving(FakeCoze(token))
 
 
-@contextmanager
-def fake_coze(token: str = TOKEN) -> Iterator[FakeCoze]:
-    server = FakeCoze(token).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+class _CozeHandler(PlatformHandler):
+    fake: FakeCoze
+    json_content_type = "application/json; charset=utf-8"
 
+    def do_POST(self) -> None:  # noqa: N802 (http.server names it)
+        fake = self.fake
+        raw = self.read_body()
+        path = self.path_only
+        if self.headers.get("authorization") != f"Bearer {fake.token}":
+            self.send_json(401, {"code": 4100, "msg": "authentication is invalid", "detail": {"logid": "log-1"}})
+            return
+        if path == "/v1/files/upload":
+            self._upload(raw)
+        elif path == "/v3/chat/cancel":
+            body = json.loads(raw or b"{}")
+            fake.cancels.append(body)
+            self.send_json(200, {"code": 0, "msg": "", "data": {**body, "status": "canceled"}})
+        elif path == "/v3/chat":
+            self._chat(json.loads(raw or b"{}"), self.query_params())
+        else:
+            self.send_json(404, {"code": 4004, "msg": f"no route {path}"})
 
-def _handler_for(fake: FakeCoze) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            url = urlsplit(self.path)
-            if self.headers.get("authorization") != f"Bearer {fake.token}":
-                self._json(401, {"code": 4100, "msg": "authentication is invalid", "detail": {"logid": "log-1"}})
-                return
-            if url.path == "/v1/files/upload":
-                self._upload(raw)
-            elif url.path == "/v3/chat/cancel":
-                body = json.loads(raw or b"{}")
-                fake.cancels.append(body)
-                self._json(200, {"code": 0, "msg": "", "data": {**body, "status": "canceled"}})
-            elif url.path == "/v3/chat":
-                self._chat(json.loads(raw or b"{}"), {k: v[0] for k, v in parse_qs(url.query).items()})
-            else:
-                self._json(404, {"code": 4004, "msg": f"no route {url.path}"})
-
-        def _chat(self, body: dict[str, Any], params: dict[str, str]) -> None:
-            fake.requests.append(body)
-            fake.params.append(params)
-            conversation_id = params.get("conversation_id")
-            if conversation_id and conversation_id not in fake.issued_conversations:
-                self._json(200, {"code": 4200, "msg": f"Requested resource conversation_id={conversation_id} "
+    def _chat(self, body: dict[str, Any], params: dict[str, str]) -> None:
+        fake = self.fake
+        fake.requests.append(body)
+        fake.params.append(params)
+        conversation_id = params.get("conversation_id")
+        if conversation_id and conversation_id not in fake.issued_conversations:
+            self.send_json(200, {"code": 4200, "msg": f"Requested resource conversation_id={conversation_id} "
                                  "does not exist"})  # fmt: skip
+            return
+        if not fake.script:
+            self.send_json(500, {"code": 5000, "msg": "nothing scripted"})
+            return
+        entry = fake.script.popleft()
+        if entry.kind == "fail":
+            self.send_json(entry.status, entry.body)
+        elif entry.kind == "refuse":
+            self.send_json(200, entry.body)
+        else:
+            self._stream(entry)
+
+    def _upload(self, raw: bytes) -> None:
+        part = self.form_parts(raw).get("file")
+        if part is None:
+            self.send_json(200, {"code": 4000, "msg": "file is required"})
+            return
+        upload = Upload.of(part, uuid.uuid4().hex)
+        self.fake.uploads.append(upload)
+        data = {"id": upload.file_id, "bytes": len(upload.content), "file_name": upload.name, "created_at": 1715847583}
+        self.send_json(200, {"code": 0, "data": data, "msg": ""})
+
+    def _stream(self, entry: _Entry) -> None:
+        self.start_stream(no_cache=True)
+        for index, (name, data) in enumerate(entry.events):
+            if entry.hold_after is not None and index == entry.hold_after:
+                self.hold()
                 return
-            if not fake.script:
-                self._json(500, {"code": 5000, "msg": "nothing scripted"})
-                return
-            entry = fake.script.popleft()
-            if entry.kind == "fail":
-                self._json(entry.status, entry.body)
-            elif entry.kind == "refuse":
-                self._json(200, entry.body)
-            else:
-                self._stream(entry)
-
-        def _upload(self, raw: bytes) -> None:
-            message = BytesParser(policy=HTTP).parsebytes(
-                f"Content-Type: {self.headers.get('content-type')}\r\n\r\n".encode() + raw
-            )
-            parts = [p for p in message.iter_parts() if p.get_param("name", header="content-disposition") == "file"]
-            if not parts:
-                self._json(200, {"code": 4000, "msg": "file is required"})
-                return
-            payload = parts[0].get_payload(decode=True)
-            content = payload if isinstance(payload, bytes) else b""
-            upload = Upload(parts[0].get_filename() or "file", parts[0].get_content_type(), content, uuid.uuid4().hex)
-            fake.uploads.append(upload)
-            data = {"id": upload.file_id, "bytes": len(content), "file_name": upload.name, "created_at": 1715847583}
-            self._json(200, {"code": 0, "data": data, "msg": ""})
-
-        def _stream(self, entry: _Entry) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for index, (name, data) in enumerate(entry.events):
-                if entry.hold_after is not None and index == entry.hold_after:
-                    self._hold()
-                    return
-                payload = json.dumps(data, ensure_ascii=False)
-                self._write(f"event:{name}\ndata:{payload}\n\n".encode())
-            if entry.hold_after is not None and entry.hold_after >= len(entry.events):
-                self._hold()
-
-        def _hold(self) -> None:
-            """Send nothing more until the client goes away (or the server stops)."""
-            while not fake._stopping.is_set():
-                readable, _, _ = select.select([self.connection], [], [], 0.05)
-                if readable:
-                    try:
-                        if not self.connection.recv(1, socket.MSG_PEEK):
-                            fake.disconnected.set()
-                            return
-                    except OSError:
-                        fake.disconnected.set()
-                        return
-
-        def _write(self, data: bytes) -> None:
-            try:
-                self.wfile.write(data)
-                self.wfile.flush()
-            except OSError:
-                fake.disconnected.set()
-
-        def _json(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+            self.write_event(data, event=name, separator=":")
+        if entry.hold_after is not None and entry.hold_after >= len(entry.events):
+            self.hold()

@@ -20,16 +20,12 @@ held stream sees its client close the connection.
 from __future__ import annotations
 
 import json
-import select
-import socket
-import threading
 import uuid
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, serving
 
 API_KEY = "sk-fake-dashscope-key"
 APP_ID = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
@@ -51,23 +47,17 @@ def reference(index_id: str, doc_name: str, text: str = "") -> dict[str, Any]:
             "doc_name": doc_name, "text": text or f"contents of {doc_name}", "images": []}  # fmt: skip
 
 
-class FakeDashScope:
+class FakeDashScope(FakePlatformServer):
     def __init__(self, api_key: str = API_KEY, app_id: str = APP_ID) -> None:
+        super().__init__(_DashScopeHandler)
         self.api_key = api_key
         self.app_id = app_id
-        self.script: deque[_Entry] = deque()
-        self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.issued_sessions: set[str] = set()
-        self.disconnected = threading.Event()
-        self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/api/v1"
+        return f"{self.origin}/api/v1"
 
     def answer(
         self, *parts: str, references: list[dict[str, Any]] | None = None, usage: dict[str, Any] | None = None,
@@ -82,127 +72,76 @@ class FakeDashScope:
     def error_event(self, code: str, message: str, *, after: tuple[str, ...] = ()) -> None:
         self.script.append(_Entry(parts=after, error_event={"code": code, "message": message}))
 
-    def start(self) -> FakeDashScope:
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
+def fake_dashscope(api_key: str = API_KEY) -> AbstractContextManager[FakeDashScope]:
+    return serving(FakeDashScope(api_key))
 
 
-@contextmanager
-def fake_dashscope(api_key: str = API_KEY) -> Iterator[FakeDashScope]:
-    server = FakeDashScope(api_key).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+class _DashScopeHandler(PlatformHandler):
+    fake: FakeDashScope
 
-
-def _handler_for(fake: FakeDashScope) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            request_id = str(uuid.uuid4())
-            if self.headers.get("authorization") != f"Bearer {fake.api_key}":
-                self._json(401, {"code": "InvalidApiKey", "message": "Invalid API-key provided.",
+    def do_POST(self) -> None:  # noqa: N802 (http.server names it)
+        fake = self.fake
+        raw = self.read_body()
+        request_id = str(uuid.uuid4())
+        if self.headers.get("authorization") != f"Bearer {fake.api_key}":
+            self.send_json(401, {"code": "InvalidApiKey", "message": "Invalid API-key provided.",
                                  "request_id": request_id})  # fmt: skip
-                return
-            if self.path.split("?")[0] != f"/api/v1/apps/{fake.app_id}/completion":
-                self._json(404, {"code": "InvalidParameter", "message": "App not found or access denied",
+            return
+        if self.path_only != f"/api/v1/apps/{fake.app_id}/completion":
+            self.send_json(404, {"code": "InvalidParameter", "message": "App not found or access denied",
                                  "request_id": request_id})  # fmt: skip
+            return
+        body = json.loads(raw or b"{}")
+        fake.requests.append(body)
+        fake.headers.append(self.header_map())
+        if not fake.script:
+            self.send_json(500, {"code": "InternalError", "message": "nothing scripted", "request_id": request_id})
+            return
+        entry = fake.script.popleft()
+        if entry.error is not None:
+            self.send_json(entry.status, {**entry.error, "request_id": request_id})
+            return
+        sent = (body.get("input") or {}).get("session_id")
+        session_id = sent if sent in fake.issued_sessions else uuid.uuid4().hex
+        fake.issued_sessions.add(session_id)
+        workflow = (body.get("parameters") or {}).get("flow_stream_mode") == "message_format"
+        if self.headers.get("x-dashscope-sse") == "enable":
+            self._stream(entry, session_id, request_id, workflow=workflow)
+        else:
+            output = {"text": "".join(entry.parts), "finish_reason": "stop", "session_id": session_id,
+                      "doc_references": entry.references or None}  # fmt: skip
+            self.send_json(200, {"output": output, "usage": _usage(entry), "request_id": request_id})
+
+    def _stream(self, entry: _Entry, session_id: str, request_id: str, *, workflow: bool) -> None:
+        self.start_stream("text/event-stream;charset=UTF-8")
+        count = len(entry.parts)
+        for index, part in enumerate(entry.parts):
+            if entry.hold_after is not None and index == entry.hold_after:
+                self.hold()
                 return
-            body = json.loads(raw or b"{}")
-            fake.requests.append(body)
-            fake.headers.append({k.lower(): v for k, v in self.headers.items()})
-            if not fake.script:
-                self._json(500, {"code": "InternalError", "message": "nothing scripted", "request_id": request_id})
-                return
-            entry = fake.script.popleft()
-            if entry.error is not None:
-                self._json(entry.status, {**entry.error, "request_id": request_id})
-                return
-            sent = (body.get("input") or {}).get("session_id")
-            session_id = sent if sent in fake.issued_sessions else uuid.uuid4().hex
-            fake.issued_sessions.add(session_id)
-            workflow = (body.get("parameters") or {}).get("flow_stream_mode") == "message_format"
-            if self.headers.get("x-dashscope-sse") == "enable":
-                self._stream(entry, session_id, request_id, workflow=workflow)
+            last = index == count - 1 and entry.error_event is None
+            output: dict[str, Any] = {"session_id": session_id, "finish_reason": "stop" if last else "null"}
+            if workflow:
+                output["workflow_message"] = {
+                    "node_id": "End_1", "node_name": "结束", "node_type": "End", "node_status": "executing",
+                    "node_is_completed": last, "node_msg_seq_id": index,
+                    "message": {"role": "assistant", "content": part},
+                }  # fmt: skip
             else:
-                output = {"text": "".join(entry.parts), "finish_reason": "stop", "session_id": session_id,
-                          "doc_references": entry.references or None}  # fmt: skip
-                self._json(200, {"output": output, "usage": _usage(entry), "request_id": request_id})
+                output["text"] = part
+            if last and entry.references:
+                output["doc_references"] = entry.references
+            chunk = {"output": output, "usage": _usage(entry), "request_id": request_id}
+            self._event(index + 1, "result", 200, chunk)
+        if entry.error_event is not None:
+            self._event(count + 1, "error", 400, {**entry.error_event, "request_id": request_id})
+        elif entry.hold_after is not None:
+            self.hold()
 
-        def _stream(self, entry: _Entry, session_id: str, request_id: str, *, workflow: bool) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream;charset=UTF-8")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            count = len(entry.parts)
-            for index, part in enumerate(entry.parts):
-                if entry.hold_after is not None and index == entry.hold_after:
-                    self._hold()
-                    return
-                last = index == count - 1 and entry.error_event is None
-                output: dict[str, Any] = {"session_id": session_id, "finish_reason": "stop" if last else "null"}
-                if workflow:
-                    output["workflow_message"] = {
-                        "node_id": "End_1", "node_name": "结束", "node_type": "End", "node_status": "executing",
-                        "node_is_completed": last, "node_msg_seq_id": index,
-                        "message": {"role": "assistant", "content": part},
-                    }  # fmt: skip
-                else:
-                    output["text"] = part
-                if last and entry.references:
-                    output["doc_references"] = entry.references
-                chunk = {"output": output, "usage": _usage(entry), "request_id": request_id}
-                self._event(index + 1, "result", 200, chunk)
-            if entry.error_event is not None:
-                self._event(count + 1, "error", 400, {**entry.error_event, "request_id": request_id})
-            elif entry.hold_after is not None:
-                self._hold()
-
-        def _event(self, event_id: int, name: str, status: int, data: dict[str, Any]) -> None:
-            payload = json.dumps(data, ensure_ascii=False)
-            self._write(f"id:{event_id}\nevent:{name}\n:HTTP_STATUS/{status}\ndata:{payload}\n\n".encode())
-
-        def _hold(self) -> None:
-            """Send nothing more until the client goes away (or the server stops)."""
-            while not fake._stopping.is_set():
-                readable, _, _ = select.select([self.connection], [], [], 0.05)
-                if readable:
-                    try:
-                        if not self.connection.recv(1, socket.MSG_PEEK):
-                            fake.disconnected.set()
-                            return
-                    except OSError:
-                        fake.disconnected.set()
-                        return
-
-        def _write(self, data: bytes) -> None:
-            try:
-                self.wfile.write(data)
-                self.wfile.flush()
-            except OSError:
-                fake.disconnected.set()
-
-        def _json(self, status: int, body: Any) -> None:
-            data = json.dumps(body, ensure_ascii=False).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+    def _event(self, event_id: int, name: str, status: int, data: dict[str, Any]) -> None:
+        # DashScope frames each event with its HTTP status as a comment line before the data.
+        self.write_event(data, event_id=event_id, event=name, comment=f"HTTP_STATUS/{status}", separator=":")
 
 
 def _usage(entry: _Entry) -> dict[str, Any]:

@@ -21,18 +21,14 @@ sees its client close the connection.
 from __future__ import annotations
 
 import json
-import select
-import socket
-import threading
 import uuid
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from email.parser import BytesParser
-from email.policy import HTTP
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, Upload, serving
+
+__all__ = ["API_KEY", "FakeDify", "Upload", "agent_events", "chat_events", "fake_dify", "workflow_events"]
 
 API_KEY = "app-fake-dify-key"
 
@@ -44,15 +40,6 @@ class _Entry:
     status: int = 200
     body: Any = None
     hold_after: int | None = None
-
-
-@dataclass
-class Upload:
-    name: str
-    mime_type: str
-    content: bytes
-    user: str
-    file_id: str
 
 
 def chat_events(
@@ -181,25 +168,18 @@ def workflow_events(
     ]
 
 
-class FakeDify:
+class FakeDify(FakePlatformServer):
     def __init__(self, api_key: str = API_KEY) -> None:
+        super().__init__(_DifyHandler)
         self.api_key = api_key
-        self.script: deque[_Entry] = deque()
-        self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self.uploads: list[Upload] = []
         self.stops: list[tuple[str, dict[str, Any]]] = []
         self.issued_conversations: set[str] = set()
-        self.disconnected = threading.Event()
-        self.holding = threading.Event()
-        self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self.origin}/v1"
 
     def stream(self, events: list[dict[str, Any]], *, hold_after: int | None = None) -> None:
         for event in events:
@@ -210,143 +190,75 @@ class FakeDify:
     def fail(self, status: int, code: str, message: str) -> None:
         self.script.append(_Entry("fail", status=status, body={"code": code, "message": message, "status": status}))
 
-    def release(self) -> None:
-        self._released.set()
 
-    def start(self) -> FakeDify:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._released.set()
-        self._server.shutdown()
-        self._server.server_close()
+def fake_dify(api_key: str = API_KEY) -> AbstractContextManager[FakeDify]:
+    return serving(FakeDify(api_key))
 
 
-@contextmanager
-def fake_dify(api_key: str = API_KEY) -> Iterator[FakeDify]:
-    server = FakeDify(api_key).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+class _DifyHandler(PlatformHandler):
+    fake: FakeDify
 
+    def do_POST(self) -> None:  # noqa: N802 (http.server names it)
+        fake = self.fake
+        raw = self.read_body()
+        path = self.path_only.rstrip("/")
+        if self.headers.get("authorization") != f"Bearer {fake.api_key}":
+            self.send_json(401, {"code": "unauthorized", "message": "Access token is invalid", "status": 401})
+            return
+        if path == "/v1/files/upload":
+            self._upload(raw)
+            return
+        if path.endswith("/stop") and (path.startswith(("/v1/chat-messages/", "/v1/workflows/tasks/"))):
+            fake.stops.append((path, json.loads(raw or b"{}")))
+            self.send_json(200, {"result": "success"})
+            return
+        if path not in ("/v1/chat-messages", "/v1/workflows/run"):
+            self.send_json(404, {"code": "not_found", "message": f"no route {path}", "status": 404})
+            return
+        body = json.loads(raw or b"{}")
+        fake.requests.append(body)
+        fake.paths.append(path)
+        conversation_id = body.get("conversation_id")
+        if conversation_id and conversation_id not in fake.issued_conversations:
+            self.send_json(404, {"code": "not_found", "message": "Conversation Not Exists.", "status": 404})
+            return
+        if not fake.script:
+            self.send_json(500, {"code": "internal_server_error", "message": "nothing scripted", "status": 500})
+            return
+        entry = fake.script.popleft()
+        if entry.kind == "fail":
+            self.send_json(entry.status, entry.body)
+            return
+        self._stream(entry)
 
-def _handler_for(fake: FakeDify) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    def _upload(self, raw: bytes) -> None:
+        parts = self.form_parts(raw)
+        if "file" not in parts:
+            self.send_json(400, {"code": "no_file_uploaded", "message": "Please upload your file.", "status": 400})
+            return
+        user = parts["user"].get_content().strip() if "user" in parts else ""
+        upload = Upload.of(parts["file"], str(uuid.uuid4()), user=user if isinstance(user, str) else "")
+        self.fake.uploads.append(upload)
+        self.send_json(
+            201,
+            {
+                "id": upload.file_id,
+                "name": upload.name,
+                "size": len(upload.content),
+                "extension": upload.name.rsplit(".", 1)[-1] if "." in upload.name else "",
+                "mime_type": upload.mime_type,
+                "created_by": upload.user,
+                "created_at": 1705395332,
+            },
+        )
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length)
-            path = self.path.split("?")[0].rstrip("/")
-            if self.headers.get("authorization") != f"Bearer {fake.api_key}":
-                self._json(401, {"code": "unauthorized", "message": "Access token is invalid", "status": 401})
+    def _stream(self, entry: _Entry) -> None:
+        self.start_stream(no_cache=True)
+        self.write_event(event="ping")
+        for index, event in enumerate(entry.events):
+            if entry.hold_after is not None and index == entry.hold_after:
+                self.hold()
                 return
-            if path == "/v1/files/upload":
-                self._upload(raw)
-                return
-            if path.endswith("/stop") and (path.startswith(("/v1/chat-messages/", "/v1/workflows/tasks/"))):
-                fake.stops.append((path, json.loads(raw or b"{}")))
-                self._json(200, {"result": "success"})
-                return
-            if path not in ("/v1/chat-messages", "/v1/workflows/run"):
-                self._json(404, {"code": "not_found", "message": f"no route {path}", "status": 404})
-                return
-            body = json.loads(raw or b"{}")
-            fake.requests.append(body)
-            fake.paths.append(path)
-            conversation_id = body.get("conversation_id")
-            if conversation_id and conversation_id not in fake.issued_conversations:
-                self._json(404, {"code": "not_found", "message": "Conversation Not Exists.", "status": 404})
-                return
-            if not fake.script:
-                self._json(500, {"code": "internal_server_error", "message": "nothing scripted", "status": 500})
-                return
-            entry = fake.script.popleft()
-            if entry.kind == "fail":
-                self._json(entry.status, entry.body)
-                return
-            self._stream(entry)
-
-        def _upload(self, raw: bytes) -> None:
-            message = BytesParser(policy=HTTP).parsebytes(
-                f"Content-Type: {self.headers.get('content-type')}\r\n\r\n".encode() + raw
-            )
-            file_part, user = None, ""
-            for part in message.iter_parts():
-                name = part.get_param("name", header="content-disposition")
-                if name == "file":
-                    file_part = part
-                elif name == "user":
-                    user = part.get_content().strip() if isinstance(part.get_content(), str) else ""
-            if file_part is None:
-                self._json(400, {"code": "no_file_uploaded", "message": "Please upload your file.", "status": 400})
-                return
-            payload = file_part.get_payload(decode=True)
-            content = payload if isinstance(payload, bytes) else b""
-            filename = file_part.get_filename() or "file"
-            upload = Upload(filename, file_part.get_content_type(), content, user, str(uuid.uuid4()))
-            fake.uploads.append(upload)
-            self._json(
-                201,
-                {
-                    "id": upload.file_id,
-                    "name": filename,
-                    "size": len(content),
-                    "extension": filename.rsplit(".", 1)[-1] if "." in filename else "",
-                    "mime_type": upload.mime_type,
-                    "created_by": user,
-                    "created_at": 1705395332,
-                },
-            )
-
-        def _stream(self, entry: _Entry) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            self._write(b"event: ping\n\n")
-            for index, event in enumerate(entry.events):
-                if entry.hold_after is not None and index == entry.hold_after:
-                    self._hold()
-                    return
-                self._write(f"data: {json.dumps(event, ensure_ascii=False)}\n\n".encode())
-            if entry.hold_after is not None and entry.hold_after >= len(entry.events):
-                self._hold()
-
-        def _hold(self) -> None:
-            """Send nothing more until the client goes away (or the test releases the stream)."""
-            fake.holding.set()
-            while not fake._released.is_set():
-                readable, _, _ = select.select([self.connection], [], [], 0.05)
-                if readable:
-                    try:
-                        if not self.connection.recv(1, socket.MSG_PEEK):
-                            fake.disconnected.set()
-                            return
-                    except OSError:
-                        fake.disconnected.set()
-                        return
-
-        def _write(self, data: bytes) -> None:
-            try:
-                self.wfile.write(data)
-                self.wfile.flush()
-            except OSError:
-                fake.disconnected.set()
-
-        def _json(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+            self.write_event(event)
+        if entry.hold_after is not None and entry.hold_after >= len(entry.events):
+            self.hold()

@@ -19,16 +19,11 @@ when a held stream sees its client close the connection.
 from __future__ import annotations
 
 import json
-import select
-import socket
-import threading
-from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, serving
 
 API_KEY = "sk-fake-langflow-key"
 FLOW_ID = "3fa85f64-5717-4562-b3fc-2c963f66afa6"
@@ -86,22 +81,16 @@ def stream_events(
     ]  # fmt: skip
 
 
-class FakeLangflow:
+class FakeLangflow(FakePlatformServer):
     def __init__(self, api_key: str = API_KEY, flow_id: str = FLOW_ID) -> None:
+        super().__init__(_LangflowHandler)
         self.api_key = api_key
         self.flow_id = flow_id
-        self.script: deque[_Entry] = deque()
-        self.requests: list[dict[str, Any]] = []
         self.params: list[dict[str, str]] = []
-        self.disconnected = threading.Event()
-        self._stopping = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self.origin
 
     def reply(
         self, text: str, *, tokens: tuple[str, ...] | None = None, usage: dict[str, Any] | None = None,
@@ -117,106 +106,56 @@ class FakeLangflow:
     def fail(self, status: int, detail: str) -> None:
         self.script.append(_Entry(status=status, detail=detail))
 
-    def start(self) -> FakeLangflow:
-        self._thread.start()
-        return self
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
+def fake_langflow(api_key: str = API_KEY) -> AbstractContextManager[FakeLangflow]:
+    return serving(FakeLangflow(api_key))
 
 
-@contextmanager
-def fake_langflow(api_key: str = API_KEY) -> Iterator[FakeLangflow]:
-    server = FakeLangflow(api_key).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+class _LangflowHandler(PlatformHandler):
+    fake: FakeLangflow
 
+    def do_POST(self) -> None:  # noqa: N802 (http.server names it)
+        fake = self.fake
+        raw = self.read_body()
+        path = self.path_only
+        if self.headers.get("x-api-key") != fake.api_key:
+            self.send_json(403, {"detail": "Invalid or missing API key"})
+            return
+        prefix = "/api/v1/run/"
+        if not path.startswith(prefix):
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        flow_id = path[len(prefix) :]
+        if flow_id != fake.flow_id:
+            self.send_json(404, {"detail": f"Flow identifier {flow_id} not found"})
+            return
+        body = json.loads(raw or b"{}")
+        params = self.query_params()
+        fake.requests.append(body)
+        fake.params.append(params)
+        if not fake.script:
+            self.send_json(500, {"detail": "nothing scripted"})
+            return
+        entry = fake.script.popleft()
+        if entry.detail is not None:
+            self.send_json(entry.status, {"detail": entry.detail})
+            return
+        session_id = body.get("session_id") or FLOW_ID
+        if params.get("stream") == "true":
+            events = entry.events or stream_events(
+                session_id, body.get("input_value", ""), entry.reply, entry.tokens or (entry.reply,), entry.usage
+            )
+            self._stream(events, entry.hold_after)
+        else:
+            self.send_json(200, run_result(session_id, entry.reply, entry.usage))
 
-def _handler_for(fake: FakeLangflow) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
-            url = urlsplit(self.path)
-            if self.headers.get("x-api-key") != fake.api_key:
-                self._json(403, {"detail": "Invalid or missing API key"})
+    def _stream(self, events: list[dict[str, Any]], hold_after: int | None) -> None:
+        self.start_stream()
+        for index, event in enumerate(events):
+            if hold_after is not None and index == hold_after:
+                self.hold()
                 return
-            prefix = "/api/v1/run/"
-            if not url.path.startswith(prefix):
-                self._json(404, {"detail": "Not Found"})
-                return
-            flow_id = url.path[len(prefix) :]
-            if flow_id != fake.flow_id:
-                self._json(404, {"detail": f"Flow identifier {flow_id} not found"})
-                return
-            body = json.loads(raw or b"{}")
-            params = {k: v[0] for k, v in parse_qs(url.query).items()}
-            fake.requests.append(body)
-            fake.params.append(params)
-            if not fake.script:
-                self._json(500, {"detail": "nothing scripted"})
-                return
-            entry = fake.script.popleft()
-            if entry.detail is not None:
-                self._json(entry.status, {"detail": entry.detail})
-                return
-            session_id = body.get("session_id") or FLOW_ID
-            if params.get("stream") == "true":
-                events = entry.events or stream_events(
-                    session_id, body.get("input_value", ""), entry.reply, entry.tokens or (entry.reply,), entry.usage
-                )
-                self._stream(events, entry.hold_after)
-            else:
-                self._json(200, run_result(session_id, entry.reply, entry.usage))
-
-        def _stream(self, events: list[dict[str, Any]], hold_after: int | None) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            for index, event in enumerate(events):
-                if hold_after is not None and index == hold_after:
-                    self._hold()
-                    return
-                self._write((json.dumps(event, ensure_ascii=False) + "\n\n").encode())
-            if hold_after is not None and hold_after >= len(events):
-                self._hold()
-
-        def _hold(self) -> None:
-            """Send nothing more until the client goes away (or the server stops)."""
-            while not fake._stopping.is_set():
-                readable, _, _ = select.select([self.connection], [], [], 0.05)
-                if readable:
-                    try:
-                        if not self.connection.recv(1, socket.MSG_PEEK):
-                            fake.disconnected.set()
-                            return
-                    except OSError:
-                        fake.disconnected.set()
-                        return
-
-        def _write(self, data: bytes) -> None:
-            try:
-                self.wfile.write(data)
-                self.wfile.flush()
-            except OSError:
-                fake.disconnected.set()
-
-        def _json(self, status: int, body: Any) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    return Handler
+            # Langflow's stream is JSON objects separated by blank lines, not server-sent event frames.
+            self.write((json.dumps(event, ensure_ascii=False) + "\n\n").encode())
+        if hold_after is not None and hold_after >= len(events):
+            self.hold()
