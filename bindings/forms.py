@@ -89,7 +89,9 @@ class PromptField(forms.CharField):
             try:
                 return json.loads(text)
             except json.JSONDecodeError:
-                raise forms.ValidationError("Not valid JSON: write plain text or a JSON list of messages.") from None
+                raise forms.ValidationError(
+                    f"{self.label}: not valid JSON; write plain text or a JSON list of messages."
+                ) from None
         return text
 
     def validate(self, value: Any) -> None:
@@ -117,6 +119,21 @@ class LinesField(forms.CharField):
         return value
 
 
+class SecretInput(forms.PasswordInput):
+    """A password input that shows the mask for a stored secret and never a secret itself.
+
+    A refused form is shown again with what was posted; a secret typed into it is not echoed back into the
+    page (it must be typed again), and while a secret is stored its field shows the mask, which keeps it.
+    """
+
+    def __init__(self, *, has_stored_secret: bool = False, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs={"autocomplete": "new-password", **(attrs or {})}, render_value=True)
+        self.has_stored_secret = has_stored_secret
+
+    def format_value(self, value: Any) -> str | None:
+        return SECRET_MASK if value == SECRET_MASK or self.has_stored_secret else None
+
+
 def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = False) -> forms.Field:
     """The Django form field for one config schema item."""
     options: dict[str, Any] = {
@@ -127,7 +144,7 @@ def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = 
     kind = item.type
     if kind is DynamicFormItemType.SECRET:
         options["required"] = item.required and not has_stored_secret
-        return forms.CharField(widget=forms.PasswordInput(render_value=True), **options)
+        return forms.CharField(widget=SecretInput(has_stored_secret=has_stored_secret), **options)
     if item.multiple and kind is not DynamicFormItemType.SELECT:
         return LinesField(**options)
     if kind is DynamicFormItemType.TEXT:
@@ -145,7 +162,10 @@ def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = 
             return forms.MultipleChoiceField(choices=choices, **options)
         return forms.ChoiceField(choices=[("", "---------"), *choices], **options)
     if kind is DynamicFormItemType.JSON:
-        return StorableJSONField(widget=forms.Textarea(attrs={"rows": 4}), **options)
+        invalid = f"{options['label']}: enter valid JSON."
+        return StorableJSONField(
+            widget=forms.Textarea(attrs={"rows": 4}), error_messages={"invalid": invalid}, **options
+        )
     if kind is DynamicFormItemType.PROMPT_EDITOR:
         return PromptField(widget=forms.Textarea(attrs={"rows": 6}), **options)
     # string, model-selector, knowledge-base-selector
