@@ -3,42 +3,27 @@ host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.coze_server import BOT_ID, TOKEN, FakeCoze, chat_events, failed_chat, fake_coze
+from tests.external_runners.host import types_of
+from tests.external_runners.runs import (
+    RunnerUnderTest,
+    assert_cancelled_and_closed,
+    assert_config_invalid,
+    assert_empty_output,
+    assert_timed_out_and_closed,
+    completed_text,
+    deltas,
+    failure,
+)
+from tests.fakes.coze_server import BOT_ID, TOKEN, chat_events, failed_chat
 
-COZE_ID = "plugin:langbot/coze-agent/default"
-
-
-@pytest.fixture
-def coze() -> Iterator[FakeCoze]:
-    with fake_coze() as server:
-        yield server
-
-
-def config(coze: FakeCoze, **fields: Any) -> dict[str, Any]:
-    return {"api-key": TOKEN, "bot-id": BOT_ID, "api-base": coze.base_url, **fields}
-
-
-async def run(host: ScriptedHost, coze: FakeCoze, text: str = "hi", **options: Any) -> list[dict[str, Any]]:
-    fields = options.pop("config", {})
-    return await host.run(COZE_ID, host.context(COZE_ID, text, config=config(coze, **fields), **options))
-
-
-def completed_text(results: list[dict[str, Any]]) -> Any:
-    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
-
-
-def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
-    assert results[-1]["type"] == "run.failed", results
-    assert "message.completed" not in types_of(results)
-    return results[-1]["data"]
+COZE = RunnerUnderTest(
+    "plugin:langbot/coze-agent/default", lambda coze: {"api-key": TOKEN, "bot-id": BOT_ID, "api-base": coze.base_url}
+)
+run = COZE.run
 
 
 async def test_a_bots_answer_streams_as_deltas_then_one_message_and_usage(host, coze):
@@ -104,8 +89,7 @@ async def test_reasoning_is_shown_inside_think_tags_before_the_answer(host, coze
     results = await run(host, coze, "2+2?")
 
     assert completed_text(results) == "<think>\n2 plus 2 is 4\n</think>\nFour."
-    deltas = "".join(r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta")
-    assert deltas == completed_text(results)
+    assert "".join(deltas(results)) == completed_text(results)
 
 
 async def test_a_plugin_call_of_the_bot_becomes_tool_call_results(host, coze):
@@ -179,11 +163,10 @@ async def test_a_wrong_token_is_refused_and_the_token_is_not_shown(host, coze):
 async def test_a_coze_that_stops_answering_times_out_retryably_and_the_chat_is_cancelled(host, coze):
     coze.stream(chat_events("slow", " answer", chat_id="chat-slow"), hold_after=3)
 
-    data = failure(await run(host, coze, config={"timeout": 0.5}))
+    results = await run(host, coze, config={"timeout": 0.5})
 
-    assert (data["code"], data["retryable"]) == ("coze.timeout", True)
+    await assert_timed_out_and_closed(results, "coze", coze)
     assert coze.cancels == [{"chat_id": "chat-slow", "conversation_id": "coze-conv-1"}]
-    assert await asyncio.to_thread(coze.disconnected.wait, 5)
 
 
 @pytest.mark.parametrize(
@@ -197,35 +180,19 @@ async def test_a_coze_that_stops_answering_times_out_retryably_and_the_chat_is_c
     ],
 )
 async def test_missing_or_bad_config_fails_naming_the_field_without_calling_coze(host, coze, fields, field):
-    data = failure(await run(host, coze, config=fields))
+    results = await run(host, coze, config=fields)
 
-    assert data["code"] == "coze.config_invalid"
-    assert data["details"] == {"field": field}
-    assert data["retryable"] is False
-    assert coze.requests == []
+    assert_config_invalid(results, "coze", field, coze)
 
 
 async def test_cancelling_a_run_cancels_the_coze_chat_and_closes_the_stream(host, coze):
     coze.stream(chat_events("first", " second", chat_id="chat-cancel"), hold_after=3)
-    context = host.context(COZE_ID, "hi", config=config(coze))
-    results: list[dict[str, Any]] = []
-    first_delta = asyncio.Event()
 
-    async def consume() -> None:
-        async for result in host.run_stream(COZE_ID, context):
-            results.append(result)
-            first_delta.set()
-
-    consumer = asyncio.create_task(consume())
-    await asyncio.wait_for(first_delta.wait(), 10)
-    assert (await host.cancel(context["run_id"]))["cancelled"] is True
-    await asyncio.wait_for(consumer, 10)
+    results = await COZE.cancelled_after_first_delta(host, coze)
 
     assert results[0]["data"]["chunk"]["content"] == "first"
-    assert results[-1]["type"] == "run.failed"
-    assert results[-1]["data"]["code"] == "cancelled"
+    await assert_cancelled_and_closed(results, coze)
     assert coze.cancels == [{"chat_id": "chat-cancel", "conversation_id": "coze-conv-1"}]
-    assert await asyncio.to_thread(coze.disconnected.wait, 5)
 
 
 async def test_input_images_and_files_are_uploaded_and_sent_as_an_object_string_message(host, coze):
@@ -266,6 +233,4 @@ async def test_an_input_file_the_host_does_not_have_fails_the_run_before_calling
 async def test_an_answer_without_text_fails_as_empty_output_instead_of_an_empty_message(host, coze):
     coze.stream(chat_events())
 
-    data = failure(await run(host, coze))
-
-    assert data["code"] == "coze.empty_output"
+    assert_empty_output(await run(host, coze), "coze")

@@ -3,25 +3,15 @@ and plugin runtime against the fake Coze, and its second message continues the C
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from runners.models import Run
 from runners.runtime.catalog import runner_descriptors_sync
-from tests.fakes.coze_server import BOT_ID, TOKEN, FakeCoze, chat_events, fake_coze
+from tests.external_runners.legacy import import_legacy_pipeline
+from tests.fakes.coze_server import BOT_ID, TOKEN, chat_events
 from tests.processes import post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def coze() -> Iterator[FakeCoze]:
-    with fake_coze() as server:
-        yield server
 
 
 def test_an_imported_coze_pipeline_answers_through_the_worker_and_continues_the_conversation(
@@ -30,10 +20,7 @@ def test_an_imported_coze_pipeline_answers_through_the_worker_and_continues_the_
     # given LangBot's coze-api pipeline imported while the runner is installed
     runner_descriptors_sync(report=qa_report)
     block = {"api-key": TOKEN, "bot-id": BOT_ID, "api-base": coze.base_url, "auto-save-history": True, "timeout": 30}
-    path = tmp_path / "pipeline.json"
-    path.write_text(json.dumps({"ai": {"runner": {"runner": "coze-api"}, "coze-api": block}}), encoding="utf-8")
-    call_command("import_legacy_config", str(path), "--workspace", "coze-int")
-    binding = AgentBinding.objects.get(workspace__slug="coze-int")
+    binding = import_legacy_pipeline(tmp_path, "coze-int", "coze-api", block)
     assert binding.config_validated is True, binding.source_detail
     coze.stream(chat_events("Hello", " from Coze", conversation_id="coze-conv-int"))
     coze.stream(chat_events("Again", conversation_id="coze-conv-int"))

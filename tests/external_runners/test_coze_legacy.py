@@ -5,22 +5,13 @@ answers against the fake Coze."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
-from langbot_sdk.protocol import ListAgentRunnersResponse
-from langbot_sdk.runtime.loader import load_plugins
-from runners.runtime.catalog import runner_descriptors_sync
-from tests.external_runners.host import PLUGINS_DIR, start_host
-from tests.fakes.coze_server import BOT_ID, TOKEN, FakeCoze, chat_events, fake_coze
+from tests.external_runners.legacy import answer_with, import_legacy_pipeline
+from tests.external_runners.runs import completed_text
+from tests.fakes.coze_server import BOT_ID, TOKEN, chat_events
 
 pytestmark = pytest.mark.django_db
 
@@ -35,41 +26,10 @@ LANGBOT_BLOCK = {
 }
 
 
-@pytest.fixture
-def coze() -> Iterator[FakeCoze]:
-    with fake_coze() as server:
-        yield server
-
-
-@pytest.fixture
-def installed_runners() -> None:
-    plugins = load_plugins([PLUGINS_DIR])
-    runner_descriptors_sync(report=ListAgentRunnersResponse(runners=plugins.manifests, plugins=plugins.reports))
-
-
-def import_pipeline(tmp_path: Path, workspace: Any, block: dict[str, Any]) -> AgentBinding:
-    path = tmp_path / "pipeline.json"
-    pipeline = {"name": "Coze pipeline", "config": {"ai": {"runner": {"runner": "coze-api"}, "coze-api": block}}}
-    path.write_text(json.dumps(pipeline), encoding="utf-8")
-    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
-    return AgentBinding.objects.get()
-
-
-async def answer_with(config: dict[str, Any]) -> list[dict[str, Any]]:
-    host, served = await start_host()
-    try:
-        return await host.run(COZE_ID, host.context(COZE_ID, "hi", config=config))
-    finally:
-        await host.connection.close()
-        served.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await served
-
-
 def test_a_langbot_coze_block_imports_as_a_validated_binding_copied_value_for_value(
     tmp_path, workspace, installed_runners
 ):
-    binding = import_pipeline(tmp_path, workspace, LANGBOT_BLOCK)
+    binding = import_legacy_pipeline(tmp_path, workspace.slug, "coze-api", LANGBOT_BLOCK, name="Coze pipeline")
 
     assert binding.runner_id == COZE_ID
     assert binding.config_validated is True, binding.source_detail
@@ -78,7 +38,8 @@ def test_a_langbot_coze_block_imports_as_a_validated_binding_copied_value_for_va
 
 
 def test_a_block_with_only_the_required_fields_gets_the_defaults_langbot_used(tmp_path, workspace, installed_runners):
-    binding = import_pipeline(tmp_path, workspace, {"api-key": "pat_x1", "bot-id": "1"})
+    block = {"api-key": "pat_x1", "bot-id": "1"}
+    binding = import_legacy_pipeline(tmp_path, workspace.slug, "coze-api", block, name="Coze pipeline")
 
     assert binding.config_validated is True
     assert binding_runner_config_plain(binding) == {
@@ -88,13 +49,12 @@ def test_a_block_with_only_the_required_fields_gets_the_defaults_langbot_used(tm
 
 
 def test_the_imported_binding_answers_against_coze(tmp_path, workspace, installed_runners, coze):
-    binding = import_pipeline(tmp_path, workspace, {**LANGBOT_BLOCK, "api-key": TOKEN, "api-base": coze.base_url})
+    block = {**LANGBOT_BLOCK, "api-key": TOKEN, "api-base": coze.base_url}
+    binding = import_legacy_pipeline(tmp_path, workspace.slug, "coze-api", block, name="Coze pipeline")
     coze.stream(chat_events("Imported ", "and answering"))
 
-    results = asyncio.run(answer_with(binding_runner_config_plain(binding)))
+    results = asyncio.run(answer_with(COZE_ID, binding_runner_config_plain(binding)))
 
     assert results[-1]["type"] == "run.completed", results
-    assert next(r for r in results if r["type"] == "message.completed")["data"]["message"]["content"] == (
-        "Imported and answering"
-    )
+    assert completed_text(results) == "Imported and answering"
     assert coze.requests[0]["bot_id"] == BOT_ID

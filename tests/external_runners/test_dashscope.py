@@ -3,50 +3,28 @@ by a scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.dashscope_server import API_KEY, APP_ID, FakeDashScope, fake_dashscope, reference
+from tests.external_runners.host import types_of
+from tests.external_runners.runs import (
+    RunnerUnderTest,
+    assert_cancelled_and_closed,
+    assert_config_invalid,
+    assert_empty_output,
+    assert_timed_out_and_closed,
+    completed_text,
+    deltas,
+    failure,
+)
+from tests.fakes.dashscope_server import API_KEY, APP_ID, reference
 
-DASHSCOPE_ID = "plugin:langbot/dashscope-agent/default"
-
-
-@pytest.fixture
-def dashscope() -> Iterator[FakeDashScope]:
-    with fake_dashscope() as server:
-        yield server
-
-
-def config(dashscope: FakeDashScope, **fields: Any) -> dict[str, Any]:
-    return {"app-type": "agent", "api-key": API_KEY, "app-id": APP_ID, "base-url": dashscope.base_url, **fields}
-
-
-async def run(
-    host: ScriptedHost, dashscope: FakeDashScope, text: str = "hi", *, streaming: bool = True, **options: Any
-) -> list[dict[str, Any]]:
-    fields = options.pop("config", {})
-    context = host.context(DASHSCOPE_ID, text, config=config(dashscope, **fields), **options)
-    context["delivery"]["supports_streaming"] = streaming
-    return await host.run(DASHSCOPE_ID, context)
-
-
-def completed_text(results: list[dict[str, Any]]) -> Any:
-    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
-
-
-def deltas(results: list[dict[str, Any]]) -> list[str]:
-    return [r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta"]
-
-
-def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
-    assert results[-1]["type"] == "run.failed", results
-    assert "message.completed" not in types_of(results)
-    return results[-1]["data"]
+DASHSCOPE = RunnerUnderTest(
+    "plugin:langbot/dashscope-agent/default",
+    lambda dashscope: {"app-type": "agent", "api-key": API_KEY, "app-id": APP_ID, "base-url": dashscope.base_url},
+)
+run = DASHSCOPE.run
 
 
 async def test_an_agent_apps_answer_streams_as_deltas_then_one_message_and_usage(host, dashscope):
@@ -177,10 +155,9 @@ async def test_a_wrong_key_or_app_is_refused_and_the_key_is_not_shown(host, dash
 async def test_a_dashscope_that_stops_answering_times_out_retryably_and_the_stream_is_closed(host, dashscope):
     dashscope.answer("slow", " answer", hold_after=1)
 
-    data = failure(await run(host, dashscope, config={"timeout": 0.5}))
+    results = await run(host, dashscope, config={"timeout": 0.5})
 
-    assert (data["code"], data["retryable"]) == ("dashscope.timeout", True)
-    assert await asyncio.to_thread(dashscope.disconnected.wait, 5)
+    await assert_timed_out_and_closed(results, "dashscope", dashscope)
 
 
 @pytest.mark.parametrize(
@@ -194,40 +171,24 @@ async def test_a_dashscope_that_stops_answering_times_out_retryably_and_the_stre
     ],
 )
 async def test_missing_or_bad_config_fails_naming_the_field_without_calling_dashscope(host, dashscope, fields, field):
-    data = failure(await run(host, dashscope, config=fields))
+    results = await run(host, dashscope, config=fields)
 
-    assert data["code"] == "dashscope.config_invalid"
-    assert data["details"] == {"field": field}
-    assert dashscope.requests == []
+    assert_config_invalid(results, "dashscope", field, dashscope)
 
 
 async def test_cancelling_a_run_closes_the_dashscope_stream(host, dashscope):
     dashscope.answer("first", " second", hold_after=1)
-    context = host.context(DASHSCOPE_ID, "hi", config=config(dashscope))
-    results: list[dict[str, Any]] = []
-    first_delta = asyncio.Event()
 
-    async def consume() -> None:
-        async for result in host.run_stream(DASHSCOPE_ID, context):
-            results.append(result)
-            first_delta.set()
-
-    consumer = asyncio.create_task(consume())
-    await asyncio.wait_for(first_delta.wait(), 10)
-    assert (await host.cancel(context["run_id"]))["cancelled"] is True
-    await asyncio.wait_for(consumer, 10)
+    results = await DASHSCOPE.cancelled_after_first_delta(host, dashscope)
 
     assert results[0]["data"]["chunk"]["content"] == "first"
-    assert results[-1]["data"]["code"] == "cancelled"
-    assert await asyncio.to_thread(dashscope.disconnected.wait, 5)
+    await assert_cancelled_and_closed(results, dashscope)
 
 
 async def test_an_answer_without_text_fails_as_empty_output_instead_of_an_empty_message(host, dashscope):
     dashscope.answer("")
 
-    data = failure(await run(host, dashscope))
-
-    assert data["code"] == "dashscope.empty_output"
+    assert_empty_output(await run(host, dashscope), "dashscope")
 
 
 async def test_an_input_with_only_a_file_is_refused_since_apps_are_sent_text(host, dashscope):

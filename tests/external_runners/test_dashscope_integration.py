@@ -3,25 +3,15 @@ worker and plugin runtime against the fake DashScope, and its second message con
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from runners.models import Run
 from runners.runtime.catalog import runner_descriptors_sync
-from tests.fakes.dashscope_server import API_KEY, APP_ID, FakeDashScope, fake_dashscope
+from tests.external_runners.legacy import import_legacy_pipeline
+from tests.fakes.dashscope_server import API_KEY, APP_ID
 from tests.processes import post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def dashscope() -> Iterator[FakeDashScope]:
-    with fake_dashscope() as server:
-        yield server
 
 
 def test_an_imported_dashscope_pipeline_answers_through_the_worker_and_continues_the_session(
@@ -31,10 +21,7 @@ def test_an_imported_dashscope_pipeline_answers_through_the_worker_and_continues
     runner_descriptors_sync(report=qa_report)
     block = {"app-type": "agent", "api-key": API_KEY, "app-id": APP_ID, "references_quote": "参考资料来自:",
              "base-url": dashscope.base_url}  # fmt: skip
-    path = tmp_path / "pipeline.json"
-    path.write_text(json.dumps({"ai": {"runner": {"runner": "dashscope-app-api"}, "dashscope-app-api": block}}))
-    call_command("import_legacy_config", str(path), "--workspace", "dashscope-int")
-    binding = AgentBinding.objects.get(workspace__slug="dashscope-int")
+    binding = import_legacy_pipeline(tmp_path, "dashscope-int", "dashscope-app-api", block)
     assert binding.config_validated is True, binding.source_detail
     dashscope.answer("Hello", " from DashScope")
     dashscope.answer("Again")

@@ -6,22 +6,13 @@ the fake DashScope."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
-from langbot_sdk.protocol import ListAgentRunnersResponse
-from langbot_sdk.runtime.loader import load_plugins
-from runners.runtime.catalog import runner_descriptors_sync
-from tests.external_runners.host import PLUGINS_DIR, start_host
-from tests.fakes.dashscope_server import API_KEY, APP_ID, FakeDashScope, fake_dashscope, reference
+from tests.external_runners.legacy import answer_with, import_legacy_pipeline
+from tests.external_runners.runs import completed_text
+from tests.fakes.dashscope_server import API_KEY, APP_ID, reference
 
 pytestmark = pytest.mark.django_db
 
@@ -33,35 +24,8 @@ DEFAULT_CONFIG_BLOCK = {
 }  # fmt: skip
 
 
-@pytest.fixture
-def dashscope() -> Iterator[FakeDashScope]:
-    with fake_dashscope() as server:
-        yield server
-
-
-@pytest.fixture
-def installed_runners() -> None:
-    plugins = load_plugins([PLUGINS_DIR])
-    runner_descriptors_sync(report=ListAgentRunnersResponse(runners=plugins.manifests, plugins=plugins.reports))
-
-
-def import_pipeline(tmp_path: Path, workspace: Any, block: dict[str, Any]) -> AgentBinding:
-    path = tmp_path / "pipeline.json"
-    config = {"ai": {"runner": {"runner": "dashscope-app-api"}, "dashscope-app-api": block}}
-    path.write_text(json.dumps({"name": "DashScope pipeline", "config": config}), encoding="utf-8")
-    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
-    return AgentBinding.objects.get()
-
-
-async def answer_with(config: dict[str, Any]) -> list[dict[str, Any]]:
-    host, served = await start_host()
-    try:
-        return await host.run(DASHSCOPE_ID, host.context(DASHSCOPE_ID, "hi", config=config))
-    finally:
-        await host.connection.close()
-        served.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await served
+def import_pipeline(tmp_path, workspace, block):
+    return import_legacy_pipeline(tmp_path, workspace.slug, "dashscope-app-api", block, name="DashScope pipeline")
 
 
 @pytest.mark.parametrize("block", [FORM_BLOCK, DEFAULT_CONFIG_BLOCK], ids=["form", "default-config"])
@@ -84,9 +48,7 @@ def test_the_imported_binding_answers_against_dashscope(tmp_path, workspace, ins
     binding = import_pipeline(tmp_path, workspace, block)
     dashscope.answer("Imported<ref>[1]</ref>", references=[reference("1", "guide.md")])
 
-    results = asyncio.run(answer_with(binding_runner_config_plain(binding)))
+    results = asyncio.run(answer_with(DASHSCOPE_ID, binding_runner_config_plain(binding)))
 
     assert results[-1]["type"] == "run.completed", results
-    assert next(r for r in results if r["type"] == "message.completed")["data"]["message"]["content"] == (
-        "Imported(Source: guide.md)"
-    )
+    assert completed_text(results) == "Imported(Source: guide.md)"

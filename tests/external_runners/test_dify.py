@@ -3,36 +3,28 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from typing import Any
 
 import pytest
 
-from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.dify_server import API_KEY, FakeDify, agent_events, chat_events, workflow_events
+from tests.external_runners.host import types_of
+from tests.external_runners.runs import (
+    RunnerUnderTest,
+    assert_cancelled_and_closed,
+    assert_config_invalid,
+    assert_empty_output,
+    assert_timed_out_and_closed,
+    completed_text,
+    failure,
+)
+from tests.fakes.dify_server import API_KEY, agent_events, chat_events, workflow_events
 
-DIFY_ID = "plugin:langbot/dify-agent/default"
-
-
-def config(dify: FakeDify, **fields: Any) -> dict[str, Any]:
-    return {"base-url": dify.base_url, "api-key": API_KEY, "app-type": "chat", **fields}
-
-
-async def run(host: ScriptedHost, dify: FakeDify, text: str = "hi", **options: Any) -> list[dict[str, Any]]:
-    fields = options.pop("config", {})
-    return await host.run(DIFY_ID, host.context(DIFY_ID, text, config=config(dify, **fields), **options))
-
-
-def completed_text(results: list[dict[str, Any]]) -> Any:
-    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
-
-
-def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
-    assert results[-1]["type"] == "run.failed", results
-    assert "message.completed" not in types_of(results)
-    return results[-1]["data"]
+DIFY = RunnerUnderTest(
+    "plugin:langbot/dify-agent/default",
+    lambda dify: {"base-url": dify.base_url, "api-key": API_KEY, "app-type": "chat"},
+)
+run = DIFY.run
 
 
 async def test_a_chat_answer_streams_as_deltas_then_one_message_and_usage(host, dify):
@@ -187,11 +179,10 @@ async def test_a_wrong_api_key_is_refused_and_the_key_is_not_shown(host, dify):
 async def test_a_dify_that_stops_answering_times_out_retryably_and_is_told_to_stop(host, dify):
     dify.stream(chat_events("slow", " answer", task_id="task-slow"), hold_after=1)
 
-    data = failure(await run(host, dify, config={"timeout": 0.5}))
+    results = await run(host, dify, config={"timeout": 0.5})
 
-    assert (data["code"], data["retryable"]) == ("dify.timeout", True)
+    await assert_timed_out_and_closed(results, "dify", dify)
     assert dify.stops == [("/v1/chat-messages/task-slow/stop", {"user": "person_u-42"})]
-    assert dify.disconnected.wait(5)
 
 
 @pytest.mark.parametrize(
@@ -206,35 +197,19 @@ async def test_a_dify_that_stops_answering_times_out_retryably_and_is_told_to_st
     ],
 )
 async def test_missing_or_bad_config_fails_naming_the_field_without_calling_dify(host, dify, fields, field):
-    data = failure(await run(host, dify, config=fields))
+    results = await run(host, dify, config=fields)
 
-    assert data["code"] == "dify.config_invalid"
-    assert data["details"] == {"field": field}
-    assert data["retryable"] is False
-    assert dify.requests == []
+    assert_config_invalid(results, "dify", field, dify)
 
 
 async def test_cancelling_a_run_stops_the_dify_task_and_closes_the_stream(host, dify):
     dify.stream(chat_events("first", " second", task_id="task-cancel"), hold_after=1)
-    context = host.context(DIFY_ID, "hi", config=config(dify))
-    results: list[dict[str, Any]] = []
-    first_delta = asyncio.Event()
 
-    async def consume() -> None:
-        async for result in host.run_stream(DIFY_ID, context):
-            results.append(result)
-            first_delta.set()
-
-    consumer = asyncio.create_task(consume())
-    await asyncio.wait_for(first_delta.wait(), 10)
-    assert (await host.cancel(context["run_id"]))["cancelled"] is True
-    await asyncio.wait_for(consumer, 10)
+    results = await DIFY.cancelled_after_first_delta(host, dify)
 
     assert results[0]["data"]["chunk"]["content"] == "first"
-    assert results[-1]["type"] == "run.failed"
-    assert results[-1]["data"]["code"] == "cancelled"
+    await assert_cancelled_and_closed(results, dify)
     assert dify.stops == [("/v1/chat-messages/task-cancel/stop", {"user": "person_u-42"})]
-    assert await asyncio.to_thread(dify.disconnected.wait, 5)
 
 
 async def test_input_images_and_files_are_uploaded_to_dify_and_sent_with_the_query(host, dify):
@@ -305,9 +280,7 @@ async def test_retriever_resources_become_citations_of_the_run(host, dify):
 async def test_an_answer_without_text_fails_as_empty_output_instead_of_an_empty_message(host, dify):
     dify.stream(chat_events())
 
-    data = failure(await run(host, dify))
-
-    assert data["code"] == "dify.empty_output"
+    assert_empty_output(await run(host, dify), "dify")
 
 
 async def test_an_image_dify_sends_back_is_part_of_the_message(host, dify):

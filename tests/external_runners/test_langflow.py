@@ -3,47 +3,28 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.langflow_server import API_KEY, FLOW_ID, FakeLangflow, fake_langflow
+from tests.external_runners.host import types_of
+from tests.external_runners.runs import (
+    RunnerUnderTest,
+    assert_cancelled_and_closed,
+    assert_config_invalid,
+    assert_empty_output,
+    assert_timed_out_and_closed,
+    completed_text,
+    failure,
+)
+from tests.fakes.langflow_server import API_KEY, FLOW_ID
 
-LANGFLOW_ID = "plugin:langbot/langflow-agent/default"
+LANGFLOW = RunnerUnderTest(
+    "plugin:langbot/langflow-agent/default",
+    lambda langflow: {"base-url": langflow.base_url, "api-key": API_KEY, "flow-id": FLOW_ID},
+)
+run = LANGFLOW.run
 SESSION_KEY = ("langbot-conv-1", "conversation", "external.session_id")
-
-
-@pytest.fixture
-def langflow() -> Iterator[FakeLangflow]:
-    with fake_langflow() as server:
-        yield server
-
-
-def config(langflow: FakeLangflow, **fields: Any) -> dict[str, Any]:
-    return {"base-url": langflow.base_url, "api-key": API_KEY, "flow-id": FLOW_ID, **fields}
-
-
-async def run(
-    host: ScriptedHost, langflow: FakeLangflow, text: str = "hi", *, streaming: bool = True, **options: Any
-) -> list[dict[str, Any]]:
-    fields = options.pop("config", {})
-    context = host.context(LANGFLOW_ID, text, config=config(langflow, **fields), **options)
-    context["delivery"]["supports_streaming"] = streaming
-    return await host.run(LANGFLOW_ID, context)
-
-
-def completed_text(results: list[dict[str, Any]]) -> Any:
-    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
-
-
-def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
-    assert results[-1]["type"] == "run.failed", results
-    assert "message.completed" not in types_of(results)
-    return results[-1]["data"]
 
 
 async def test_a_streamed_flow_sends_its_tokens_as_deltas_then_one_message(host, langflow):
@@ -165,10 +146,9 @@ async def test_an_unknown_flow_and_a_wrong_key_are_refused_without_showing_the_k
 async def test_a_langflow_that_stops_answering_times_out_retryably_and_the_stream_is_closed(host, langflow):
     langflow.reply("slow answer", tokens=("slow", " answer"), hold_after=3)
 
-    data = failure(await run(host, langflow, config={"timeout": 0.5}))
+    results = await run(host, langflow, config={"timeout": 0.5})
 
-    assert (data["code"], data["retryable"]) == ("langflow.timeout", True)
-    assert await asyncio.to_thread(langflow.disconnected.wait, 5)
+    await assert_timed_out_and_closed(results, "langflow", langflow)
 
 
 @pytest.mark.parametrize(
@@ -183,40 +163,24 @@ async def test_a_langflow_that_stops_answering_times_out_retryably_and_the_strea
     ],
 )
 async def test_missing_or_bad_config_fails_naming_the_field_without_calling_langflow(host, langflow, fields, field):
-    data = failure(await run(host, langflow, config=fields))
+    results = await run(host, langflow, config=fields)
 
-    assert data["code"] == "langflow.config_invalid"
-    assert data["details"] == {"field": field}
-    assert langflow.requests == []
+    assert_config_invalid(results, "langflow", field, langflow)
 
 
 async def test_cancelling_a_run_closes_the_langflow_stream(host, langflow):
     langflow.reply("first second", tokens=("first", " second"), hold_after=4)
-    context = host.context(LANGFLOW_ID, "hi", config=config(langflow))
-    results: list[dict[str, Any]] = []
-    first_delta = asyncio.Event()
 
-    async def consume() -> None:
-        async for result in host.run_stream(LANGFLOW_ID, context):
-            results.append(result)
-            first_delta.set()
-
-    consumer = asyncio.create_task(consume())
-    await asyncio.wait_for(first_delta.wait(), 10)
-    assert (await host.cancel(context["run_id"]))["cancelled"] is True
-    await asyncio.wait_for(consumer, 10)
+    results = await LANGFLOW.cancelled_after_first_delta(host, langflow)
 
     assert results[0]["data"]["chunk"]["content"] == "first"
-    assert results[-1]["data"]["code"] == "cancelled"
-    assert await asyncio.to_thread(langflow.disconnected.wait, 5)
+    await assert_cancelled_and_closed(results, langflow)
 
 
 async def test_a_flow_with_no_output_fails_as_empty_output_instead_of_an_empty_message(host, langflow):
     langflow.reply("")
 
-    data = failure(await run(host, langflow, streaming=False))
-
-    assert data["code"] == "langflow.empty_output"
+    assert_empty_output(await run(host, langflow, streaming=False), "langflow")
 
 
 async def test_an_input_with_only_a_file_is_refused_since_flows_take_text(host, langflow):

@@ -3,25 +3,15 @@ worker and plugin runtime against the fake Langflow, and its second message stay
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from runners.models import Run
 from runners.runtime.catalog import runner_descriptors_sync
-from tests.fakes.langflow_server import API_KEY, FLOW_ID, FakeLangflow, fake_langflow
+from tests.external_runners.legacy import import_legacy_pipeline
+from tests.fakes.langflow_server import API_KEY, FLOW_ID
 from tests.processes import post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def langflow() -> Iterator[FakeLangflow]:
-    with fake_langflow() as server:
-        yield server
 
 
 def test_an_imported_langflow_pipeline_answers_through_the_worker_in_one_session(worker, qa_report, langflow, tmp_path):
@@ -29,10 +19,7 @@ def test_an_imported_langflow_pipeline_answers_through_the_worker_in_one_session
     runner_descriptors_sync(report=qa_report)
     block = {"base-url": langflow.base_url, "api-key": API_KEY, "flow-id": FLOW_ID, "input-type": "chat",
              "output-type": "chat", "tweaks": "{}"}  # fmt: skip
-    path = tmp_path / "pipeline.json"
-    path.write_text(json.dumps({"ai": {"runner": {"runner": "langflow-api"}, "langflow-api": block}}))
-    call_command("import_legacy_config", str(path), "--workspace", "langflow-int")
-    binding = AgentBinding.objects.get(workspace__slug="langflow-int")
+    binding = import_legacy_pipeline(tmp_path, "langflow-int", "langflow-api", block)
     assert binding.config_validated is True, binding.source_detail
     langflow.reply("Hello from Langflow", tokens=("Hello", " from Langflow"))
     langflow.reply("Again")

@@ -5,22 +5,13 @@ the JSON text LangBot stored), and that binding's config answers against the fak
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
-from langbot_sdk.protocol import ListAgentRunnersResponse
-from langbot_sdk.runtime.loader import load_plugins
-from runners.runtime.catalog import runner_descriptors_sync
-from tests.external_runners.host import PLUGINS_DIR, start_host
-from tests.fakes.langflow_server import API_KEY, FLOW_ID, FakeLangflow, fake_langflow
+from tests.external_runners.legacy import answer_with, import_legacy_pipeline
+from tests.external_runners.runs import completed_text
+from tests.fakes.langflow_server import API_KEY, FLOW_ID
 
 pytestmark = pytest.mark.django_db
 
@@ -36,35 +27,8 @@ LANGBOT_BLOCK = {
 }
 
 
-@pytest.fixture
-def langflow() -> Iterator[FakeLangflow]:
-    with fake_langflow() as server:
-        yield server
-
-
-@pytest.fixture
-def installed_runners() -> None:
-    plugins = load_plugins([PLUGINS_DIR])
-    runner_descriptors_sync(report=ListAgentRunnersResponse(runners=plugins.manifests, plugins=plugins.reports))
-
-
-def import_pipeline(tmp_path: Path, workspace: Any, block: dict[str, Any]) -> AgentBinding:
-    path = tmp_path / "pipeline.json"
-    config = {"ai": {"runner": {"runner": "langflow-api"}, "langflow-api": block}}
-    path.write_text(json.dumps({"name": "Langflow pipeline", "config": config}), encoding="utf-8")
-    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
-    return AgentBinding.objects.get()
-
-
-async def answer_with(config: dict[str, Any]) -> list[dict[str, Any]]:
-    host, served = await start_host()
-    try:
-        return await host.run(LANGFLOW_ID, host.context(LANGFLOW_ID, "hi", config=config))
-    finally:
-        await host.connection.close()
-        served.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await served
+def import_pipeline(tmp_path, workspace, block):
+    return import_legacy_pipeline(tmp_path, workspace.slug, "langflow-api", block, name="Langflow pipeline")
 
 
 def test_a_langbot_langflow_block_imports_as_a_validated_binding_copied_value_for_value(
@@ -85,10 +49,8 @@ def test_the_imported_binding_answers_against_langflow(tmp_path, workspace, inst
     binding = import_pipeline(tmp_path, workspace, block)
     langflow.reply("Imported and answering", tokens=("Imported ", "and answering"))
 
-    results = asyncio.run(answer_with(binding_runner_config_plain(binding)))
+    results = asyncio.run(answer_with(LANGFLOW_ID, binding_runner_config_plain(binding)))
 
     assert results[-1]["type"] == "run.completed", results
-    assert next(r for r in results if r["type"] == "message.completed")["data"]["message"]["content"] == (
-        "Imported and answering"
-    )
+    assert completed_text(results) == "Imported and answering"
     assert langflow.requests[0]["tweaks"] == {"ChatInput-xyz": {"should_store_message": True}}

@@ -4,20 +4,11 @@ binding answers against the fake platform through the real worker and plugin run
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any
-
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
-from langbot_sdk.protocol import ListAgentRunnersResponse
-from langbot_sdk.runtime.loader import load_plugins
 from runners.models import Run
-from runners.runtime.catalog import runner_descriptors_sync
-from tests.external_runners.host import PLUGINS_DIR
+from tests.external_runners.legacy import import_legacy_pipeline
 from tests.factories import WorkspaceFactory
 from tests.fakes.dify_server import API_KEY, chat_events, fake_dify
 from tests.fakes.n8n_server import fake_n8n
@@ -47,17 +38,8 @@ N8N_BLOCK = {
 }
 
 
-def install_official_runners() -> None:
-    plugins = load_plugins([PLUGINS_DIR])
-    runner_descriptors_sync(report=ListAgentRunnersResponse(runners=plugins.manifests, plugins=plugins.reports))
-
-
-def import_pipeline(tmp_path: Path, workspace: Any, runner: str, block: dict[str, Any]) -> AgentBinding:
-    path = tmp_path / f"{runner}.json"
-    pipeline = {"name": f"{runner} pipeline", "config": {"ai": {"runner": {"runner": runner}, runner: block}}}
-    path.write_text(json.dumps(pipeline), encoding="utf-8")
-    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
-    return AgentBinding.objects.get(name=f"{runner} pipeline")
+def import_pipeline(tmp_path, workspace, runner, block):
+    return import_legacy_pipeline(tmp_path, workspace.slug, runner, block, name=f"{runner} pipeline")
 
 
 @pytest.mark.django_db
@@ -74,10 +56,8 @@ def import_pipeline(tmp_path: Path, workspace: Any, runner: str, block: dict[str
     ],
 )
 def test_a_langbot_block_imports_as_a_validated_binding_copied_value_for_value(
-    tmp_path, workspace, runner, block, runner_id, secrets
+    tmp_path, workspace, installed_runners, runner, block, runner_id, secrets
 ):
-    install_official_runners()
-
     binding = import_pipeline(tmp_path, workspace, runner, block)
 
     assert binding.runner_id == runner_id
@@ -89,8 +69,7 @@ def test_a_langbot_block_imports_as_a_validated_binding_copied_value_for_value(
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_an_imported_dify_pipeline_answers_through_the_worker(tmp_path, worker):
-    install_official_runners()
+def test_an_imported_dify_pipeline_answers_through_the_worker(tmp_path, worker, installed_runners):
     with fake_dify() as dify:
         dify.stream(chat_events("Hello ", "from Dify", conversation_id="dify-conv-w"))
         dify.stream(chat_events("Again", conversation_id="dify-conv-w"))
@@ -112,8 +91,7 @@ def test_an_imported_dify_pipeline_answers_through_the_worker(tmp_path, worker):
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_an_imported_n8n_pipeline_answers_through_the_worker(tmp_path, worker):
-    install_official_runners()
+def test_an_imported_n8n_pipeline_answers_through_the_worker(tmp_path, worker, installed_runners):
     with fake_n8n() as n8n:
         n8n.stream("Hello ", "from n8n")
         n8n.json({"response": "plain again"})

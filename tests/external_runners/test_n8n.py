@@ -3,32 +3,30 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import pytest
 
-from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.n8n_server import FakeN8n, fake_n8n
+from tests.external_runners.host import types_of
+from tests.external_runners.runs import (
+    RunnerUnderTest,
+    assert_cancelled_and_closed,
+    assert_config_invalid,
+    assert_timed_out_and_closed,
+    completed_text,
+    deltas,
+    failure,
+)
+from tests.fakes.n8n_server import fake_n8n
 
-N8N_ID = "plugin:langbot/n8n-agent/default"
-
-
-async def run(host: ScriptedHost, n8n: FakeN8n, text: str = "hi", **options: Any) -> list[dict[str, Any]]:
-    config = {"webhook-url": n8n.webhook_url, **options.pop("config", {})}
-    return await host.run(N8N_ID, host.context(N8N_ID, text, config=config, **options))
+N8N = RunnerUnderTest("plugin:langbot/n8n-agent/default", lambda n8n: {"webhook-url": n8n.webhook_url})
+run = N8N.run
 
 
 def reply(results: list[dict[str, Any]]) -> Any:
     assert results[-1]["type"] == "run.completed", results
-    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
-
-
-def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
-    assert results[-1]["type"] == "run.failed", results
-    assert "message.completed" not in types_of(results)
-    return results[-1]["data"]
+    return completed_text(results)
 
 
 async def test_a_streamed_answer_is_relayed_item_by_item_then_as_one_message(host, n8n):
@@ -36,8 +34,7 @@ async def test_a_streamed_answer_is_relayed_item_by_item_then_as_one_message(hos
 
     results = await run(host, n8n, "hello")
 
-    deltas = [r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta"]
-    assert deltas == ["Hel", "lo", '{"rich": true}']
+    assert deltas(results) == ["Hel", "lo", '{"rich": true}']
     assert reply(results) == 'Hello{"rich": true}'
     assert results[-1]["data"]["metadata"] == {"streamed": True}
     request = n8n.requests[0]
@@ -164,10 +161,9 @@ async def test_an_error_item_in_the_stream_fails_the_run(host, n8n):
 async def test_a_webhook_that_stops_answering_times_out_retryably(host, n8n):
     n8n.stream("slow", " answer", hold_after=2)
 
-    data = failure(await run(host, n8n, config={"timeout": 0.5}))
+    results = await run(host, n8n, config={"timeout": 0.5})
 
-    assert (data["code"], data["retryable"]) == ("n8n.timeout", True)
-    assert await asyncio.to_thread(n8n.disconnected.wait, 5)
+    await assert_timed_out_and_closed(results, "n8n", n8n)
 
 
 @pytest.mark.parametrize("answer", [[{"type": "begin"}, {"type": "end"}], {"response": "  "}])
@@ -197,32 +193,14 @@ async def test_an_answer_without_output_fails_as_empty_output(host, n8n, answer)
     ],
 )
 async def test_missing_or_bad_config_fails_naming_the_field_without_calling_n8n(host, n8n, config, field):
-    context = host.context(N8N_ID, "hi", config={"webhook-url": n8n.webhook_url, **config})
+    results = await run(host, n8n, config=config)
 
-    data = failure(await host.run(N8N_ID, context))
-
-    assert data["code"] == "n8n.config_invalid"
-    assert data["details"] == {"field": field}
-    assert n8n.requests == []
+    assert_config_invalid(results, "n8n", field, n8n)
 
 
 async def test_cancelling_a_run_closes_the_webhook_stream(host, n8n):
     n8n.stream("first", " second", hold_after=2)
-    context = host.context(N8N_ID, "hi", config={"webhook-url": n8n.webhook_url})
-    results: list[dict[str, Any]] = []
-    first_delta = asyncio.Event()
 
-    async def consume() -> None:
-        async for result in host.run_stream(N8N_ID, context):
-            results.append(result)
-            if result["type"] == "message.delta":
-                first_delta.set()
+    results = await N8N.cancelled_after_first_delta(host, n8n)
 
-    consumer = asyncio.create_task(consume())
-    await asyncio.wait_for(first_delta.wait(), 10)
-    assert (await host.cancel(context["run_id"]))["cancelled"] is True
-    await asyncio.wait_for(consumer, 10)
-
-    assert results[-1]["type"] == "run.failed"
-    assert results[-1]["data"]["code"] == "cancelled"
-    assert await asyncio.to_thread(n8n.disconnected.wait, 5)
+    await assert_cancelled_and_closed(results, n8n)

@@ -3,46 +3,26 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.tbox_server import APP_ID, TOKEN, FakeTbox, fake_tbox
+from tests.external_runners.host import types_of
+from tests.external_runners.runs import (
+    RunnerUnderTest,
+    assert_cancelled_and_closed,
+    assert_config_invalid,
+    assert_empty_output,
+    assert_timed_out_and_closed,
+    completed_text,
+    failure,
+)
+from tests.fakes.tbox_server import APP_ID, TOKEN
 
-TBOX_ID = "plugin:langbot/tbox-agent/default"
-
-
-@pytest.fixture
-def tbox() -> Iterator[FakeTbox]:
-    with fake_tbox() as server:
-        yield server
-
-
-def config(tbox: FakeTbox, **fields: Any) -> dict[str, Any]:
-    return {"api-key": TOKEN, "app-id": APP_ID, "base-url": tbox.base_url, **fields}
-
-
-async def run(
-    host: ScriptedHost, tbox: FakeTbox, text: str = "hi", *, streaming: bool = True, **options: Any
-) -> list[dict[str, Any]]:
-    fields = options.pop("config", {})
-    context = host.context(TBOX_ID, text, config=config(tbox, **fields), **options)
-    context["delivery"]["supports_streaming"] = streaming
-    return await host.run(TBOX_ID, context)
-
-
-def completed_text(results: list[dict[str, Any]]) -> Any:
-    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
-
-
-def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
-    assert results[-1]["type"] == "run.failed", results
-    assert "message.completed" not in types_of(results)
-    return results[-1]["data"]
+TBOX = RunnerUnderTest(
+    "plugin:langbot/tbox-agent/default", lambda tbox: {"api-key": TOKEN, "app-id": APP_ID, "base-url": tbox.base_url}
+)
+run = TBOX.run
 
 
 async def test_an_apps_answer_streams_as_deltas_then_one_message(host, tbox):
@@ -158,10 +138,9 @@ async def test_a_wrong_token_is_refused_and_the_token_is_not_shown(host, tbox):
 async def test_a_tbox_that_stops_answering_times_out_retryably_and_the_stream_is_closed(host, tbox):
     tbox.answer("slow", " answer", hold_after=2)
 
-    data = failure(await run(host, tbox, config={"timeout": 0.5}))
+    results = await run(host, tbox, config={"timeout": 0.5})
 
-    assert (data["code"], data["retryable"]) == ("tbox.timeout", True)
-    assert await asyncio.to_thread(tbox.disconnected.wait, 5)
+    await assert_timed_out_and_closed(results, "tbox", tbox)
 
 
 @pytest.mark.parametrize(
@@ -170,38 +149,24 @@ async def test_a_tbox_that_stops_answering_times_out_retryably_and_the_stream_is
      ({"timeout": True}, "timeout")],
 )  # fmt: skip
 async def test_missing_or_bad_config_fails_naming_the_field_without_calling_tbox(host, tbox, fields, field):
-    data = failure(await run(host, tbox, config=fields))
+    results = await run(host, tbox, config=fields)
 
-    assert data["code"] == "tbox.config_invalid"
-    assert data["details"] == {"field": field}
-    assert tbox.requests == []
+    assert_config_invalid(results, "tbox", field, tbox)
 
 
 async def test_cancelling_a_run_closes_the_tbox_stream(host, tbox):
     tbox.answer("first", " second", hold_after=2)
-    context = host.context(TBOX_ID, "hi", config=config(tbox))
-    results: list[dict[str, Any]] = []
-    first_delta = asyncio.Event()
 
-    async def consume() -> None:
-        async for result in host.run_stream(TBOX_ID, context):
-            results.append(result)
-            first_delta.set()
-
-    consumer = asyncio.create_task(consume())
-    await asyncio.wait_for(first_delta.wait(), 10)
-    assert (await host.cancel(context["run_id"]))["cancelled"] is True
-    await asyncio.wait_for(consumer, 10)
+    results = await TBOX.cancelled_after_first_delta(host, tbox)
 
     assert results[0]["data"]["chunk"]["content"] == "first"
-    assert results[-1]["data"]["code"] == "cancelled"
-    assert await asyncio.to_thread(tbox.disconnected.wait, 5)
+    await assert_cancelled_and_closed(results, tbox)
 
 
 @pytest.mark.parametrize("streaming", [True, False])
 async def test_an_answer_without_text_fails_as_empty_output_instead_of_an_empty_message(host, tbox, streaming):
     tbox.answer("", thinking=("only thoughts",))
 
-    data = failure(await run(host, tbox, streaming=streaming))
+    results = await run(host, tbox, streaming=streaming)
 
-    assert data["code"] == "tbox.empty_output"
+    assert_empty_output(results, "tbox")

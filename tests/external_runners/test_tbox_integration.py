@@ -3,25 +3,15 @@ worker and plugin runtime against the fake Tbox, and its second message continue
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-
 import pytest
-from django.core.management import call_command
 
-from bindings.models import AgentBinding
 from runners.models import Run
 from runners.runtime.catalog import runner_descriptors_sync
-from tests.fakes.tbox_server import APP_ID, TOKEN, FakeTbox, fake_tbox
+from tests.external_runners.legacy import import_legacy_pipeline
+from tests.fakes.tbox_server import APP_ID, TOKEN
 from tests.processes import post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def tbox() -> Iterator[FakeTbox]:
-    with fake_tbox() as server:
-        yield server
 
 
 def test_an_imported_tbox_pipeline_answers_through_the_worker_and_continues_the_conversation(
@@ -30,10 +20,7 @@ def test_an_imported_tbox_pipeline_answers_through_the_worker_and_continues_the_
     # given LangBot's tbox-app-api pipeline (plus this fake's URL) imported while the runner is installed
     runner_descriptors_sync(report=qa_report)
     block = {"api-key": TOKEN, "app-id": APP_ID, "base-url": tbox.base_url}
-    path = tmp_path / "pipeline.json"
-    path.write_text(json.dumps({"ai": {"runner": {"runner": "tbox-app-api"}, "tbox-app-api": block}}))
-    call_command("import_legacy_config", str(path), "--workspace", "tbox-int")
-    binding = AgentBinding.objects.get(workspace__slug="tbox-int")
+    binding = import_legacy_pipeline(tmp_path, "tbox-int", "tbox-app-api", block)
     assert binding.config_validated is True, binding.source_detail
     tbox.answer("Hello", " from Tbox")
     tbox.answer("Again")

@@ -1,0 +1,111 @@
+"""Running an external runner through the scripted host and reading what it answered: the scaffolding every
+runner's tests share, and the assertions of the failures every runner reports the same way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tests.external_runners.host import ScriptedHost, types_of
+from tests.fakes.platform_http import FakePlatformServer
+
+DISCONNECT_WAIT = 5.0  # seconds a test waits for a fake to see its client go
+
+
+@dataclass(frozen=True)
+class RunnerUnderTest:
+    """One runner and the config that points it at a fake platform."""
+
+    runner_id: str
+    base_config: Callable[[Any], dict[str, Any]]
+    """The fake → the runner config every test starts from."""
+
+    def context(
+        self,
+        host: ScriptedHost,
+        fake: Any,
+        text: str = "hi",
+        *,
+        streaming: bool = True,
+        config: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """The run's context: `config` overrides the base config's fields, `streaming` says whether the reply
+        surface streams, `options` go to `ScriptedHost.context`."""
+        context = host.context(self.runner_id, text, config={**self.base_config(fake), **(config or {})}, **options)
+        context["delivery"]["supports_streaming"] = streaming
+        return context
+
+    async def run(self, host: ScriptedHost, fake: Any, text: str = "hi", **options: Any) -> list[dict[str, Any]]:
+        """Every result of one run (options as for `context`)."""
+        return await host.run(self.runner_id, self.context(host, fake, text, **options))
+
+    async def cancelled_after_first_delta(self, host: ScriptedHost, fake: Any) -> list[dict[str, Any]]:
+        """The results of a run the host cancels once its first `message.delta` has arrived."""
+        context = self.context(host, fake)
+        results: list[dict[str, Any]] = []
+        first_delta = asyncio.Event()
+
+        async def consume() -> None:
+            async for result in host.run_stream(self.runner_id, context):
+                results.append(result)
+                if result["type"] == "message.delta":
+                    first_delta.set()
+
+        consumer = asyncio.create_task(consume())
+        await asyncio.wait_for(first_delta.wait(), 10)
+        assert (await host.cancel(context["run_id"]))["cancelled"] is True
+        await asyncio.wait_for(consumer, 10)
+        return results
+
+
+def completed_text(results: list[dict[str, Any]]) -> Any:
+    """The content of the run's `message.completed`."""
+    return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
+
+
+def deltas(results: list[dict[str, Any]]) -> list[str]:
+    return [r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta"]
+
+
+def failure(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The `run.failed` that ended the run (which answered no message)."""
+    assert results[-1]["type"] == "run.failed", results
+    assert "message.completed" not in types_of(results)
+    data: dict[str, Any] = results[-1]["data"]
+    return data
+
+
+async def saw_client_go(fake: FakePlatformServer) -> bool:
+    """Whether the fake saw the runner close the connection of its answer."""
+    return await asyncio.to_thread(fake.disconnected.wait, DISCONNECT_WAIT)
+
+
+async def assert_timed_out_and_closed(results: list[dict[str, Any]], platform: str, fake: FakePlatformServer) -> None:
+    """The run failed with `<platform>.timeout`, retryable, and the platform saw the connection closed."""
+    data = failure(results)
+    assert (data["code"], data["retryable"]) == (f"{platform}.timeout", True)
+    assert await saw_client_go(fake)
+
+
+def assert_config_invalid(results: list[dict[str, Any]], platform: str, field: str, fake: FakePlatformServer) -> None:
+    """The run failed with `<platform>.config_invalid` naming `field`, before any call of the platform."""
+    data = failure(results)
+    assert data["code"] == f"{platform}.config_invalid"
+    assert data["details"] == {"field": field}
+    assert data["retryable"] is False
+    assert fake.requests == []
+
+
+async def assert_cancelled_and_closed(results: list[dict[str, Any]], fake: FakePlatformServer) -> None:
+    """The run relayed the first piece, ended `cancelled`, and the platform saw the connection closed."""
+    assert results[-1]["type"] == "run.failed"
+    assert results[-1]["data"]["code"] == "cancelled"
+    assert await saw_client_go(fake)
+
+
+def assert_empty_output(results: list[dict[str, Any]], platform: str) -> None:
+    """An answer without text failed as `<platform>.empty_output` rather than sending an empty message."""
+    assert failure(results)["code"] == f"{platform}.empty_output"
