@@ -187,6 +187,7 @@ def test_a_broken_session_is_reconnected_once_and_the_reconnect_refreshes_the_to
     run = tool_run(tools=["pid", "echo"])
     first_pid = int(call_tool(run, "pid").result)
     refreshed_before = MCPServer.objects.get(workspace=run.workspace).tools_refreshed_at
+    assert refreshed_before is not None
     os.kill(first_pid, 9)
 
     second_pid = int(call_tool(run, "pid").result)
@@ -194,4 +195,4 @@ def test_a_broken_session_is_reconnected_once_and_the_reconnect_refreshes_the_to
     assert second_pid != first_pid
     server = MCPServer.objects.get(workspace=run.workspace)
     assert server.status == "ok"
-    assert server.tools_refreshed_at > refreshed_before
+    assert server.tools_refreshed_at is not None and server.tools_refreshed_at > refreshed_before
