@@ -5,7 +5,7 @@ nothing to do; a document left `processing` by a worker that died is claimable a
 has not moved for `STALE_PROCESSING`. Progress is written as it goes (outside any transaction, so the
 API shows it): parsed, chunked, each embedding batch. The chunks — with their vectors when the knowledge
 base has an embedding model — are written in one transaction with the `ready` status and the knowledge
-base's new index version: a document's chunks are searchable all at once or not at all. A document
+base's new index version and term counts: a document's chunks are searchable all at once or not at all. A document
 deleted or queued again meanwhile is left alone.
 
 Every failure ends as `failed` with a message for the operator (an unreadable file, an embedding
@@ -27,6 +27,7 @@ from resources.clients import ProviderCallError
 from resources.knowledge.chunking import Chunk, document_chunk
 from resources.knowledge.embeddings import texts_embed
 from resources.knowledge.parsing import DocumentRejectedError, document_parse
+from resources.knowledge.term_counts import term_counts_document_add, term_counts_document_subtract
 from resources.knowledge.terms import search_terms_of
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument
 
@@ -71,6 +72,9 @@ def _store(document: KnowledgeDocument, chunks: list[Chunk], vectors: list[np.nd
         current = KnowledgeDocument.objects.select_for_update().filter(pk=document.pk).first()
         if current is None or current.status != Status.PROCESSING:
             return False
+        # The knowledge base's row is locked from here to commit: its term counts change with the chunks.
+        KnowledgeBase.objects.filter(pk=current.knowledge_base_id).update(index_version=F("index_version") + 1)
+        term_counts_document_subtract(document_pk=current.pk)
         KnowledgeChunk.objects.filter(document=current).delete()
         rows = []
         for position, chunk in enumerate(chunks):
@@ -90,12 +94,12 @@ def _store(document: KnowledgeDocument, chunks: list[Chunk], vectors: list[np.nd
                 )
             )
         KnowledgeChunk.objects.bulk_create(rows, batch_size=INSERT_BATCH)
+        term_counts_document_add(document_pk=current.pk)
         now = timezone.now()
         KnowledgeDocument.objects.filter(pk=current.pk).update(
             status=Status.READY, progress=100, error="", chunk_count=len(rows), page_count=pages,
             processed_at=now, updated_at=now,
         )  # fmt: skip
-        KnowledgeBase.objects.filter(pk=current.knowledge_base_id).update(index_version=F("index_version") + 1)
     return True
 
 

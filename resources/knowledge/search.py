@@ -2,6 +2,14 @@
 vector matrix when the knowledge base has an embedding model, the two fused, metadata filters applied to
 both.
 
+Full text on PostgreSQL matches on the query's rarer words and ranks the candidates with all of them:
+`ts_rank_cd` reads every candidate's row, so a word found in half of a 100,000-chunk knowledge base would
+cost ~250 ms, and it weighs every word alike, so such a word would also decide the ranking. Words are
+taken rarest first (the knowledge base's term counts, resources/knowledge/term_counts.py) while the chunks
+they can match stay within `CANDIDATE_BUDGET`; the others still raise the score of the candidates that
+hold them. Below the budget — every knowledge base of up to a few thousand chunks — all words match, as
+on SQLite, where FTS5's bm25 already weighs words by their rarity.
+
 Hybrid ranking is reciprocal rank fusion (score = Σ 1 / (60 + rank) over the two lists): it needs no
 calibration between bm25 / ts_rank_cd scores and cosines, which live on unrelated scales, and a chunk
 that both rankings like comes first. Each list contributes `max(3 × top_k, 50)` candidates.
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,14 +38,23 @@ from django.db.models import Q, QuerySet
 
 from resources.knowledge import terms
 from resources.knowledge.sql import full_text_ranked
+from resources.knowledge.term_counts import term_counts_get
 from resources.knowledge.vectors import vector_index
 from resources.models import KnowledgeBase, KnowledgeChunk
 
 MAX_TOP_K = 50
 RRF_K = 60
 MIN_CANDIDATES = 50
+# Chunks a full-text query may make candidates (on PostgreSQL) before its commoner words are left out of
+# the match: ranking reads each candidate's row, ~5 µs apiece when cached, so 2,000 keep a query near 10 ms.
+CANDIDATE_BUDGET = 2000
 _FILTER_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _Scalar = str | int | float | bool
+
+
+# Matrix products of hybrid searches, beside the full-text query on the calling thread. Two threads: the
+# host has few cores, and a product is memory-bound, so more at once would only queue for bandwidth.
+_vector_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-vectors")
 
 
 class FilterError(ValueError):
@@ -86,6 +104,20 @@ def filters_q(filters: dict[str, Any]) -> Q:
     return condition
 
 
+def matching_terms(words: list[str], counts: dict[str, int], limit: int) -> list[str]:
+    """The words a query matches on: the rarest first, then the next rarest while the chunks they may
+    match stay within `CANDIDATE_BUDGET` (and always until `limit` chunks may match)."""
+    chosen: list[str] = []
+    total = 0
+    for word in sorted(words, key=lambda word: counts.get(word, 0)):
+        count = counts.get(word, 0)
+        if chosen and total >= limit and total + count > CANDIDATE_BUDGET:
+            break
+        chosen.append(word)
+        total += count
+    return chosen
+
+
 def _full_text(
     knowledge_base: KnowledgeBase, query_text: str, limit: int, restricted: QuerySet[KnowledgeChunk] | None
 ) -> list[tuple[int, float]]:
@@ -93,12 +125,17 @@ def _full_text(
     vendor = connection.vendor
     if not words or vendor not in ("postgresql", "sqlite"):
         return []
-    match = terms.postgres_tsquery(words) if vendor == "postgresql" else terms.fts5_query(words)
     restrict = None
     if restricted is not None:
         restrict = restricted.values("id").query.sql_with_params()
+    if vendor == "postgresql":
+        counts = term_counts_get(knowledge_base_pk=knowledge_base.pk, terms=words)
+        match = terms.postgres_tsquery(matching_terms(words, counts, limit))
+        rank = terms.postgres_tsquery(words)
+    else:
+        match = rank = terms.fts5_query(words)
     sql, params = full_text_ranked(
-        vendor, match=match, knowledge_base_pk=knowledge_base.pk, limit=limit, restrict=restrict
+        vendor, match=match, rank=rank, knowledge_base_pk=knowledge_base.pk, limit=limit, restrict=restrict
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -164,11 +201,13 @@ def chunks_search(
     restricted = None
     if filters:
         restricted = KnowledgeChunk.objects.filter(filters_q(filters), knowledge_base_id=knowledge_base.pk)
-    hybrid = query_vector is not None
-    candidates = max(3 * top_k, MIN_CANDIDATES) if hybrid else top_k
+    if query_vector is None:
+        return _entries(_fused(_full_text(knowledge_base, query_text, top_k, restricted), [], top_k))
+    candidates = max(3 * top_k, MIN_CANDIDATES)
+    # The database work stays on this thread (its connection and transaction); the matrix product runs
+    # on another meanwhile — numpy releases the GIL for it, as the driver does while PostgreSQL answers.
+    allowed = None if restricted is None else set(restricted.values_list("id", flat=True))
+    index = vector_index(knowledge_base)
+    vector = _vector_pool.submit(index.ranked, query_vector, limit=candidates, allowed=allowed)
     full_text = _full_text(knowledge_base, query_text, candidates, restricted)
-    vector: list[tuple[int, float]] = []
-    if query_vector is not None:
-        allowed = None if restricted is None else set(restricted.values_list("id", flat=True))
-        vector = vector_index(knowledge_base).ranked(query_vector, limit=candidates, allowed=allowed)
-    return _entries(_fused(full_text, vector, top_k))
+    return _entries(_fused(full_text, vector.result(), top_k))

@@ -25,6 +25,7 @@ from langbot_host.core.api_errors import field_errors
 from langbot_host.core.ids import free_slug
 from resources.knowledge.parsing import document_type
 from resources.knowledge.specs import KnowledgeBaseIn, KnowledgeBasePatchIn
+from resources.knowledge.term_counts import term_counts_document_subtract
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument, Model
 from resources.services import ResourceValidationError
 
@@ -145,7 +146,8 @@ def _blobs_delete_on_commit(storage_keys: list[str]) -> None:
 
 @transaction.atomic
 def knowledge_base_delete(*, knowledge_base: KnowledgeBase) -> None:
-    """Delete the knowledge base with its documents, chunks, index rows and the documents' artifacts."""
+    """Delete the knowledge base with its documents, chunks, index rows (its term counts go with its row, by
+    a trigger) and the documents' artifacts."""
     # Read before the documents go: the documents are what point at the artifacts.
     artifact_pks = list(
         KnowledgeDocument.objects.filter(knowledge_base=knowledge_base, artifact__isnull=False).values_list(
@@ -223,9 +225,11 @@ def knowledge_document_delete(*, document: KnowledgeDocument) -> None:
             keys.append(artifact.storage_key)
             document.artifact = None
             artifact.delete()
-    had_chunks = KnowledgeChunk.objects.filter(document=document).delete()[0] > 0
     knowledge_base = document.knowledge_base
-    document.delete()
-    if had_chunks:
+    if KnowledgeChunk.objects.filter(document=document).exists():
+        # Locks the knowledge base's row before its term counts change (as ingestion does).
         _index_changed(knowledge_base)
+        term_counts_document_subtract(document_pk=document.pk)
+        KnowledgeChunk.objects.filter(document=document).delete()
+    document.delete()
     _blobs_delete_on_commit(keys)

@@ -14,6 +14,7 @@ from langbot_sdk.protocol import RetrieveKnowledgeBaseResult
 from resources.knowledge.ingestion import knowledge_document_ingest as ingest
 from resources.knowledge.services import knowledge_document_upload
 from resources.models import KnowledgeBase, KnowledgeDocument
+from resources.tasks import knowledge_document_ingest
 from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes.documents import pdf_bytes
 
@@ -24,6 +25,9 @@ KB_SCHEMA = [{"name": "kbs", "label": "Knowledge bases", "type": "knowledge-base
 def kb_run(host_run, monkeypatch):
     """A run whose config selects knowledge base `kb1` (allowed by the binding) of its workspace."""
     monkeypatch.setattr(handlers_conftest, "SCHEMA", KB_SCHEMA)
+    # These tests commit (the run is real), so an upload's task would reach the broker, where a worker left
+    # by an integration test could claim the document before `add` ingests it here.
+    monkeypatch.setattr(knowledge_document_ingest, "delay", lambda document_id: None)
 
     def make(*, embedding_base_url: str | None = None, **run: Any) -> Any:
         workspace = WorkspaceFactory.create()

@@ -1,6 +1,7 @@
 """Retrieval from a knowledge base on the database in use (PostgreSQL full text with ts_rank_cd, SQLite
 FTS5 with bm25): ranking, CJK text, filters, top_k, hybrid ranking with a fake embedding provider, and
-the vector cache following document changes."""
+the vector cache following document changes, and (PostgreSQL) the term counts that keep a very common
+word out of the match."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import numpy as np
 import pytest
 from django.db import connection
 
+from resources.knowledge import search as search_module
 from resources.knowledge.embeddings import query_embed
 from resources.knowledge.ingestion import knowledge_document_ingest as ingest
-from resources.knowledge.search import FilterError, chunks_search
+from resources.knowledge.search import FilterError, chunks_search, matching_terms
 from resources.knowledge.sql import full_text_ranked
-from resources.models import KnowledgeBase
+from resources.knowledge.term_counts import term_counts_get
+from resources.models import KnowledgeBase, KnowledgeDocument
 from resources.tasks import knowledge_document_ingest
 from tests.factories import ModelFactory, ModelProviderFactory
 from tests.fakes.openai_server import FakeOpenAI, embedding_of, fake_openai
@@ -215,3 +218,51 @@ def test_the_query_is_embedded_by_the_knowledge_bases_model(api_client, workspac
 
     assert np.allclose(vector, _vector(fake, "hello world"))
     assert fake.requests[-1] == {"model": "fake-embed", "input": ["hello world"], "encoding_format": "float"}
+
+
+def _term_counts(kb_id: str, *words: str) -> dict[str, int]:
+    return term_counts_get(knowledge_base_pk=KnowledgeBase.objects.get(kb_id=kb_id).pk, terms=list(words))
+
+
+def test_the_match_keeps_the_rarest_words_within_the_candidate_budget(monkeypatch):
+    monkeypatch.setattr(search_module, "CANDIDATE_BUDGET", 100)
+    counts = {"common": 90, "rare": 2, "some": 20}
+
+    assert matching_terms(["common", "rare", "some", "new"], counts, limit=10) == ["new", "rare", "some"]
+    assert matching_terms(["common", "rare"], counts, limit=50) == ["rare", "common"]  # too few candidates else
+    assert matching_terms(["common"], counts, limit=10) == ["common"]
+
+
+@pytest.mark.postgres
+def test_term_counts_follow_documents_ingested_replaced_and_deleted(api_client):
+    api_client.post("/api/v1/knowledge-bases", {"kb_id": "tc", "name": "Counts"}, format="json")
+    first = add(api_client, "tc", "a.txt", "apple banana apple")
+    add(api_client, "tc", "b.txt", "apple cherry")
+    assert _term_counts("tc", "apple", "banana", "cherry", "durian") == {"apple": 2, "banana": 1, "cherry": 1}
+
+    KnowledgeDocument.objects.filter(document_id=first).update(status="queued")
+    ingest(document_id=first)  # ingested again: its old chunks' words are taken out first
+    assert _term_counts("tc", "apple", "banana") == {"apple": 2, "banana": 1}
+
+    api_client.delete(f"/api/v1/knowledge-bases/tc/documents/{first}")
+    assert _term_counts("tc", "apple", "banana", "cherry") == {"apple": 1, "cherry": 1}
+
+    kb_pk = KnowledgeBase.objects.get(kb_id="tc").pk
+    api_client.delete("/api/v1/knowledge-bases/tc")
+    assert term_counts_get(knowledge_base_pk=kb_pk, terms=["apple", "cherry"]) == {}
+
+
+@pytest.mark.postgres
+def test_a_word_found_in_most_chunks_does_not_outrank_a_rare_one(api_client, monkeypatch):
+    api_client.post("/api/v1/knowledge-bases", {"kb_id": "big", "name": "Big"}, format="json")
+    for i in range(6):
+        add(api_client, "big", f"{i}.txt", "widget widget widget widget assembly notes")
+    rare = add(api_client, "big", "rare.txt", "widget calibration procedure")
+    plain = add(api_client, "big", "plain.txt", "calibration log")
+    monkeypatch.setattr(search_module, "CANDIDATE_BUDGET", 3)
+
+    entries = search("big", "widget calibration", top_k=2)
+
+    # "widget" is left out of the match (7 chunks hold it) but still ranks the candidates that have it.
+    assert [e["metadata"]["document_id"] for e in entries] == [rare, plain]
+    assert entries[0]["score"] > entries[1]["score"]
