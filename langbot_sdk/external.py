@@ -20,7 +20,9 @@ What belongs here is what every such adapter needs and nothing platform-specific
   read through ``api.artifacts`` so an adapter can upload them to its platform.
 * `launcher_name`, `platform_user`: who the platform is told it talks to, named as old LangBot named it.
 * `stored_text` / `stored_texts`: the ids an adapter keeps in conversation state between turns
-  (`CONVERSATION_ID_KEY`, `SESSION_ID_KEY` in `STATE_SCOPE`).
+  (`CONVERSATION_ID_KEY`, `SESSION_ID_KEY` in `STATE_SCOPE`); `continued_or_restarted` runs a turn in the
+  stored conversation and, when the platform says it is gone (`ConversationGoneError`), once more in a new one.
+* `text_only_input`: the input's text for a platform that takes nothing else.
 * `json_answer` (a whole JSON answer, size-bounded), `read_limited`, `json_object`, `id_text`, and
   ``Platform.refusal`` for platforms that refuse with HTTP 200 and an error code in the JSON body.
 
@@ -45,7 +47,7 @@ import asyncio
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +64,7 @@ __all__ = [
     "ERROR_BODY_MAX_BYTES",
     "SESSION_ID_KEY",
     "STATE_SCOPE",
+    "ConversationGoneError",
     "ExternalRunnerError",
     "InputFile",
     "InputFileContent",
@@ -69,6 +72,7 @@ __all__ = [
     "RunnerConfig",
     "SSEEvent",
     "artifact_bytes",
+    "continued_or_restarted",
     "id_text",
     "input_file_content",
     "input_files",
@@ -83,6 +87,7 @@ __all__ = [
     "stored_text",
     "stored_texts",
     "streaming_request",
+    "text_only_input",
     "usage_normalized",
 ]
 
@@ -535,6 +540,17 @@ def input_text(ctx: AgentRunContext) -> str:
     return "\n".join(part.text for part in ctx.input.contents if part.type == "text" and part.text)
 
 
+def text_only_input(ctx: AgentRunContext, platform: Platform, reason: str) -> str:
+    """The input's text for a platform that takes text only: raises ``<x>.empty_input`` ("the input has no
+    text; ``reason``") when there is none; files of the input are left out (and logged)."""
+    text = input_text(ctx)
+    if not text.strip():
+        raise platform.error("empty_input", f"the input has no text; {reason}")
+    if input_files(ctx):
+        logger.info("run %s: input files are not sent to %s (%s)", ctx.run_id, platform.label, reason)
+    return text
+
+
 def input_files(ctx: AgentRunContext) -> list[InputFile]:
     """The artifacts of the current input (attachments, then content parts naming one), each once."""
     files: dict[str, InputFile] = {}
@@ -632,3 +648,21 @@ async def stored_texts(
 async def stored_text(api: AgentRunAPIProxy, key: str, *, scope: str = STATE_SCOPE) -> str | None:
     """The non-empty string stored under ``key``; None when there is none or the host grants no state."""
     return (await stored_texts(api, [key], scope=scope) or {}).get(key)
+
+
+class ConversationGoneError(Exception):
+    """Raised by an adapter's turn when the platform no longer knows the conversation id kept in state."""
+
+
+async def continued_or_restarted(
+    turn: Callable[[str | None], AsyncIterator[AgentRunResult]], stored: str | None, *, ctx: AgentRunContext
+) -> AsyncIterator[AgentRunResult]:
+    """The results of ``turn(stored)``; when it raises `ConversationGoneError` (before any result, as a platform
+    refuses the id up front) the turn is run once more as a new conversation, ``turn(None)``."""
+    try:
+        async for result in turn(stored):
+            yield result
+    except ConversationGoneError:
+        logger.info("run %s: the platform forgot the stored conversation; starting a new one", ctx.run_id)
+        async for result in turn(None):
+            yield result

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.external_runners.host import ScriptedHost, types_of
-from tests.fakes.platform_http import FakePlatformServer
+from tests.fakes.platform_http import FakePlatformServer, Upload
 
 DISCONNECT_WAIT = 5.0  # seconds a test waits for a fake to see its client go
+PICTURE = ("cat.png", "image/png", b"\x89PNG fake image bytes")
+REPORT = ("report.pdf", "application/pdf", b"%PDF-1.4 " + b"x" * 10_000)
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,26 @@ class RunnerUnderTest:
         assert (await host.cancel(context["run_id"]))["cancelled"] is True
         await asyncio.wait_for(consumer, 10)
         return results
+
+
+def picture_and_report(host: ScriptedHost) -> dict[str, Any]:
+    """Input options for a run with two files the host holds: `PICTURE` as an image content part and
+    `REPORT` as an attachment."""
+    picture = host.add_artifact(*PICTURE)
+    report = host.add_artifact(*REPORT)
+    return {
+        "attachments": [{"artifact_id": report, "name": REPORT[0], "mime_type": REPORT[1]}],
+        "contents": [{"type": "image", "artifact_id": picture, "mime_type": PICTURE[1]}],
+    }
+
+
+def uploaded_whole(uploads: list[Upload]) -> dict[str, Upload]:
+    """The platform's uploads by name, after checking that the picture and the report arrived whole and
+    the picture typed as it was stored."""
+    by_name = {upload.name: upload for upload in uploads}
+    assert (by_name[PICTURE[0]].mime_type, by_name[PICTURE[0]].content) == PICTURE[1:]
+    assert by_name[REPORT[0]].content == REPORT[2]
+    return by_name
 
 
 def completed_text(results: list[dict[str, Any]]) -> Any:

@@ -17,6 +17,8 @@ from tests.external_runners.runs import (
     completed_text,
     deltas,
     failure,
+    picture_and_report,
+    uploaded_whole,
 )
 from tests.fakes.coze_server import BOT_ID, TOKEN, chat_events, failed_chat
 
@@ -196,23 +198,12 @@ async def test_cancelling_a_run_cancels_the_coze_chat_and_closes_the_stream(host
 
 
 async def test_input_images_and_files_are_uploaded_and_sent_as_an_object_string_message(host, coze):
-    picture = host.add_artifact("cat.png", "image/png", b"\x89PNG fake image bytes")
-    report = host.add_artifact("report.pdf", "application/pdf", b"%PDF-1.4 " + b"x" * 10_000)
     coze.stream(chat_events("A cat and a report."))
 
-    results = await run(
-        host,
-        coze,
-        "what are these?",
-        attachments=[{"artifact_id": report, "name": "report.pdf", "mime_type": "application/pdf"}],
-        contents=[{"type": "image", "artifact_id": picture, "mime_type": "image/png"}],
-    )
+    results = await run(host, coze, "what are these?", **picture_and_report(host))
 
     assert completed_text(results) == "A cat and a report."
-    uploads = {upload.name: upload for upload in coze.uploads}
-    assert uploads["cat.png"].content == b"\x89PNG fake image bytes"
-    assert uploads["cat.png"].mime_type == "image/png"
-    assert len(uploads["report.pdf"].content) == 10_009
+    uploads = uploaded_whole(coze.uploads)
     [message] = coze.requests[0]["additional_messages"]
     assert message["content_type"] == "object_string"
     assert json.loads(message["content"]) == [

@@ -17,6 +17,8 @@ from tests.external_runners.runs import (
     assert_timed_out_and_closed,
     completed_text,
     failure,
+    picture_and_report,
+    uploaded_whole,
 )
 from tests.fakes.dify_server import API_KEY, agent_events, chat_events, workflow_events
 
@@ -213,24 +215,12 @@ async def test_cancelling_a_run_stops_the_dify_task_and_closes_the_stream(host, 
 
 
 async def test_input_images_and_files_are_uploaded_to_dify_and_sent_with_the_query(host, dify):
-    picture = host.add_artifact("cat.png", "image/png", b"\x89PNG fake image bytes")
-    report = host.add_artifact("report.pdf", "application/pdf", b"%PDF-1.4 " + b"x" * 10_000)
     dify.stream(chat_events("A cat and a report."))
 
-    results = await run(
-        host,
-        dify,
-        "",
-        attachments=[{"artifact_id": report, "name": "report.pdf", "mime_type": "application/pdf"}],
-        contents=[{"type": "image", "artifact_id": picture, "mime_type": "image/png"}],
-    )
+    results = await run(host, dify, "", **picture_and_report(host))
 
     assert completed_text(results) == "A cat and a report."
-    uploads = {upload.name: upload for upload in dify.uploads}
-    assert uploads["cat.png"].content == b"\x89PNG fake image bytes"
-    assert uploads["cat.png"].mime_type == "image/png"
-    assert uploads["report.pdf"].content.startswith(b"%PDF-1.4 ")
-    assert len(uploads["report.pdf"].content) == 10_009
+    uploads = uploaded_whole(dify.uploads)
     assert {upload.user for upload in dify.uploads} == {"person_u-42"}
     request = dify.requests[0]
     assert sorted(request["files"], key=lambda f: f["type"]) == [

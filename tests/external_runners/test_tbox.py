@@ -16,6 +16,7 @@ from tests.external_runners.runs import (
     assert_timed_out_and_closed,
     completed_text,
     failure,
+    picture_and_report,
 )
 from tests.fakes.tbox_server import APP_ID, TOKEN
 
@@ -75,17 +76,9 @@ async def test_only_the_conversation_id_tbox_issued_is_kept_and_sent_on_the_next
 
 
 async def test_input_images_are_uploaded_and_sent_as_files(host, tbox):
-    picture = host.add_artifact("cat.png", "image/png", b"\x89PNG fake image bytes")
-    report = host.add_artifact("report.pdf", "application/pdf", b"%PDF")
     tbox.answer("A cat.")
 
-    results = await run(
-        host,
-        tbox,
-        "what is this?",
-        attachments=[{"artifact_id": report, "name": "report.pdf", "mime_type": "application/pdf"}],
-        contents=[{"type": "image", "artifact_id": picture, "mime_type": "image/png"}],
-    )
+    results = await run(host, tbox, "what is this?", **picture_and_report(host))
 
     assert completed_text(results) == "A cat."
     [upload] = tbox.uploads

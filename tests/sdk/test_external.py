@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from langbot_sdk.external import (
+    ConversationGoneError,
     ExternalRunnerError,
     InputFile,
     InputFileContent,
@@ -20,6 +21,7 @@ from langbot_sdk.external import (
     RunnerConfig,
     SSEEvent,
     artifact_bytes,
+    continued_or_restarted,
     id_text,
     input_file_content,
     input_files,
@@ -34,9 +36,10 @@ from langbot_sdk.external import (
     stored_text,
     stored_texts,
     streaming_request,
+    text_only_input,
     usage_normalized,
 )
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from tests.sdk.conftest import build_context
 
@@ -426,6 +429,23 @@ async def test_without_state_nothing_is_continued(granted, refuse):
     assert await stored_text(api, "external.conversation_id") is None
 
 
+async def test_a_turn_in_a_conversation_the_platform_forgot_is_run_once_more_as_a_new_one():
+    ctx = AgentRunContext.model_validate(build_context(""))
+    sent: list[str | None] = []
+
+    async def turn(conversation_id: str | None) -> AsyncIterator[AgentRunResult]:
+        sent.append(conversation_id)
+        if conversation_id == "forgotten":
+            raise ConversationGoneError
+        yield AgentRunResult.message_delta(ctx.run_id, f"in {conversation_id}")
+
+    forgotten = [r.data async for r in continued_or_restarted(turn, "forgotten", ctx=ctx)]
+    known = [r.data async for r in continued_or_restarted(turn, "known", ctx=ctx)]
+
+    assert sent == ["forgotten", None, "known"]
+    assert [d["chunk"]["content"] for d in forgotten + known] == ["in None", "in known"]
+
+
 # --- input -----------------------------------------------------------------------------------------
 
 
@@ -446,6 +466,20 @@ def test_the_inputs_text_and_files_are_found_in_attachments_and_content_parts():
 
     assert input_text(ctx) == "look\nhere"
     assert input_files(ctx) == [InputFile("a-2", "doc.pdf", "application/pdf"), InputFile("a-1", None, None)]
+    assert text_only_input(ctx, Platform("acme"), "acme takes text only") == "look\nhere"
+
+
+def test_an_input_without_text_is_refused_by_a_text_only_platform():
+    context = build_context("")
+    context["input"] = {"contents": [{"type": "image", "artifact_id": "a-1"}]}
+
+    with pytest.raises(ExternalRunnerError) as caught:
+        text_only_input(AgentRunContext.model_validate(context), Platform("acme"), "acme takes text only")
+
+    assert (caught.value.code, caught.value.message) == (
+        "acme.empty_input",
+        "the input has no text; acme takes text only",
+    )
 
 
 class ArtifactHost:

@@ -22,6 +22,7 @@ and closes the HTTP stream. Config field names are those of LangBot's `ai.coze-a
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -35,9 +36,11 @@ from langbot_sdk.external import (
     DEFAULT_TIMEOUT,
     ERROR_BODY_MAX_BYTES,
     STATE_SCOPE,
+    ConversationGoneError,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
+    continued_or_restarted,
     id_text,
     input_file_content,
     input_files,
@@ -108,10 +111,6 @@ class Turn:
     done: bool = False
 
 
-class ConversationGoneError(Exception):
-    """Coze no longer knows the conversation id kept in state."""
-
-
 class CozeAgentRunner(AgentRunner):
     async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         platform = Platform("coze", label="Coze")
@@ -120,13 +119,9 @@ class CozeAgentRunner(AgentRunner):
             settings = read_settings(ctx.config, platform)
             stored = await stored_text(api, CONVERSATION_ID_KEY)
             message = await self._user_message(ctx, api, settings, platform)
-            try:
-                async for result in self._chat(ctx, settings, platform, message, stored):
-                    yield result
-            except ConversationGoneError:
-                logger.info("run %s: Coze forgot the stored conversation; starting a new one", ctx.run_id)
-                async for result in self._chat(ctx, settings, platform, message, None):
-                    yield result
+            turn = functools.partial(self._chat, ctx, settings, platform, message)
+            async for result in continued_or_restarted(turn, stored, ctx=ctx):
+                yield result
         except ExternalRunnerError as exc:
             yield exc.to_result(ctx.run_id)
 

@@ -18,7 +18,6 @@ names are those of LangBot's `ai.dashscope-app-api`.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -33,18 +32,16 @@ from langbot_sdk.external import (
     ExternalRunnerError,
     Platform,
     RunnerConfig,
-    input_files,
-    input_text,
     json_answer,
+    json_object,
     sse_events,
     stored_text,
     streaming_request,
+    text_only_input,
     usage_normalized,
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.runner import AgentRunner
-
-logger = logging.getLogger(__name__)
 
 APP_TYPES = ("agent", "workflow")
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/api/v1"
@@ -124,11 +121,7 @@ class DashScopeAgentRunner(AgentRunner):
         platform = Platform("dashscope", label="DashScope")
         try:
             settings = read_settings(ctx.config, platform)
-            text = input_text(ctx)
-            if not text.strip():
-                raise platform.error("empty_input", "the input has no text; DashScope apps are sent text only")
-            if input_files(ctx):
-                logger.info("run %s: input files are not sent to DashScope (its apps take URLs)", ctx.run_id)
+            text = text_only_input(ctx, platform, "DashScope apps are sent text only")
             stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
             stream = ctx.delivery.supports_streaming
             turn = Turn()
@@ -161,11 +154,8 @@ class DashScopeAgentRunner(AgentRunner):
     ) -> AsyncIterator[AgentRunResult]:
         markers = RefMarkerFilter()
         async for event in sse_events(response):
-            try:
-                data = event.json()
-            except ValueError:
-                continue
-            if not isinstance(data, dict):
+            data = json_object(event.data)
+            if not data:
                 continue
             if event.event == "error":
                 raise _stream_failure(platform, data)

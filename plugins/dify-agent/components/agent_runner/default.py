@@ -21,6 +21,7 @@ the task and closes the HTTP stream. Config field names are those of LangBot's `
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -34,9 +35,11 @@ from langbot_sdk.external import (
     CONVERSATION_ID_KEY,
     DEFAULT_TIMEOUT,
     STATE_SCOPE,
+    ConversationGoneError,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
+    continued_or_restarted,
     input_file_content,
     input_files,
     input_text,
@@ -171,10 +174,6 @@ class Turn:
     tools_completed: set[str] = field(default_factory=set)
 
 
-class ConversationGoneError(Exception):
-    """Dify no longer knows the conversation id kept in state."""
-
-
 class DifyAgentRunner(AgentRunner):
     async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         platform = Platform("dify", label="Dify")
@@ -183,13 +182,9 @@ class DifyAgentRunner(AgentRunner):
             settings = read_settings(ctx.config, platform)
             stored = None if settings.is_workflow else await stored_text(api, CONVERSATION_ID_KEY)
             files = await self._upload_inputs(ctx, api, settings, platform)
-            try:
-                async for result in self._call(ctx, settings, platform, files, stored):
-                    yield result
-            except ConversationGoneError:
-                logger.info("run %s: Dify forgot the stored conversation; starting a new one", ctx.run_id)
-                async for result in self._call(ctx, settings, platform, files, None):
-                    yield result
+            turn = functools.partial(self._call, ctx, settings, platform, files)
+            async for result in continued_or_restarted(turn, stored, ctx=ctx):
+                yield result
         except ExternalRunnerError as exc:
             yield exc.to_result(ctx.run_id)
 
@@ -251,11 +246,8 @@ class DifyAgentRunner(AgentRunner):
                 platform, "POST", url, timeout=settings.timeout, headers=settings.headers, json=body
             ) as response:
                 async for event in sse_events(response):
-                    try:
-                        payload = event.json()
-                    except ValueError:
-                        continue
-                    if not isinstance(payload, dict):
+                    payload = json_object(event.data)
+                    if not payload:
                         continue
                     for result in self._on_event(ctx, settings, platform, turn, think, payload):
                         yield result

@@ -33,11 +33,10 @@ from langbot_sdk.external import (
     ExternalRunnerError,
     Platform,
     RunnerConfig,
-    input_files,
-    input_text,
     json_answer,
     stored_text,
     streaming_request,
+    text_only_input,
     usage_normalized,
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
@@ -107,11 +106,7 @@ class LangflowAgentRunner(AgentRunner):
         platform = Platform("langflow", label="Langflow")
         try:
             settings = read_settings(ctx.config, platform)
-            text = input_text(ctx)
-            if not text.strip():
-                raise platform.error("empty_input", "the input has no text; Langflow flows take text only")
-            if input_files(ctx):
-                logger.info("run %s: input files are not sent to Langflow (its run API takes text)", ctx.run_id)
+            text = text_only_input(ctx, platform, "Langflow flows take text only")
             stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
             session_id = stored or f"langbot-{uuid.uuid4()}"
             turn = Turn()

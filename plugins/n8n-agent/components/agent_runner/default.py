@@ -19,7 +19,6 @@ import base64
 import hashlib
 import hmac
 import json
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -45,8 +44,6 @@ from langbot_sdk.external import (
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
-
-logger = logging.getLogger(__name__)
 
 AUTH_TYPES = ("none", "basic", "jwt", "header")
 DEFAULT_OUTPUT_KEY = "response"
