@@ -225,6 +225,8 @@ def test_a_valid_config_saves_validated_and_its_secrets_never_reach_the_page(
     soup = BeautifulSoup(html, "html.parser")
     for item in _secret_items(descriptor):
         assert stored[item.name] == SECRET
+        assert item.name not in binding.runner_config
+        assert item.name in binding.runner_secrets
         assert _control(soup, item).get("value") == SECRET_MASK
     assert kept.status_code == 302, _errors(kept)
     assert binding_runner_config_plain(AgentBinding.objects.get(pk=binding.pk)) == stored
@@ -244,7 +246,7 @@ def test_a_refused_form_does_not_echo_a_typed_secret(admin_client, official_runn
 
 @pytest.mark.parametrize(
     ("plugin", "item_name"),
-    [("harness-agent", "env"), ("langflow-agent", "tweaks"), ("local-agent", "tools"), ("qa-runner", "proxy_calls")],
+    [("harness-agent", "args"), ("langflow-agent", "tweaks"), ("local-agent", "tools"), ("qa-runner", "proxy_calls")],
 )
 def test_invalid_json_is_refused_on_its_field_naming_it(
     admin_client, official_runners, workspace, resources, plugin, item_name
@@ -259,3 +261,22 @@ def test_invalid_json_is_refused_on_its_field_naming_it(
     assert list(errors) == [f"cfg__{item_name}"]
     assert str(label.root["en_US"] if isinstance(label.root, dict) else label.root) in errors[f"cfg__{item_name}"][0]
     assert not AgentBinding.objects.exists()
+
+
+def test_the_harness_environment_with_its_api_key_is_stored_encrypted_and_shown_masked(
+    admin_client, official_runners, workspace, resources, api_client
+):
+    descriptor = official_runners["harness-agent"]
+    env = {"ANTHROPIC_API_KEY": SECRET}
+    data = {**_form_data(workspace, descriptor, resources), "cfg__env": json.dumps(env)}
+
+    created = admin_client.post(ADD_URL, data)
+    binding = AgentBinding.objects.get(binding_id=data["binding_id"])
+    page = admin_client.get(f"/admin/bindings/agentbinding/{binding.pk}/change/")
+    listed = api_client.get(f"/api/v1/bindings/{binding.binding_id}")
+
+    assert created.status_code == 302, _errors(created)
+    assert json.loads(binding_runner_config_plain(binding)["env"]) == env
+    assert "env" not in binding.runner_config
+    assert SECRET not in page.content.decode()
+    assert listed.json()["runner_config"]["env"] == SECRET_MASK
