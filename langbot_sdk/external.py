@@ -2,6 +2,8 @@
 
 What belongs here is what every such adapter needs and nothing platform-specific:
 
+* `ExternalAgentRunner`: the `AgentRunner` an adapter subclasses; it implements ``turn(ctx, platform)`` and
+  every `ExternalRunnerError` the turn raises ends the run as ``run.failed``.
 * `Platform`: one per adapter, named by its error-code prefix (``Platform("dify")``). It builds the
   failures every adapter reports (`ExternalRunnerError`, turned into ``run.failed`` by ``to_result``):
   ``<x>.config_invalid`` naming the field, ``<x>.timeout`` (retryable), ``<x>.empty_output``,
@@ -26,19 +28,18 @@ What belongs here is what every such adapter needs and nothing platform-specific
 * `json_answer` (a whole JSON answer, size-bounded), `read_limited`, `json_object`, `id_text`, and
   ``Platform.refusal`` for platforms that refuse with HTTP 200 and an error code in the JSON body.
 
-Typical use inside ``AgentRunner.run``::
+Typical use::
 
-    platform = Platform("acme")
-    try:
-        config = RunnerConfig(ctx.config, platform)
-        url, key = config.url("base-url"), config.secret("api-key")
-        async with streaming_request(platform, "POST", f"{url}/chat", timeout=60, json=body,
-                                     headers={"Authorization": f"Bearer {key}"}) as response:
-            async for event in sse_events(response):
-                ...
-    except ExternalRunnerError as exc:
-        yield exc.to_result(ctx.run_id)
-        return
+    class AcmeAgentRunner(ExternalAgentRunner):
+        platform_name, platform_label = "acme", "Acme"
+
+        async def turn(self, ctx, platform):
+            config = RunnerConfig(ctx.config, platform)
+            url, key = config.url("base-url"), config.secret("api-key")
+            async with streaming_request(platform, "POST", f"{url}/chat", timeout=60, json=body,
+                                         headers={"Authorization": f"Bearer {key}"}) as response:
+                async for event in sse_events(response):
+                    yield ...
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ import math
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult, ArtifactMetadata
 from langbot_sdk.proxy import AgentRunAPIProxy
+from langbot_sdk.runner import AgentRunner
 
 __all__ = [
     "ANSWER_MAX_BYTES",
@@ -65,6 +67,7 @@ __all__ = [
     "SESSION_ID_KEY",
     "STATE_SCOPE",
     "ConversationGoneError",
+    "ExternalAgentRunner",
     "ExternalRunnerError",
     "InputFile",
     "InputFileContent",
@@ -206,6 +209,28 @@ class Platform:
             return None
         message = next((str(answer[key]) for key in message_keys if answer.get(key)), f"{code_key} {code}")
         return self.error("http_error", f"{self.label} refused the request: {message}", platform_code=str(code))
+
+
+class ExternalAgentRunner(AgentRunner):
+    """A runner that calls one external platform: ``run`` runs ``turn`` with the platform's `Platform`, and an
+    `ExternalRunnerError` the turn raises ends the run as its ``run.failed`` (after what the turn yielded)."""
+
+    platform_name: ClassVar[str]
+    """`Platform.name`: the prefix of the run's error codes."""
+    platform_label: ClassVar[str] = ""
+    """`Platform.label`: the platform's name in messages (default: ``platform_name``)."""
+
+    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
+        platform = Platform(self.platform_name, label=self.platform_label)
+        try:
+            async for result in self.turn(ctx, platform):
+                yield result
+        except ExternalRunnerError as exc:
+            yield exc.to_result(ctx.run_id)
+
+    def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        """One run's results; override with ``async def turn(self, ctx, platform): ... yield ...``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement turn(ctx, platform)")
 
 
 def _json_or_none(body: bytes) -> Any:

@@ -14,6 +14,7 @@ import pytest
 
 from langbot_sdk.external import (
     ConversationGoneError,
+    ExternalAgentRunner,
     ExternalRunnerError,
     InputFile,
     InputFileContent,
@@ -224,6 +225,24 @@ async def test_cancelling_the_reader_closes_the_http_stream():
         await task
 
     assert stream.closed
+
+
+class HalfAnswer(ExternalAgentRunner):
+    platform_name, platform_label = "acme", "Acme"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        yield AgentRunResult.message_delta(ctx.run_id, "par")
+        raise platform.stream_error("the model crashed")
+
+
+async def test_an_external_runner_ends_with_the_failure_its_turn_raised_after_what_it_yielded():
+    ctx = AgentRunContext.model_validate(build_context("hi"))
+
+    results = [result async for result in HalfAnswer().run(ctx)]
+
+    assert [result.type for result in results] == ["message.delta", "run.failed"]
+    assert results[-1].data["code"] == "acme.error"
+    assert results[-1].data["message"] == "Acme reported an error: the model crashed"
 
 
 async def test_run_failed_of_an_error_keeps_code_retryable_and_details():

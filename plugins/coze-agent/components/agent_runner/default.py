@@ -37,6 +37,7 @@ from langbot_sdk.external import (
     ERROR_BODY_MAX_BYTES,
     STATE_SCOPE,
     ConversationGoneError,
+    ExternalAgentRunner,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
@@ -56,7 +57,6 @@ from langbot_sdk.external import (
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
-from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
@@ -111,19 +111,18 @@ class Turn:
     done: bool = False
 
 
-class CozeAgentRunner(AgentRunner):
-    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
-        platform = Platform("coze", label="Coze")
+class CozeAgentRunner(ExternalAgentRunner):
+    platform_name = "coze"
+    platform_label = "Coze"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
         api = self.run_api(ctx)
-        try:
-            settings = read_settings(ctx.config, platform)
-            stored = await stored_text(api, CONVERSATION_ID_KEY)
-            message = await self._user_message(ctx, api, settings, platform)
-            turn = functools.partial(self._chat, ctx, settings, platform, message)
-            async for result in continued_or_restarted(turn, stored, ctx=ctx):
-                yield result
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
+        settings = read_settings(ctx.config, platform)
+        stored = await stored_text(api, CONVERSATION_ID_KEY)
+        message = await self._user_message(ctx, api, settings, platform)
+        turn = functools.partial(self._chat, ctx, settings, platform, message)
+        async for result in continued_or_restarted(turn, stored, ctx=ctx):
+            yield result
 
     # -- the user's message ---------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from langbot_sdk.external import (
     DEFAULT_TIMEOUT,
     SESSION_ID_KEY,
     STATE_SCOPE,
+    ExternalAgentRunner,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
@@ -41,7 +42,6 @@ from langbot_sdk.external import (
     usage_normalized,
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
-from langbot_sdk.runner import AgentRunner
 
 APP_TYPES = ("agent", "workflow")
 DEFAULT_BASE_URL = "https://dashscope.aliyuncs.com/api/v1"
@@ -116,33 +116,32 @@ class Turn:
     usage: dict[str, Any] | None = None
 
 
-class DashScopeAgentRunner(AgentRunner):
-    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
-        platform = Platform("dashscope", label="DashScope")
-        try:
-            settings = read_settings(ctx.config, platform)
-            text = text_only_input(ctx, platform, "DashScope apps are sent text only")
-            stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
-            stream = ctx.delivery.supports_streaming
-            turn = Turn()
-            async with streaming_request(
-                platform,
-                "POST",
-                f"{settings.base_url}/apps/{settings.app_id}/completion",
-                timeout=settings.timeout,
-                headers=settings.headers(stream=stream),
-                json=_request_body(settings, text, stored, stream=stream),
-            ) as response:
-                if stream:
-                    async for result in self._events(ctx.run_id, platform, settings, turn, response):
-                        yield result
-                else:
-                    answer = await json_answer(platform, response)
-                    self._chunk(platform, settings, turn, answer if isinstance(answer, dict) else {}, stream=False)
-            for result in self._finish(ctx.run_id, platform, settings, turn, stored):
-                yield result
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
+class DashScopeAgentRunner(ExternalAgentRunner):
+    platform_name = "dashscope"
+    platform_label = "DashScope"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        settings = read_settings(ctx.config, platform)
+        text = text_only_input(ctx, platform, "DashScope apps are sent text only")
+        stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
+        stream = ctx.delivery.supports_streaming
+        turn = Turn()
+        async with streaming_request(
+            platform,
+            "POST",
+            f"{settings.base_url}/apps/{settings.app_id}/completion",
+            timeout=settings.timeout,
+            headers=settings.headers(stream=stream),
+            json=_request_body(settings, text, stored, stream=stream),
+        ) as response:
+            if stream:
+                async for result in self._events(ctx.run_id, platform, settings, turn, response):
+                    yield result
+            else:
+                answer = await json_answer(platform, response)
+                self._chunk(platform, settings, turn, answer if isinstance(answer, dict) else {}, stream=False)
+        for result in self._finish(ctx.run_id, platform, settings, turn, stored):
+            yield result
 
     async def _events(
         self,

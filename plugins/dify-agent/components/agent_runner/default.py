@@ -36,6 +36,7 @@ from langbot_sdk.external import (
     DEFAULT_TIMEOUT,
     STATE_SCOPE,
     ConversationGoneError,
+    ExternalAgentRunner,
     ExternalRunnerError,
     Platform,
     RunnerConfig,
@@ -53,7 +54,6 @@ from langbot_sdk.external import (
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
-from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
@@ -174,19 +174,18 @@ class Turn:
     tools_completed: set[str] = field(default_factory=set)
 
 
-class DifyAgentRunner(AgentRunner):
-    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
-        platform = Platform("dify", label="Dify")
+class DifyAgentRunner(ExternalAgentRunner):
+    platform_name = "dify"
+    platform_label = "Dify"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
         api = self.run_api(ctx)
-        try:
-            settings = read_settings(ctx.config, platform)
-            stored = None if settings.is_workflow else await stored_text(api, CONVERSATION_ID_KEY)
-            files = await self._upload_inputs(ctx, api, settings, platform)
-            turn = functools.partial(self._call, ctx, settings, platform, files)
-            async for result in continued_or_restarted(turn, stored, ctx=ctx):
-                yield result
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
+        settings = read_settings(ctx.config, platform)
+        stored = None if settings.is_workflow else await stored_text(api, CONVERSATION_ID_KEY)
+        files = await self._upload_inputs(ctx, api, settings, platform)
+        turn = functools.partial(self._call, ctx, settings, platform, files)
+        async for result in continued_or_restarted(turn, stored, ctx=ctx):
+            yield result
 
     async def _upload_inputs(
         self, ctx: AgentRunContext, api: AgentRunAPIProxy, settings: DifySettings, platform: Platform

@@ -30,7 +30,7 @@ from langbot_sdk.external import (
     DEFAULT_TIMEOUT,
     SESSION_ID_KEY,
     STATE_SCOPE,
-    ExternalRunnerError,
+    ExternalAgentRunner,
     Platform,
     RunnerConfig,
     json_answer,
@@ -40,7 +40,6 @@ from langbot_sdk.external import (
     usage_normalized,
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
-from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
@@ -101,35 +100,34 @@ class Turn:
     usage: dict[str, Any] | None = None
 
 
-class LangflowAgentRunner(AgentRunner):
-    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
-        platform = Platform("langflow", label="Langflow")
-        try:
-            settings = read_settings(ctx.config, platform)
-            text = text_only_input(ctx, platform, "Langflow flows take text only")
-            stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
-            session_id = stored or f"langbot-{uuid.uuid4()}"
-            turn = Turn()
-            stream = ctx.delivery.supports_streaming
-            async with streaming_request(
-                platform,
-                "POST",
-                f"{settings.base_url}/api/v1/run/{settings.flow_id}",
-                timeout=settings.timeout,
-                headers=settings.headers,
-                params={"stream": "true" if stream else "false"},
-                json=_request_body(settings, text, session_id),
-            ) as response:
-                if stream:
-                    async for result in self._events(ctx.run_id, platform, turn, response):
-                        yield result
-                else:
-                    answer = await json_answer(platform, response, max_bytes=RESPONSE_MAX_BYTES)
-                    self._outputs(turn, answer if isinstance(answer, dict) else {})
-            for result in self._finish(ctx.run_id, platform, turn, stored, session_id):
-                yield result
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
+class LangflowAgentRunner(ExternalAgentRunner):
+    platform_name = "langflow"
+    platform_label = "Langflow"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        settings = read_settings(ctx.config, platform)
+        text = text_only_input(ctx, platform, "Langflow flows take text only")
+        stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
+        session_id = stored or f"langbot-{uuid.uuid4()}"
+        turn = Turn()
+        stream = ctx.delivery.supports_streaming
+        async with streaming_request(
+            platform,
+            "POST",
+            f"{settings.base_url}/api/v1/run/{settings.flow_id}",
+            timeout=settings.timeout,
+            headers=settings.headers,
+            params={"stream": "true" if stream else "false"},
+            json=_request_body(settings, text, session_id),
+        ) as response:
+            if stream:
+                async for result in self._events(ctx.run_id, platform, turn, response):
+                    yield result
+            else:
+                answer = await json_answer(platform, response, max_bytes=RESPONSE_MAX_BYTES)
+                self._outputs(turn, answer if isinstance(answer, dict) else {})
+        for result in self._finish(ctx.run_id, platform, turn, stored, session_id):
+            yield result
 
     async def _events(
         self, run_id: str, platform: Platform, turn: Turn, response: httpx.Response

@@ -32,7 +32,7 @@ from langbot_sdk.external import (
     DEFAULT_TIMEOUT,
     SESSION_ID_KEY,
     STATE_SCOPE,
-    ExternalRunnerError,
+    ExternalAgentRunner,
     Platform,
     RunnerConfig,
     input_text,
@@ -43,7 +43,6 @@ from langbot_sdk.external import (
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
-from langbot_sdk.runner import AgentRunner
 
 AUTH_TYPES = ("none", "basic", "jwt", "header")
 DEFAULT_OUTPUT_KEY = "response"
@@ -100,18 +99,17 @@ def jwt_hs256(secret: str, *, now: float | None = None) -> str:
     return f"{signing_input}.{_b64url(signature)}"
 
 
-class N8nAgentRunner(AgentRunner):
-    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
-        platform = Platform("n8n", label="n8n")
-        try:
-            settings = read_settings(ctx.config, platform)
-            ids, new_ids = await _session_ids(ctx, self.run_api(ctx))
-            for key, value in new_ids.items():
-                yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, key, value)
-            async for result in self._call(ctx, settings, platform, ids):
-                yield result
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
+class N8nAgentRunner(ExternalAgentRunner):
+    platform_name = "n8n"
+    platform_label = "n8n"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        settings = read_settings(ctx.config, platform)
+        ids, new_ids = await _session_ids(ctx, self.run_api(ctx))
+        for key, value in new_ids.items():
+            yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, key, value)
+        async for result in self._call(ctx, settings, platform, ids):
+            yield result
 
     async def _call(
         self, ctx: AgentRunContext, settings: N8nSettings, platform: Platform, ids: dict[str, str]

@@ -29,7 +29,7 @@ from langbot_sdk.external import (
     CONVERSATION_ID_KEY,
     DEFAULT_TIMEOUT,
     STATE_SCOPE,
-    ExternalRunnerError,
+    ExternalAgentRunner,
     Platform,
     RunnerConfig,
     id_text,
@@ -45,7 +45,6 @@ from langbot_sdk.external import (
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
-from langbot_sdk.runner import AgentRunner
 
 logger = logging.getLogger(__name__)
 
@@ -84,46 +83,45 @@ class Turn:
     done: bool = False
 
 
-class TboxAgentRunner(AgentRunner):
-    async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
-        platform = Platform("tbox", label="Tbox")
+class TboxAgentRunner(ExternalAgentRunner):
+    platform_name = "tbox"
+    platform_label = "Tbox"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
         api = self.run_api(ctx)
-        try:
-            settings = read_settings(ctx.config, platform)
-            text = input_text(ctx)
-            images = await self._upload_images(ctx, api, settings, platform)
-            if not text.strip() and not images:
-                raise platform.error("empty_input", "the input has no text and no image to send to Tbox")
-            stored = await stored_text(api, CONVERSATION_ID_KEY)
-            stream = ctx.delivery.supports_streaming
-            body: dict[str, Any] = {
-                "appId": settings.app_id,
-                "query": text,
-                "userId": platform_user(ctx),
-                "stream": stream,
-            }
-            if stored:
-                body["conversationId"] = stored
-            if images:
-                body["files"] = [{"fileId": file_id, "type": "IMAGE"} for file_id in images]
-            turn = Turn()
-            async with streaming_request(
-                platform,
-                "POST",
-                f"{settings.base_url}/api/chat",
-                timeout=settings.timeout,
-                headers=settings.headers,
-                json=body,
-            ) as response:
-                if stream and "text/event-stream" in response.headers.get("content-type", ""):
-                    async for result in self._events(ctx.run_id, platform, turn, response):
-                        yield result
-                else:
-                    self._whole(platform, turn, await _read_json(platform, response))
-            for result in self._finish(ctx.run_id, platform, turn, stored):
-                yield result
-        except ExternalRunnerError as exc:
-            yield exc.to_result(ctx.run_id)
+        settings = read_settings(ctx.config, platform)
+        text = input_text(ctx)
+        images = await self._upload_images(ctx, api, settings, platform)
+        if not text.strip() and not images:
+            raise platform.error("empty_input", "the input has no text and no image to send to Tbox")
+        stored = await stored_text(api, CONVERSATION_ID_KEY)
+        stream = ctx.delivery.supports_streaming
+        body: dict[str, Any] = {
+            "appId": settings.app_id,
+            "query": text,
+            "userId": platform_user(ctx),
+            "stream": stream,
+        }
+        if stored:
+            body["conversationId"] = stored
+        if images:
+            body["files"] = [{"fileId": file_id, "type": "IMAGE"} for file_id in images]
+        turn = Turn()
+        async with streaming_request(
+            platform,
+            "POST",
+            f"{settings.base_url}/api/chat",
+            timeout=settings.timeout,
+            headers=settings.headers,
+            json=body,
+        ) as response:
+            if stream and "text/event-stream" in response.headers.get("content-type", ""):
+                async for result in self._events(ctx.run_id, platform, turn, response):
+                    yield result
+            else:
+                self._whole(platform, turn, await _read_json(platform, response))
+        for result in self._finish(ctx.run_id, platform, turn, stored):
+            yield result
 
     async def _upload_images(
         self, ctx: AgentRunContext, api: AgentRunAPIProxy, settings: TboxSettings, platform: Platform
