@@ -88,6 +88,12 @@ def completed_text(results: list[dict[str, Any]]) -> Any:
     return next(r["data"]["message"]["content"] for r in results if r["type"] == "message.completed")
 
 
+def reply(results: list[dict[str, Any]]) -> Any:
+    """The message of a run that completed."""
+    assert results[-1]["type"] == "run.completed", results
+    return completed_text(results)
+
+
 def deltas(results: list[dict[str, Any]]) -> list[str]:
     return [r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta"]
 

@@ -1,70 +1,21 @@
-"""`import_legacy_config` on LangBot pipelines whose runner is `dify-service-api` or `n8n-service-api`: the
-`ai.<runner>` block becomes a validated binding of the official plugin, copied value for value; and that
-binding answers against the fake platform through the real worker and plugin runtime."""
+"""LangBot pipelines whose runner is `dify-service-api` or `n8n-service-api`, imported with
+`import_legacy_config` (the import itself: test_legacy_import.py), answer against the fake platform through
+the real worker and plugin runtime, the second message of a conversation continuing the first."""
 
 from __future__ import annotations
 
 import pytest
 
-from bindings.services import binding_runner_config_plain
 from runners.models import Run
-from tests.external_runners.legacy import import_legacy_pipeline
+from tests.external_runners.legacy import DIFY_BLOCK, N8N_BLOCK, import_legacy_pipeline
 from tests.factories import WorkspaceFactory
 from tests.fakes.dify_server import API_KEY, chat_events, fake_dify
 from tests.fakes.n8n_server import fake_n8n
 from tests.processes import post_message, wait_terminal
 
-# LangBot's blocks as its pipeline form and default config write them (templates/metadata/pipeline/ai.yaml,
-# default-pipeline-config.json; `thinking-convert` from older versions of the dify block).
-DIFY_BLOCK = {
-    "base-url": "https://api.dify.ai/v1",
-    "base-prompt": "When the file content is readable, please read the content of this file.",
-    "app-type": "chat",
-    "api-key": "app-0123456789abcdef",
-    "timeout": 30,
-    "thinking-convert": "plain",
-}
-N8N_BLOCK = {
-    "webhook-url": "http://your-n8n-webhook-url",
-    "auth-type": "none",
-    "basic-username": "",
-    "basic-password": "",
-    "jwt-secret": "",
-    "jwt-algorithm": "HS256",
-    "header-name": "",
-    "header-value": "",
-    "timeout": 120,
-    "output-key": "response",
-}
-
 
 def import_pipeline(tmp_path, workspace, runner, block):
     return import_legacy_pipeline(tmp_path, workspace.slug, runner, block, name=f"{runner} pipeline")
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize(
-    ("runner", "block", "runner_id", "secrets"),
-    [
-        ("dify-service-api", DIFY_BLOCK, "plugin:langbot/dify-agent/default", {"api-key"}),
-        (
-            "n8n-service-api",
-            N8N_BLOCK,
-            "plugin:langbot/n8n-agent/default",
-            {"basic-password", "jwt-secret", "header-value"},
-        ),
-    ],
-)
-def test_a_langbot_block_imports_as_a_validated_binding_copied_value_for_value(
-    tmp_path, workspace, installed_runners, runner, block, runner_id, secrets
-):
-    binding = import_pipeline(tmp_path, workspace, runner, block)
-
-    assert binding.runner_id == runner_id
-    assert binding.config_validated is True, binding.source_detail
-    config = binding_runner_config_plain(binding)
-    assert {key: config[key] for key in block} == block
-    assert set(binding.runner_secrets) == secrets
 
 
 @pytest.mark.integration

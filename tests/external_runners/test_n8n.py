@@ -4,7 +4,6 @@ scripted host (tests/external_runners/host.py)."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -14,19 +13,14 @@ from tests.external_runners.runs import (
     assert_cancelled_and_closed,
     assert_config_invalid,
     assert_timed_out_and_closed,
-    completed_text,
     deltas,
     failure,
+    reply,
 )
 from tests.fakes.n8n_server import fake_n8n
 
 N8N = RunnerUnderTest("plugin:langbot/n8n-agent/default", lambda n8n: {"webhook-url": n8n.webhook_url})
 run = N8N.run
-
-
-def reply(results: list[dict[str, Any]]) -> Any:
-    assert results[-1]["type"] == "run.completed", results
-    return completed_text(results)
 
 
 async def test_a_streamed_answer_is_relayed_item_by_item_then_as_one_message(host, n8n):
