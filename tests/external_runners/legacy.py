@@ -16,16 +16,6 @@ from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
 from tests.external_runners.host import start_host
 
-RUNNER_IDS = {
-    "dify-service-api": "plugin:langbot/dify-agent/default",
-    "n8n-service-api": "plugin:langbot/n8n-agent/default",
-    "coze-api": "plugin:langbot/coze-agent/default",
-    "dashscope-app-api": "plugin:langbot/dashscope-agent/default",
-    "langflow-api": "plugin:langbot/langflow-agent/default",
-    "tbox-app-api": "plugin:langbot/tbox-agent/default",
-}
-"""LangBot's runner name → the official plugin's runner that its pipelines import as."""
-
 # LangBot's blocks as its pipeline form (templates/metadata/pipeline/ai.yaml), its default pipeline config
 # (default-pipeline-config.json, migration dbm006) and older versions (`thinking-convert`) write them.
 DIFY_BLOCK = {
@@ -98,6 +88,6 @@ async def answer_with(runner_id: str, config: dict[str, Any], text: str = "hi") 
 
 
 def imported_answer(tmp_path: Path, workspace_slug: str, runner: str, block: dict[str, Any]) -> list[dict[str, Any]]:
-    """The results of one run of the binding imported from `runner`'s `block`, with the config it was given."""
+    """The results of one run of the binding imported from `runner`'s `block`: its runner with its config."""
     binding = import_legacy_pipeline(tmp_path, workspace_slug, runner, block, name=f"{runner} pipeline")
-    return asyncio.run(answer_with(RUNNER_IDS[runner], binding_runner_config_plain(binding)))
+    return asyncio.run(answer_with(binding.runner_id, binding_runner_config_plain(binding)))

@@ -16,7 +16,6 @@ from tests.external_runners.legacy import (
     DIFY_BLOCK,
     LANGFLOW_BLOCK,
     N8N_BLOCK,
-    RUNNER_IDS,
     TBOX_BLOCK,
     import_legacy_pipeline,
     imported_answer,
@@ -31,15 +30,23 @@ DASHSCOPE_DEFAULTS = {"base-url": "https://dashscope.aliyuncs.com/api/v1", "time
 
 
 @pytest.mark.parametrize(
-    ("runner", "block", "config", "secrets"),
+    ("runner", "plugin", "block", "config", "secrets"),
     [
-        pytest.param("dify-service-api", DIFY_BLOCK, {**DIFY_BLOCK, "remove-think": False}, {"api-key"}, id="dify"),
         pytest.param(
-            "n8n-service-api", N8N_BLOCK, N8N_BLOCK, {"basic-password", "jwt-secret", "header-value"}, id="n8n"
+            "dify-service-api", "dify-agent", DIFY_BLOCK, {**DIFY_BLOCK, "remove-think": False}, {"api-key"}, id="dify"
         ),
-        pytest.param("coze-api", COZE_BLOCK, COZE_BLOCK, {"api-key"}, id="coze"),
+        pytest.param(
+            "n8n-service-api",
+            "n8n-agent",
+            N8N_BLOCK,
+            N8N_BLOCK,
+            {"basic-password", "jwt-secret", "header-value"},
+            id="n8n",
+        ),
+        pytest.param("coze-api", "coze-agent", COZE_BLOCK, COZE_BLOCK, {"api-key"}, id="coze"),
         pytest.param(
             "coze-api",
+            "coze-agent",
             COZE_REQUIRED_ONLY,
             {**COZE_REQUIRED_ONLY, "api-base": "https://api.coze.cn", "auto-save-history": True, "timeout": 120},
             {"api-key"},
@@ -47,6 +54,7 @@ DASHSCOPE_DEFAULTS = {"base-url": "https://dashscope.aliyuncs.com/api/v1", "time
         ),
         pytest.param(
             "dashscope-app-api",
+            "dashscope-agent",
             DASHSCOPE_FORM_BLOCK,
             {**DASHSCOPE_FORM_BLOCK, **DASHSCOPE_DEFAULTS},
             {"api-key"},
@@ -54,14 +62,23 @@ DASHSCOPE_DEFAULTS = {"base-url": "https://dashscope.aliyuncs.com/api/v1", "time
         ),
         pytest.param(
             "dashscope-app-api",
+            "dashscope-agent",
             DASHSCOPE_DEFAULT_CONFIG_BLOCK,
             {**DASHSCOPE_DEFAULT_CONFIG_BLOCK, "references_quote": "参考资料来自:", **DASHSCOPE_DEFAULTS},
             {"api-key"},
             id="dashscope-default-config",
         ),
-        pytest.param("langflow-api", LANGFLOW_BLOCK, {**LANGFLOW_BLOCK, "timeout": 120}, {"api-key"}, id="langflow"),
+        pytest.param(
+            "langflow-api",
+            "langflow-agent",
+            LANGFLOW_BLOCK,
+            {**LANGFLOW_BLOCK, "timeout": 120},
+            {"api-key"},
+            id="langflow",
+        ),
         pytest.param(
             "tbox-app-api",
+            "tbox-agent",
             TBOX_BLOCK,
             {**TBOX_BLOCK, "base-url": "https://api.tbox.cn", "timeout": 120},
             {"api-key"},
@@ -70,11 +87,11 @@ DASHSCOPE_DEFAULTS = {"base-url": "https://dashscope.aliyuncs.com/api/v1", "time
     ],
 )
 def test_a_langbot_block_imports_as_a_validated_binding_copied_value_for_value(
-    tmp_path, workspace, installed_runners, runner, block, config, secrets
+    tmp_path, workspace, installed_runners, runner, plugin, block, config, secrets
 ):
     binding = import_legacy_pipeline(tmp_path, workspace.slug, runner, block, name=f"{runner} pipeline")
 
-    assert binding.runner_id == RUNNER_IDS[runner]
+    assert binding.runner_id == f"plugin:langbot/{plugin}/default"
     assert binding.config_validated is True, binding.source_detail
     assert binding_runner_config_plain(binding) == config
     assert binding.runner_secrets == {key: config[key] for key in secrets}
