@@ -12,6 +12,7 @@ What belongs here is what every such adapter needs and nothing platform-specific
   ``<x>.error`` for a failure the platform reports inside a stream. Every message goes through
   ``redact``, which hides the secrets the config reader saw, so no credential reaches a log or a result.
 * `RunnerConfig`: typed reading of ``ctx.config`` that fails with ``<x>.config_invalid`` naming the field.
+* `stop_request`: the best-effort call asking a platform to stop what a cancelled or timed-out run started.
 * `streaming_request`: an HTTP request whose response is read as a stream; a non-2xx answer raises the
   platform's error, transport failures and timeouts become the matching failures, and the connection is
   closed however the caller leaves — cancellation of the run included.
@@ -87,6 +88,7 @@ __all__ = [
     "platform_user",
     "read_limited",
     "sse_events",
+    "stop_request",
     "stored_text",
     "stored_texts",
     "streaming_request",
@@ -104,6 +106,8 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds a call of the platform may take when the runner config sets no ``timeout`` (LangBot's default)."""
 STATE_SCOPE = "conversation"
 """The state scope adapters keep the platform's ids in."""
+STOP_TIMEOUT = 3.0
+"""Seconds a `stop_request` may take: well inside the runtime's cancel grace."""
 CONVERSATION_ID_KEY = "external.conversation_id"
 """State key of the conversation id the platform issued (or the adapter made)."""
 SESSION_ID_KEY = "external.session_id"
@@ -387,6 +391,18 @@ async def streaming_request(
     finally:
         if own_client:
             await http.aclose()
+
+
+async def stop_request(
+    platform: Platform, url: str, *, run_id: str, timeout: float = STOP_TIMEOUT, **request: Any
+) -> None:
+    """POST ``url`` to ask the platform to stop what this run started (its answer is not read): best effort,
+    bounded by ``timeout``, never raising — a failure is logged. ``request`` holds httpx's request arguments."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout) as client:
+            await client.post(url, **request)
+    except httpx.HTTPError as exc:
+        logger.warning("run %s: the %s stop call failed: %s", run_id, platform.label, type(exc).__name__)
 
 
 async def read_limited(response: httpx.Response, limit: int) -> bytes:

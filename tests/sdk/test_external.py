@@ -34,6 +34,7 @@ from langbot_sdk.external import (
     platform_user,
     read_limited,
     sse_events,
+    stop_request,
     stored_text,
     stored_texts,
     streaming_request,
@@ -243,6 +244,12 @@ async def test_an_external_runner_ends_with_the_failure_its_turn_raised_after_wh
     assert [result.type for result in results] == ["message.delta", "run.failed"]
     assert results[-1].data["code"] == "acme.error"
     assert results[-1].data["message"] == "Acme reported an error: the model crashed"
+
+
+async def test_a_stop_call_the_platform_does_not_answer_is_logged_and_not_raised(caplog):
+    await stop_request(Platform("acme", label="Acme"), "http://127.0.0.1:9/stop", run_id="run-1", timeout=0.5, json={})
+
+    assert "run run-1: the Acme stop call failed: ConnectError" in caplog.text
 
 
 async def test_run_failed_of_an_error_keeps_code_retryable_and_details():

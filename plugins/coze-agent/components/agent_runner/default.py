@@ -24,12 +24,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from langbot_sdk.external import (
     CONVERSATION_ID_KEY,
@@ -51,6 +48,7 @@ from langbot_sdk.external import (
     platform_user,
     read_limited,
     sse_events,
+    stop_request,
     stored_text,
     streaming_request,
     usage_normalized,
@@ -58,10 +56,7 @@ from langbot_sdk.external import (
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_API_BASE = "https://api.coze.cn"
-CANCEL_TIMEOUT = 3.0  # well inside the runtime's cancel grace
 UPLOAD_MAX_BYTES = 10 * 1024 * 1024  # the limit LangBot applied to Coze uploads
 TOOL_RESULT_CHARS = 4000
 # Coze's codes for a conversation it does not know (or that belongs to another bot or user).
@@ -209,11 +204,11 @@ class CozeAgentRunner(ExternalAgentRunner):
                     if turn.done:
                         break
         except asyncio.CancelledError:
-            await self._cancel(ctx, settings, turn)
+            await self._cancel(ctx, settings, platform, turn)
             raise
         except ExternalRunnerError as exc:
             if exc.code == "coze.timeout":
-                await self._cancel(ctx, settings, turn)
+                await self._cancel(ctx, settings, platform, turn)
             raise
         for result in self._finish(ctx.run_id, platform, turn, conversation_id):
             yield result
@@ -320,19 +315,17 @@ class CozeAgentRunner(ExternalAgentRunner):
         results.append(AgentRunResult.run_completed(run_id, usage=turn.usage, metadata=metadata or None))
         return results
 
-    async def _cancel(self, ctx: AgentRunContext, settings: CozeSettings, turn: Turn) -> None:
-        """Ask Coze to cancel the chat; best effort, bounded, and never raising."""
+    async def _cancel(self, ctx: AgentRunContext, settings: CozeSettings, platform: Platform, turn: Turn) -> None:
+        """Ask Coze to cancel the chat (best effort)."""
         if not turn.chat_id or not turn.conversation_id:
             return
-        try:
-            async with httpx.AsyncClient(timeout=CANCEL_TIMEOUT) as client:
-                await client.post(
-                    f"{settings.api_base}/v3/chat/cancel",
-                    json={"chat_id": turn.chat_id, "conversation_id": turn.conversation_id},
-                    headers=settings.headers,
-                )
-        except httpx.HTTPError as exc:
-            logger.warning("run %s: Coze cancel call failed: %s", ctx.run_id, type(exc).__name__)
+        await stop_request(
+            platform,
+            f"{settings.api_base}/v3/chat/cancel",
+            run_id=ctx.run_id,
+            json={"chat_id": turn.chat_id, "conversation_id": turn.conversation_id},
+            headers=settings.headers,
+        )
 
 
 def _coze_refusal(platform: Platform, answer: dict[str, Any]) -> ExternalRunnerError | None:

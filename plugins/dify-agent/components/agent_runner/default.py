@@ -23,13 +23,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
 
 from langbot_sdk.external import (
     CONVERSATION_ID_KEY,
@@ -48,14 +45,13 @@ from langbot_sdk.external import (
     json_object,
     platform_user,
     sse_events,
+    stop_request,
     stored_text,
     streaming_request,
     usage_normalized,
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
-
-logger = logging.getLogger(__name__)
 
 APP_TYPES = ("chat", "agent", "workflow", "chatflow")
 THINKING_MODES = ("plain", "original", "remove")
@@ -64,7 +60,6 @@ DEFAULT_BASE_PROMPT = (
     "When the file content is readable, please read the content of this file. "
     "When the file is an image, describe the content of this image."
 )
-STOP_TIMEOUT = 3.0  # well inside the runtime's cancel grace
 UPLOAD_MAX_BYTES = 15 * 1024 * 1024  # Dify's default upload limit
 CITATION_CONTENT_CHARS = 500
 TOOL_RESULT_CHARS = 4000
@@ -251,11 +246,11 @@ class DifyAgentRunner(ExternalAgentRunner):
                     for result in self._on_event(ctx, settings, platform, turn, think, payload):
                         yield result
         except asyncio.CancelledError:
-            await self._stop(ctx, settings, turn)
+            await self._stop(ctx, settings, platform, turn)
             raise
         except ExternalRunnerError as exc:
             if exc.code == "dify.timeout":
-                await self._stop(ctx, settings, turn)
+                await self._stop(ctx, settings, platform, turn)
             elif conversation_id and exc.details.get("status") == 404 and "conversation" in exc.message.lower():
                 raise ConversationGoneError from None
             raise
@@ -413,18 +408,18 @@ class DifyAgentRunner(ExternalAgentRunner):
         results.append(AgentRunResult.run_completed(run_id, usage=turn.usage, metadata=metadata or None))
         return results
 
-    async def _stop(self, ctx: AgentRunContext, settings: DifySettings, turn: Turn) -> None:
-        """Ask Dify to stop generating; best effort, bounded, and never raising."""
+    async def _stop(self, ctx: AgentRunContext, settings: DifySettings, platform: Platform, turn: Turn) -> None:
+        """Ask Dify to stop generating (best effort)."""
         if not turn.task_id:
             return
         path = f"workflows/tasks/{turn.task_id}/stop" if settings.is_workflow else f"chat-messages/{turn.task_id}/stop"
-        try:
-            async with httpx.AsyncClient(timeout=STOP_TIMEOUT) as client:
-                await client.post(
-                    f"{settings.base_url}/{path}", json={"user": platform_user(ctx)}, headers=settings.headers
-                )
-        except httpx.HTTPError as exc:
-            logger.warning("run %s: Dify stop call failed: %s", ctx.run_id, type(exc).__name__)
+        await stop_request(
+            platform,
+            f"{settings.base_url}/{path}",
+            run_id=ctx.run_id,
+            json={"user": platform_user(ctx)},
+            headers=settings.headers,
+        )
 
 
 def _clip(value: Any) -> Any:
