@@ -268,11 +268,25 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# Records logged while a run executes carry its id and workspace (`langbot_host.core.log_context`).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"run": {"()": "langbot_host.core.log_context.RunContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s workspace=%(workspace)s]: %(message)s"}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["run"]}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Prometheus metrics at `/metrics` (langbot_host/metrics_view.py): answered to `Authorization: Bearer
+# <LANGBOT_METRICS_TOKEN>` and to superuser sessions; without a token, to superusers only. The web, worker
+# and runtime-link processes of one host write their counters and histograms to one directory
+# (prometheus-client's multiprocess mode), which `/metrics` adds up. prometheus-client reads the variable
+# when it is first imported, so it is exported here, before any metric exists.
+LANGBOT_METRICS_TOKEN = env.str("LANGBOT_METRICS_TOKEN", default="")
+PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="") or str(VAR_DIR / "metrics")
+os.makedirs(PROMETHEUS_MULTIPROC_DIR, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR

@@ -1,10 +1,11 @@
-"""Top-level URL map: admin, the versioned REST API, its OpenAPI schema and docs, and /healthz."""
+"""Top-level URL map: admin, the versioned REST API, its OpenAPI schema and docs, /healthz and /metrics."""
 
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
+from langbot_host.metrics_view import metrics
 from runners.webchat.chat import chat_urlpatterns
 
 api_v1 = [
@@ -21,6 +22,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     path("chat/", include(chat_urlpatterns)),
 ]
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from runners.metrics import PROXY_CALLS
 from runners.models import ProxyCallAudit
 
 logger = logging.getLogger("runners.hostapi.audit")
@@ -103,6 +104,7 @@ class AuditLog:
             "run=%s runner=%s action=%s resource=%s scope=%s outcome=%s ms=%.2f",
             run_id, runner_id, action, resource, scope, outcome, duration_ms,
         )  # fmt: skip
+        PROXY_CALLS.labels(action, outcome).inc()
         self._buffer.append(entry)
         if len(self._buffer) > AUDIT_BUFFER_MAX:
             dropped = len(self._buffer) - AUDIT_BUFFER_MAX

@@ -31,6 +31,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
+from runners.metrics import PUBLISH_LAG
 from runners.models import Run, RunEvent
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,8 @@ class _Coalescer:
     def send(self, groups: list[str], messages: list[dict[str, Any]]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
+        queued = loop.time()
+        done.add_done_callback(lambda _: PUBLISH_LAG.observe(loop.time() - queued))
         self.waiting.append((groups, messages, done))
         if self.flusher is None:
             self.flusher = loop.create_task(self._flush())

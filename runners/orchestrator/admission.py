@@ -32,6 +32,7 @@ from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import RunFailureCode
 from runners.lifecycle.services import run_dispatch_next_on_commit
 from runners.live.publish import run_status_publish_on_commit
+from runners.metrics import RUN_QUEUE_WAIT
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build, context_state_set
 from runners.sql import RUN_LOAD_PARTS, Claim, run_claim_with_state, run_load
@@ -177,6 +178,7 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     )
     if not _claim(claim, built=built):
         return None
+    RUN_QUEUE_WAIT.labels(run.runner_id).observe(max(0.0, (now - run.created_at).total_seconds()))
     run.status = Run.Status.RUNNING
     run.lease_owner, run.lease_token = lease_owner, token
     run.started_at, run.deadline_at, run.authorization = now, deadline_at, authorization

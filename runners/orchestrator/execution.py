@@ -36,6 +36,7 @@ from langbot_sdk.protocol import (
 )
 from runners.hostapi.usage import usage_with_host
 from runners.live.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
+from runners.metrics import RUN_DURATION
 from runners.orchestrator.admission import ClaimedRun
 from runners.orchestrator.ledger import (
     ArtifactOutput,
@@ -351,6 +352,9 @@ class RunExecution:
             return
         self.finished = True
         self.last_seq += len(batch.events)
+        if self.run.started_at is not None and self.run.finished_at is not None:
+            seconds = (self.run.finished_at - self.run.started_at).total_seconds()
+            RUN_DURATION.labels(self.run.runner_id, outcome.status).observe(max(0.0, seconds))
         await run_end_publish_committed(run=self.run, events=rows)
         logger.info(
             "run %s %s%s", self.run_id, outcome.status, f" ({outcome.status_reason})" if outcome.status_reason else ""

@@ -27,6 +27,7 @@ from typing import Any
 from celery.exceptions import Reject
 from django.conf import settings
 
+from langbot_host.core.log_context import log_context, log_context_set
 from langbot_host.core.sql import DatabaseExecutor, LoopStatements
 from runners.hostapi.audit import AuditLog
 from runners.hostapi.handlers.dispatch import proxy_handlers
@@ -117,6 +118,8 @@ class Orchestrator:
         self.executions[execution.run_id] = execution
         self.by_token[execution.session.run_token] = execution
         execution.task = asyncio.current_task()
+        # This task, and the reader and publications it starts, log as this run.
+        log_context_set(run_id=execution.run_id, workspace=execution.session.scope.workspace)
         try:
             await execution.execute()
         except Exception:
@@ -155,7 +158,9 @@ class Orchestrator:
                 raise Reject("worker is shutting down", requeue=True)
         handed = False
         try:
-            claimed = run_claim(run_id=run_id, owner=self.owner, lease_seconds=settings.LANGBOT_LEASE_SECONDS)
+            # The task thread is reused for other runs: the context ends with the claim.
+            with log_context(run_id=str(run_id), workspace="-"):
+                claimed = run_claim(run_id=run_id, owner=self.owner, lease_seconds=settings.LANGBOT_LEASE_SECONDS)
             if claimed is None:
                 return
             execution = RunExecution(self, claimed)

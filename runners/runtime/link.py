@@ -22,10 +22,12 @@ from django.conf import settings
 from langbot_sdk.protocol import AgentAPIError, AgentAPIException, ErrorCode
 from langbot_sdk.runtime.environment import runtime_environment
 from langbot_sdk.wire import Connection, Handler, Transport, connect_websocket, spawn_stdio_transport
+from runners.metrics import RUNTIME_CONNECTED
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
 
 class RuntimeUnavailable(AgentAPIException):
     """The runtime could not be reached or started."""
@@ -63,6 +65,7 @@ class RuntimeLink:
         self._connection: Connection | None = None
         self._connect_lock: asyncio.Lock | None = None
         self._child: asyncio.subprocess.Process | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     def register_handlers(self, handlers: Mapping[str, Handler]) -> None:
         """Serve these runtime → host actions on this link (now and on every reconnect)."""
@@ -99,6 +102,7 @@ class RuntimeLink:
             try:
                 transport = await self._open_transport()
             except (OSError, TimeoutError) as exc:
+                RUNTIME_CONNECTED.set(0)
                 raise RuntimeUnavailable(
                     AgentAPIError(
                         code=ErrorCode.RUNTIME_ERROR,
@@ -109,7 +113,14 @@ class RuntimeLink:
             connection = Connection(transport, handlers=self.handlers, name="host")
             await connection.start()
             self._connection = connection
+            RUNTIME_CONNECTED.set(1)
+            self._watch = asyncio.get_running_loop().create_task(self._watch_closed(connection))
             return connection
+
+    async def _watch_closed(self, connection: Connection) -> None:
+        await connection.wait_closed()
+        if self._connection is connection or self._connection is None:
+            RUNTIME_CONNECTED.set(0)
 
     async def _open_transport(self) -> Transport:
         if self.url.startswith(("ws://", "wss://")):

@@ -31,6 +31,7 @@ from typing import Any
 from django.conf import settings
 from pydantic import ValidationError
 
+from langbot_host.core.log_context import log_context_set
 from langbot_host.core.sql import DatabaseExecutor
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode, limits
@@ -158,6 +159,8 @@ def proxy_handlers(
                     raise AgentAPIException.unauthorized(f"run {named_run!r} is not active for this caller")
                 if data.get("caller_plugin_identity") != session.plugin_identity:
                     raise AgentAPIException.unauthorized("the calling plugin does not provide this run's runner")
+                # Each served call is its own task: what it logs from here on names its run.
+                log_context_set(run_id=session.run_id, workspace=session.scope.workspace)
                 unstorable = unstorable_text_path(data)
                 if unstorable is not None:
                     raise AgentAPIException.invalid_argument(
