@@ -52,6 +52,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "langbot_host.core.api_input.StorableTextMiddleware",
+    "langbot_host.core.limits.RequestLimitsMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -230,6 +231,15 @@ LANGBOT_RUNTIME_CALL_TIMEOUT = env.float("LANGBOT_RUNTIME_CALL_TIMEOUT", default
 # LANGBOT_RAW_INLINE_MAX_BYTES is moved out of the event into an artifact (`raw_ref`).
 LANGBOT_MAX_EVENT_BYTES = env.int("LANGBOT_MAX_EVENT_BYTES", default=1024 * 1024)
 LANGBOT_RAW_INLINE_MAX_BYTES = env.int("LANGBOT_RAW_INLINE_MAX_BYTES", default=64 * 1024)
+
+# API request limits (langbot_host/core/limits.py): JSON bodies above LANGBOT_API_BODY_MAX_BYTES answer 413
+# (`/events` and the uploads keep their own caps above); JSON nested deeper than LANGBOT_API_JSON_MAX_DEPTH
+# answers 400 (the chat WebSocket's messages too).
+LANGBOT_API_BODY_MAX_BYTES = env.int("LANGBOT_API_BODY_MAX_BYTES", default=1024 * 1024)
+LANGBOT_API_JSON_MAX_DEPTH = env.int("LANGBOT_API_JSON_MAX_DEPTH", default=64)
+# Origins (`scheme://host[:port]`) the chat WebSocket accepts besides its own (the scheme, host and port it
+# is served at); list the public origin here behind a proxy that terminates TLS.
+LANGBOT_WS_ALLOWED_ORIGINS = env.list("LANGBOT_WS_ALLOWED_ORIGINS", default=[])
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -10,7 +10,12 @@ Close codes (the README lists them too):
 - 4401 not authenticated: no session and no ticket, or a ticket that is unknown, used or expired;
 - 4403 authenticated but without a workspace to act in (no membership, or several and no `?workspace=`);
 - 4408 too slow: the client stopped reading and its send queue overflowed (others are not held up).
-A handshake from an origin outside `ALLOWED_HOSTS` is refused before it reaches this consumer (HTTP 403).
+A handshake from an origin outside `ALLOWED_HOSTS` is refused before it reaches this consumer (HTTP 403);
+the consumer then refuses (HTTP 403 too) an origin whose scheme, host and port are not those the socket is
+served at, unless `LANGBOT_WS_ALLOWED_ORIGINS` lists it (`runners.webchat.origins`).
+
+Input: a message nested deeper than `LANGBOT_API_JSON_MAX_DEPTH`, or a binary frame, answers an error
+frame (`invalid_argument`) and the socket stays open.
 
 Delivery: channel-layer handlers only put messages into a bounded per-connection queue that one sender
 task drains, so a client that stops reading never slows the consumer's channel (or anyone's group
@@ -35,11 +40,13 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from langbot_host.core.api_errors import field_errors
+from langbot_host.core.limits import json_too_deep, too_deep_message
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from runners.gateway.envelope import AttachmentIn
 from runners.live.publish import conversation_group
@@ -55,6 +62,7 @@ from runners.live.streaming import (
     run_replay,
 )
 from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
+from runners.webchat.origins import origin_allowed
 from runners.webchat.tickets import ws_ticket_consume
 
 logger = logging.getLogger(__name__)
@@ -172,6 +180,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=self.send_queue_max)
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        if not origin_allowed(self.scope):
+            # Before accepting: the handshake is refused with HTTP 403, as for a host outside ALLOWED_HOSTS.
+            self._closing = True
+            await self.close()
+            return
         # Accept first: a close before accepting becomes an HTTP 403 without the documented close code.
         await self.accept()
         try:
@@ -215,6 +228,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._on_message(parsed)
         elif isinstance(parsed, CancelIn):
             await self._on_cancel(parsed)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        if self.caller is None or self._closing:
+            return
+        if text_data is None:
+            self._error("invalid_argument", "Binary frames are not accepted; send each message as JSON text.")
+            return
+        max_depth = settings.LANGBOT_API_JSON_MAX_DEPTH
+        where = json_too_deep(text_data.encode(), max_depth)
+        if where is not None:
+            # Refused before parsing: the parser and the models would recurse past Python's limit.
+            fields = {"(message)" if where == "(body)" else where: too_deep_message(max_depth)}
+            self._error("invalid_argument", "The message has invalid fields.", fields=fields)
+            return
+        await super().receive(text_data=text_data, **kwargs)
 
     async def decode_json(self, text_data: str) -> Any:
         try:
