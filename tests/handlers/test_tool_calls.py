@@ -195,4 +195,5 @@ def test_a_broken_session_is_reconnected_once_and_the_reconnect_refreshes_the_to
     assert second_pid != first_pid
     server = MCPServer.objects.get(workspace=run.workspace)
     assert server.status == "ok"
-    assert server.tools_refreshed_at is not None and server.tools_refreshed_at > refreshed_before
+    assert server.tools_refreshed_at is not None
+    assert server.tools_refreshed_at > refreshed_before
