@@ -1,4 +1,5 @@
-"""Top-level URL map: admin, the versioned REST API, its OpenAPI schema and docs, /healthz and /metrics."""
+"""Top-level URL map: admin (and its usage report), the versioned REST API, its OpenAPI schema and docs,
+/healthz and /metrics."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -6,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
 from langbot_host.metrics_view import metrics
+from runners.usage_report import usage_report_view
 from runners.webchat.chat import chat_urlpatterns
 
 api_v1 = [
@@ -17,6 +19,8 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    # Before the admin site's own catch-all: a page of the admin that belongs to no model.
+    path("admin/usage/", admin.site.admin_view(usage_report_view), name="admin-usage"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

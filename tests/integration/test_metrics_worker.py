@@ -86,3 +86,9 @@ def test_a_run_with_proxy_calls_shows_in_the_metrics_and_its_log_lines_name_it(m
         time.sleep(0.05)
     assert f"{tag}: run {run.run_id} completed" in metrics_worker.log(), metrics_worker.log()[-3000:]
     assert f"{tag}: run={run.run_id} runner={QA_RUNNER_ID} action=" in metrics_worker.log()
+
+    # when the worker stops, its counters stay counted but its runtime connection is no longer reported
+    metrics_worker.stop()
+    values = scrape()
+    assert values[(f"{duration[0]}_count", duration[1])] == 1
+    assert ("langbot_runtime_connected", (("pid", pid),)) not in values
