@@ -43,9 +43,12 @@ PROXY_CALLS = Counter(
     "Proxy calls of runners to the host, by action and outcome (`ok` or the error code), as audited.",
     ["action", "outcome"],
 )
+# Labelled so that a process that never publishes (a management command, the beat) writes no file for it.
 PUBLISH_LAG = Histogram(
     "langbot_stream_publish_lag_seconds",
-    "Time a persisted run event waited in its process's publication queue before it left for the channel layer.",
+    "Time a committed publication waited in its process's publication queue before it left for the channel layer, "
+    "by stream (`run`: a run's events and status; `conv`: a conversation's transcript changes).",
+    ["stream"],
     buckets=_LAG_SECONDS,
 )
 # One series per live process (its pid); a process that ended takes its series with it.

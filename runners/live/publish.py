@@ -181,8 +181,8 @@ class _Coalescer:
     def send(self, groups: list[str], messages: list[dict[str, Any]]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-        queued = loop.time()
-        done.add_done_callback(lambda _: PUBLISH_LAG.observe(loop.time() - queued))
+        queued, lag = loop.time(), PUBLISH_LAG.labels(groups[0].partition(".")[0] if groups else "")
+        done.add_done_callback(lambda _: lag.observe(loop.time() - queued))
         self.waiting.append((groups, messages, done))
         if self.flusher is None:
             self.flusher = loop.create_task(self._flush())

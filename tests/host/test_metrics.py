@@ -126,14 +126,14 @@ async def test_a_publication_observes_its_wait_in_the_publish_lag_histogram():
     # given a persisted run event (as the ledger hands it over: the rows themselves are not read again)
     run = Run(run_id=uuid.uuid4(), workspace_id=1, conversation_id="conv-1")
     rows = [RunEvent(id=1, run=run, seq=1, type="message.delta", data={"chunk": {"content": "hi"}})]
-    before = process_samples().get(("langbot_stream_publish_lag_seconds_count", ()), 0)
+    before = process_samples().get(("langbot_stream_publish_lag_seconds_count", (("stream", "run"),)), 0)
 
     # when it is published
     await run_events_publish_committed(run=run, events=rows)
     await asyncio.sleep(0)  # the histogram is observed by the publication's done callback
 
     # then its wait in the publication queue was observed once
-    assert process_samples()[("langbot_stream_publish_lag_seconds_count", ())] == before + 1
+    assert process_samples()[("langbot_stream_publish_lag_seconds_count", (("stream", "run"),))] == before + 1
 
 
 def test_the_runtime_connection_state_of_this_process_is_reported_by_pid(metrics_token):

@@ -75,7 +75,7 @@ def test_a_run_with_proxy_calls_shows_in_the_metrics_and_its_log_lines_name_it(m
     assert sum(calls.values()) >= sum(1 for answer in report.values() if answer["ok"])
     assert calls[(("action", "event_get"), ("outcome", "ok"))] == 1
     # and its publications went through the publication queue
-    assert values[("langbot_stream_publish_lag_seconds_count", ())] >= 1
+    assert values[("langbot_stream_publish_lag_seconds_count", (("stream", "run"),))] >= 1
     # and the worker reports its runtime connection open
     pid = str(metrics_worker.process.pid)
     assert values[("langbot_runtime_connected", (("pid", pid),))] == 1
