@@ -4,6 +4,13 @@ Tests run against whatever DATABASE_URL and REDIS_URL point at; CI sets PostgreS
 of its own.
 """
 
+import os
+import tempfile
+
+# The counters of this test session's processes, apart from `make run`'s (var/metrics); set before the
+# settings read it, and inherited by the workers and servers the tests start.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="langbot-test-metrics-"))
+
 from langbot_host.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

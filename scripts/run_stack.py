@@ -203,8 +203,16 @@ class Stack:
             raise StackError(f"`manage.py {' '.join(args)}` failed with status {process.returncode}")
         return lines
 
+    def metrics_reset(self) -> None:
+        """Empty the metrics directory: its files are the counters of earlier processes (prometheus-client's
+        multiprocess mode), which a new stack must not add to its own."""
+        directory = Path(self.env.get("PROMETHEUS_MULTIPROC_DIR") or REPO / "var" / "metrics")
+        for path in directory.glob("*.db"):
+            path.unlink(missing_ok=True)
+
     def prepare_database(self) -> str:
         """Migrate, seed the demo and collect static files; return the demo login seed_demo printed."""
+        self.metrics_reset()
         self.manage("migrate", "migrate", "--noinput")
         seeded = self.manage("seed", "seed_demo")
         self.manage("static", "collectstatic", "--noinput", "--verbosity", "0")
