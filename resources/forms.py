@@ -7,9 +7,10 @@ stored value.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from django import forms
+from django.db.models import Model as DjangoModel
 from pydantic import ValidationError
 
 from langbot_host.core.api_errors import field_errors
@@ -19,8 +20,29 @@ from resources.selectors import model_provider_headers_masked
 from resources.services import ResourceValidationError, provider_secret_merge
 from resources.specs import ModelProviderIn
 
+_M = TypeVar("_M", bound=DjangoModel)
 
-class ModelProviderAdminForm(forms.ModelForm[ModelProvider]):
+
+class SpecAdminForm(forms.ModelForm[_M]):
+    """An admin form whose values are checked by the same input spec and services as the REST API: their
+    field errors (`{"dotted.key": message}`) land on the form field that edits the key — `spec_inputs`
+    maps a key to a differently named input field — or, for a key no field edits, on the form."""
+
+    spec_inputs: ClassVar[dict[str, str]] = {}
+
+    def add_spec_errors(self, fields: dict[str, str]) -> None:
+        for key, message in fields.items():
+            head = key.split(".", 1)[0]
+            name = self.spec_inputs.get(head, head)
+            if name in self.fields and name not in self.errors:
+                self.add_error(name, message)
+            elif name not in self.fields:
+                self.add_error(None, f"{key}: {message}")
+
+
+class ModelProviderAdminForm(SpecAdminForm[ModelProvider]):
+    spec_inputs = {"api_key": "api_key_input", "headers": "headers_input"}
+
     api_key_input = forms.CharField(
         label="API key",
         required=False,
@@ -65,22 +87,13 @@ class ModelProviderAdminForm(forms.ModelForm[ModelProvider]):
                 api_key=spec.api_key, headers=spec.headers, provider=self.instance if self.instance.pk else None
             )
         except ValidationError as exc:
-            self._add_errors(field_errors(exc))
+            self.add_spec_errors(field_errors(exc))
             return cleaned
         except ResourceValidationError as exc:
-            self._add_errors(exc.fields)
+            self.add_spec_errors(exc.fields)
             return cleaned
         cleaned["base_url"] = spec.base_url
         return cleaned
-
-    def _add_errors(self, fields: dict[str, str]) -> None:
-        names = {"api_key": "api_key_input", "headers": "headers_input"}
-        for key, message in fields.items():
-            name = names.get(key.split(".", 1)[0], key.split(".", 1)[0])
-            if name in self.fields and name not in self.errors:
-                self.add_error(name, message)
-            elif name not in self.fields:
-                self.add_error(None, f"{key}: {message}")
 
 
 class ModelAdminForm(forms.ModelForm[Model]):

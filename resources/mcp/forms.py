@@ -14,16 +14,17 @@ from pydantic import ValidationError
 
 from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
+from resources.forms import SpecAdminForm
 from resources.mcp.selectors import mcp_server_env_masked, mcp_server_headers_masked
 from resources.mcp.services import mcp_secret_merge, mcp_transport_check
 from resources.mcp.specs import MCPServerIn
 from resources.models import MCPServer
 from resources.services import ResourceValidationError
 
-_INPUTS = {"env": "env_input", "headers": "headers_input", "args": "args_input"}
 
+class MCPServerAdminForm(SpecAdminForm[MCPServer]):
+    spec_inputs = {"env": "env_input", "headers": "headers_input", "args": "args_input"}
 
-class MCPServerAdminForm(forms.ModelForm[MCPServer]):
     args_input = forms.JSONField(
         label="Arguments",
         required=False,
@@ -78,20 +79,11 @@ class MCPServerAdminForm(forms.ModelForm[MCPServer]):
                 env=spec.env, headers=spec.headers, server=self.instance if self.instance.pk else None
             )
         except ValidationError as exc:
-            self._add_errors(field_errors(exc))
+            self.add_spec_errors(field_errors(exc))
             return cleaned
         except ResourceValidationError as exc:
-            self._add_errors(exc.fields)
+            self.add_spec_errors(exc.fields)
             return cleaned
         self.args = list(spec.args)
         cleaned["command"], cleaned["url"] = spec.command, spec.url
         return cleaned
-
-    def _add_errors(self, fields: dict[str, str]) -> None:
-        for key, message in fields.items():
-            head = key.split(".", 1)[0]
-            name = _INPUTS.get(head, head)
-            if name in self.fields and name not in self.errors:
-                self.add_error(name, message)
-            elif name not in self.fields:
-                self.add_error(None, f"{key}: {message}")
