@@ -40,7 +40,7 @@ from bindings.services import (
     bot_update,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn
-from langbot_host.core.api_errors import ApiError, invalid_fields, query_bool
+from langbot_host.core.api_errors import ApiError, query_bool
 from langbot_host.core.api_input import body_parse
 
 WORKSPACE_PARAMETER = OpenApiParameter(
@@ -182,10 +182,7 @@ class BindingListApi(APIView):
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(BindingIn, request.data)
-        try:
-            binding = binding_create(workspace=workspace, spec=spec)
-        except BindingValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        binding = binding_create(workspace=workspace, spec=spec)
         return Response(binding_out(binding), status=status.HTTP_201_CREATED)
 
 
@@ -203,10 +200,7 @@ class BindingDetailApi(APIView):
     def patch(self, request: Request, binding_id: str) -> Response:
         binding = _binding_or_404(request_workspace(request), binding_id)
         patch = body_parse(BindingPatchIn, request.data)
-        try:
-            binding = binding_update(binding=binding, patch=patch)
-        except BindingValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        binding = binding_update(binding=binding, patch=patch)
         return Response(binding_out(binding))
 
     @extend_schema(operation_id="bindings_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})
@@ -232,10 +226,7 @@ class BotListApi(APIView):
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(BotIn, request.data)
-        try:
-            bot = bot_create(workspace=workspace, spec=spec)
-        except BindingValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        bot = bot_create(workspace=workspace, spec=spec)
         return Response(bot_out(bot), status=status.HTTP_201_CREATED)
 
 
@@ -253,10 +244,7 @@ class BotDetailApi(APIView):
     def patch(self, request: Request, bot_id: str) -> Response:
         bot = _bot_or_404(request_workspace(request), bot_id)
         patch = body_parse(BotPatchIn, request.data)
-        try:
-            bot = bot_update(bot=bot, patch=patch)
-        except BindingValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        bot = bot_update(bot=bot, patch=patch)
         return Response(bot_out(bot))
 
     @extend_schema(

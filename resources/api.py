@@ -37,7 +37,6 @@ from resources.selectors import (
 )
 from resources.services import (
     ResourceInUseError,
-    ResourceValidationError,
     model_create,
     model_delete,
     model_fields,
@@ -149,10 +148,7 @@ class ModelProviderListApi(APIView):
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(ModelProviderIn, request.data)
-        try:
-            provider = model_provider_create(workspace=workspace, spec=spec)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        provider = model_provider_create(workspace=workspace, spec=spec)
         return Response(model_provider_out(provider), status=status.HTTP_201_CREATED)
 
 
@@ -172,10 +168,7 @@ class ModelProviderDetailApi(APIView):
     def patch(self, request: Request, provider_id: str) -> Response:
         provider = _provider_or_404(request_workspace(request), provider_id)
         patch = body_parse(ModelProviderPatchIn, request.data)
-        try:
-            provider = model_provider_update(provider=provider, patch=patch)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        provider = model_provider_update(provider=provider, patch=patch)
         return Response(model_provider_out(provider))
 
     @extend_schema(
@@ -222,10 +215,7 @@ class ModelListApi(APIView):
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(ModelIn, request.data)
-        try:
-            model = model_create(workspace=workspace, spec=spec)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        model = model_create(workspace=workspace, spec=spec)
         return Response(model_out(model), status=status.HTTP_201_CREATED)
 
 
@@ -243,10 +233,7 @@ class ModelDetailApi(APIView):
     def patch(self, request: Request, model_id: str) -> Response:
         model = _model_or_404(request_workspace(request), model_id)
         patch = body_parse(ModelPatchIn, request.data)
-        try:
-            model = model_update(model=model, patch=patch)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        model = model_update(model=model, patch=patch)
         return Response(model_out(model))
 
     @extend_schema(

@@ -29,8 +29,9 @@ RETRY_AFTER_SECONDS = 5
 
 
 class FieldsRefusedError(Exception):
-    """A write refused for field-level reasons, `{"dotted.field": message}`; views answer it with
-    `invalid_fields` (or another status that names the fields)."""
+    """A write refused for field-level reasons, `{"dotted.field": message}`. A view that lets it through
+    answers 400 `invalid_argument` naming the fields (the exception handler does it); a view that means
+    another status (a 409 for an object in use) catches it and says so."""
 
     def __init__(self, fields: dict[str, str]):
         super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
@@ -125,7 +126,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
-    if isinstance(exc, Http404):
+    if isinstance(exc, FieldsRefusedError):
+        exc = invalid_fields(exc.fields)
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()

@@ -47,7 +47,6 @@ from resources.knowledge.services import (
 from resources.knowledge.specs import KnowledgeBaseIn, KnowledgeBasePatchIn
 from resources.knowledge.uploads import DocumentTooLargeError, UploadLimitHandler, declared_length_check
 from resources.models import KnowledgeBase, KnowledgeDocument
-from resources.services import ResourceValidationError
 
 DocumentStatus = str
 _INVALID = OpenApiResponse(description="`invalid_argument` with details.fields")
@@ -159,10 +158,7 @@ class KnowledgeBaseListApi(APIView):
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(KnowledgeBaseIn, request.data)
-        try:
-            knowledge_base = knowledge_base_create(workspace=workspace, spec=spec)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        knowledge_base = knowledge_base_create(workspace=workspace, spec=spec)
         return Response(knowledge_base_out(knowledge_base), status=status.HTTP_201_CREATED)
 
 
@@ -183,10 +179,7 @@ class KnowledgeBaseDetailApi(APIView):
         workspace = request_workspace(request)
         knowledge_base = _kb_or_404(workspace, kb_id)
         patch = body_parse(KnowledgeBasePatchIn, request.data)
-        try:
-            knowledge_base_update(knowledge_base=knowledge_base, patch=patch)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        knowledge_base_update(knowledge_base=knowledge_base, patch=patch)
         return Response(knowledge_base_out(_kb_or_404(workspace, kb_id)))
 
     @extend_schema(operation_id="knowledge_bases_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})
@@ -277,8 +270,6 @@ class KnowledgeDocumentListApi(APIView):
                 f"Cannot ingest {exc}: supported are text, Markdown, HTML, PDF and DOCX.",
                 {"supported": SUPPORTED_TYPES},
             ) from None
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
         return Response(knowledge_document_out(document, kb_id=kb_id), status=status.HTTP_202_ACCEPTED)
 
 

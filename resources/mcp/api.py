@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import Workspace
-from langbot_host.core.api_errors import ApiError, invalid_fields
+from langbot_host.core.api_errors import ApiError
 from langbot_host.core.api_input import body_parse
 from resources.mcp.selectors import mcp_server_get, mcp_server_list, mcp_server_tools, mcp_tool_list
 from resources.mcp.services import (
@@ -39,7 +39,6 @@ from resources.mcp.services import (
 )
 from resources.mcp.specs import MCPServerIn, MCPServerPatchIn
 from resources.models import MCPServer, MCPTool
-from resources.services import ResourceValidationError
 
 _INVALID = OpenApiResponse(description="`invalid_argument` with details.fields")
 _REFRESH_FAILURES = {
@@ -156,10 +155,7 @@ class MCPServerListApi(APIView):
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(MCPServerIn, request.data)
-        try:
-            server = mcp_server_create(workspace=workspace, spec=spec)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        server = mcp_server_create(workspace=workspace, spec=spec)
         return Response(mcp_server_out(_reloaded(workspace, server)), status=status.HTTP_201_CREATED)
 
 
@@ -178,10 +174,7 @@ class MCPServerDetailApi(APIView):
         workspace = request_workspace(request)
         server = _server_or_404(workspace, server_id)
         patch = body_parse(MCPServerPatchIn, request.data)
-        try:
-            server = mcp_server_update(server=server, patch=patch)
-        except ResourceValidationError as exc:
-            raise invalid_fields(exc.fields) from None
+        server = mcp_server_update(server=server, patch=patch)
         return Response(mcp_server_out(_reloaded(workspace, server)))
 
     @extend_schema(operation_id="mcp_servers_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})

@@ -32,7 +32,7 @@ from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields
 from langbot_host.core.api_input import refuse_unstorable_text
 from langbot_host.core.db import pool_exhausted
 from runners.gateway.envelope import EventEnvelopeIn
-from runners.gateway.services import EventRefusedError, event_ingest
+from runners.gateway.services import event_ingest
 from runners.lifecycle import services as run_services
 from runners.lifecycle.api import RunSummaryOut, run_summary_out
 from runners.models import Run
@@ -126,7 +126,9 @@ def event_out(event: EventLog, runs: list[Run]) -> dict[str, Any]:
 def _too_large() -> ApiError:
     limit = settings.LANGBOT_MAX_EVENT_BYTES
     return ApiError(
-        413, "payload_too_large", f"The event body exceeds {limit} bytes; send large payloads as artifacts.",
+        413,
+        "payload_too_large",
+        f"The event body exceeds {limit} bytes; send large payloads as artifacts.",
         {"max_bytes": limit},
     )
 
@@ -210,10 +212,7 @@ class EventIngestApi(APIView):
             envelope = EventEnvelopeIn.model_validate(body)
         except ValidationError as exc:
             raise invalid_fields(field_errors(exc)) from None
-        try:
-            result = event_ingest(workspace=workspace, envelope=envelope)
-        except EventRefusedError as exc:
-            raise invalid_fields(exc.fields) from None
+        result = event_ingest(workspace=workspace, envelope=envelope)
         runs = result.runs
         if wait > 0 and runs:
             # After commit (event_ingest's transaction is closed): the workers can see the runs.

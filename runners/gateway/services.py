@@ -22,6 +22,7 @@ from artifacts.selectors import artifacts_by_id
 from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_conversation
 from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
+from langbot_host.core.api_errors import FieldsRefusedError
 from langbot_host.core.sql import insert_with_children
 from runners.gateway.envelope import EventEnvelopeIn
 from runners.lifecycle import services as run_services
@@ -32,13 +33,9 @@ SUMMARY_TEXT_CHARS = 200
 CONVERSATION_ID_MAX = 255
 
 
-class EventRefusedError(Exception):
+class EventRefusedError(FieldsRefusedError):
     """The envelope is well-formed but refers to things the workspace does not have; `fields` maps the
     dotted field to the message, like the API's `details.fields`."""
-
-    def __init__(self, fields: dict[str, str]):
-        super().__init__(", ".join(f"{k}: {v}" for k, v in fields.items()))
-        self.fields = fields
 
 
 @dataclass
