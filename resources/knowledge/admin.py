@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from bindings.selectors import workspaces_of_member
+from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.knowledge.parsing import document_type
 from resources.knowledge.services import (
     DocumentTypeUnsupportedError,
@@ -34,10 +34,6 @@ _STATUS_COLOURS = {
     KnowledgeDocument.Status.READY: "#198754",
     KnowledgeDocument.Status.FAILED: "#dc3545",
 }
-
-
-def _is_superuser(request: HttpRequest) -> bool:
-    return bool(getattr(request.user, "is_superuser", False))
 
 
 class KnowledgeBaseAdminForm(forms.ModelForm[KnowledgeBase]):
@@ -92,7 +88,7 @@ class KnowledgeDocumentInline(admin.TabularInline[KnowledgeDocument, KnowledgeBa
 
 
 @admin.register(KnowledgeBase)
-class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
+class KnowledgeBaseAdmin(WorkspaceScopedAdmin[KnowledgeBase]):
     form = KnowledgeBaseAdminForm
     inlines = [KnowledgeDocumentInline]
     list_display = ["kb_id", "workspace", "name", "embedding_model", "updated_at"]
@@ -101,27 +97,15 @@ class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
     prepopulated_fields = {"kb_id": ["name"]}
     readonly_fields = ["created_at", "updated_at"]
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[KnowledgeBase]:
-        queryset = super().get_queryset(request).select_related("workspace", "embedding_model")
-        if _is_superuser(request):
-            return queryset
-        return queryset.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
+    list_select_related = ["workspace", "embedding_model"]
+    fixed_fields = ("workspace", "kb_id")
+    scoped_foreign_keys = {"embedding_model": "workspace"}
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
-        if db_field.name == "embedding_model":
-            models = Model.objects.filter(kind=Model.Kind.EMBEDDING)
-            if not _is_superuser(request):
-                models = models.filter(workspace__in=workspaces_of_member(user_id=request.user.pk))
-            kwargs["queryset"] = models
-        elif db_field.name == "workspace" and not _is_superuser(request):
-            kwargs["queryset"] = workspaces_of_member(user_id=request.user.pk)
-        return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def get_readonly_fields(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> list[str]:
-        return [*self.readonly_fields, "workspace", "kb_id"] if obj else list(self.readonly_fields)
-
-    def get_prepopulated_fields(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> dict[str, Any]:
-        return {} if obj else dict(self.prepopulated_fields)
+        field = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "embedding_model" and field is not None:
+            field.queryset = field.queryset.filter(kind=Model.Kind.EMBEDDING)
+        return field
 
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)

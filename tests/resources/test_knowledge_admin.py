@@ -17,7 +17,7 @@ from resources.knowledge.ingestion import knowledge_document_ingest as ingest
 from resources.knowledge.services import knowledge_document_upload
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument
 from resources.tasks import knowledge_document_ingest
-from tests.factories import UserFactory, WorkspaceFactory
+from tests.factories import ModelFactory, ModelProviderFactory, UserFactory, WorkspaceFactory
 from tests.fakes.documents import pdf_bytes
 
 pytestmark = pytest.mark.django_db
@@ -181,3 +181,22 @@ def test_staff_see_and_open_only_their_workspaces_knowledge_bases(staff_client, 
     assert client.get(f"{KBS_URL}{theirs.pk}/change/").status_code == 302  # "doesn't exist", redirected
     assert client.post(f"{KBS_URL}{theirs.pk}/delete/", {"post": "yes"}).status_code == 302
     assert KnowledgeBase.objects.filter(pk=theirs.pk).exists()
+
+
+def test_the_embedding_model_choices_are_the_staff_members_workspaces_embedding_models(staff_client, workspace):
+    provider = ModelProviderFactory.create(workspace=workspace)
+    ModelFactory.create(workspace=workspace, provider=provider, model_id="embedder", kind="embedding")
+    ModelFactory.create(workspace=workspace, provider=provider, model_id="chatter", kind="llm")
+    elsewhere = WorkspaceFactory.create()
+    ModelFactory.create(
+        workspace=elsewhere,
+        provider=ModelProviderFactory.create(workspace=elsewhere),
+        model_id="their-embedder",
+        kind="embedding",
+    )
+
+    page = staff_client().get(f"{KBS_URL}add/").content.decode()
+
+    assert "embedder" in page
+    assert "chatter" not in page
+    assert "their-embedder" not in page
