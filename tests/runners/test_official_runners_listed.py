@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,16 +49,23 @@ def _run_stack() -> Any:
     return module
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_port_pair() -> int:
+    """A port whose successor is free too: `make run` puts the runtime on the web port + 1."""
+    while True:
+        with socket.socket() as web, socket.socket() as runtime:
+            web.bind(("127.0.0.1", 0))
+            port = int(web.getsockname()[1])
+            try:
+                runtime.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + RUNTIME_START_TIMEOUT
     while time.monotonic() < deadline:
-        assert process.poll() is None, "the plugin runtime exited while starting"
+        assert process.poll() is None, f"the plugin runtime exited while starting:\n{log.read_text()[-4000:]}"
         with socket.socket() as sock, contextlib.suppress(OSError):
             sock.connect(("127.0.0.1", port))
             return
@@ -66,23 +74,25 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture
-def make_run_runtime(settings) -> Iterator[None]:
+def make_run_runtime(settings, tmp_path: Path) -> Iterator[None]:
     """The plugin runtime as `make run` starts it (default plugin directory), the host's link pointed at it."""
     from runners.runtime.link import runtime_link_reset
 
-    web_port = _free_port()
+    web_port = _free_port_pair()
     stack = _run_stack().Stack({"PATH": "/usr/bin:/bin", "PORT": str(web_port)})
     env = stack.runtime_env()
     env.pop("LANGBOT_PLUGIN_DIRS", None)  # `make run` without configuration: the default `plugins`
+    log = tmp_path / "runtime.log"
+    log_file = log.open("wb")
     process = subprocess.Popen(
         [sys.executable, "-m", "langbot_sdk.runtime", "--listen", f"127.0.0.1:{stack.runtime_port}"],
         cwd=REPO_ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
     )
     try:
-        _wait_listening(stack.runtime_port, process)
+        _wait_listening(stack.runtime_port, process, log)
         settings.LANGBOT_PLUGIN_DIRS = [str(PLUGINS_DIR)]
         settings.LANGBOT_RUNTIME_URL = f"ws://127.0.0.1:{stack.runtime_port}"
         settings.LANGBOT_RUNTIME_TOKEN = stack.token
@@ -96,6 +106,7 @@ def make_run_runtime(settings) -> Iterator[None]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        log_file.close()
 
 
 def test_the_start_up_sync_lists_every_official_runner_as_available(make_run_runtime, api_client, capsys):
