@@ -44,6 +44,10 @@ INSTALLED_APPS = [
     "transcripts",
     "artifacts",
     "resources",
+    "platforms",
+    "platforms.webhooks",
+    "platforms.schedules",
+    "django_celery_beat",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,1 @@
+"""One module (or package) per chat platform, each implementing the adapter interface."""

@@ -1,0 +1,1 @@
+"""Scheduled events: cron-style schedules per workspace that post an event through the gateway."""
