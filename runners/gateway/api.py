@@ -187,13 +187,25 @@ class EventIngestApi(APIView):
             OpenApiParameter(
                 "wait",
                 OpenApiTypes.NUMBER,
-                description=f"Hold the response up to this many seconds (0–{WAIT_MAX_SECONDS}) until the runs end.",
+                description=(
+                    f"Hold the response up to this many seconds (0–{WAIT_MAX_SECONDS}) until the runs end: the "
+                    "answer is 200 when every run ended within the wait, 202 while any is still queued or running."
+                ),
             ),
         ],
         request=EventEnvelopeIn,
         responses={
-            202: EventAcceptedOut,
-            200: OpenApiResponse(EventAcceptedOut, description="The event_id was seen before (`duplicate: true`)."),
+            202: OpenApiResponse(
+                EventAcceptedOut,
+                description="Accepted; without `wait`, or with runs still queued or running when the wait ran out.",
+            ),
+            200: OpenApiResponse(
+                EventAcceptedOut,
+                description=(
+                    "With `wait`: every run of the event ended within the wait (their final status and output "
+                    "are in `runs`). Also when the event_id was seen before (`duplicate: true`)."
+                ),
+            ),
             400: OpenApiResponse(description="`invalid_argument` with details.fields, or `invalid_json`"),
             413: OpenApiResponse(description="`payload_too_large`"),
         },
@@ -214,11 +226,13 @@ class EventIngestApi(APIView):
             raise invalid_fields(field_errors(exc)) from None
         result = event_ingest(workspace=workspace, envelope=envelope)
         runs = result.runs
+        ended = False
         if wait > 0 and runs:
             # After commit (event_ingest's transaction is closed): the workers can see the runs.
             try:
                 run_services.runs_wait(run_ids=[str(r.run_id) for r in runs], timeout=wait)
                 runs = runs_of_event(event=result.event)
+                ended = all(run.is_terminal for run in runs)
             except OperationalError as exc:
                 if not pool_exhausted(exc):
                     raise
@@ -227,7 +241,7 @@ class EventIngestApi(APIView):
                 logger.warning("?wait= ended early: no database connection free to read the runs (%s)", exc)
         return Response(
             event_accepted_out(result.event, runs, duplicate=result.duplicate),
-            status=status.HTTP_200_OK if result.duplicate else status.HTTP_202_ACCEPTED,
+            status=status.HTTP_200_OK if result.duplicate or ended else status.HTTP_202_ACCEPTED,
         )
 
 

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from bindings.models import AgentBinding, Bot
 from bindings.selectors import binding_resolve_for_event
 from bindings.services import binding_runner_config_plain
-from tests.factories import RunnerDescriptorFactory
+from tests.factories import AgentBindingFactory, RunnerDescriptorFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -19,13 +19,28 @@ def test_seed_demo_creates_the_demo_bot_and_binding_before_the_runner_is_known()
     bot = Bot.objects.get(workspace__slug="demo", bot_id="demo-bot")
     binding = AgentBinding.objects.get(workspace__slug="demo", binding_id="demo-qa")
     assert bot.platform == "webui"
-    assert (binding.scope_type, binding.scope_id) == ("bot", "demo-bot")
+    assert binding.scope_type == "workspace"
     assert binding.event_types == ["message.received"]
     assert binding.runner_id == "plugin:langbot/qa-runner/default"
     assert binding_runner_config_plain(binding) == {"behaviour": "ok"}
     assert binding.config_validated is False
     resolution = binding_resolve_for_event(workspace=bot.workspace, event_type="message.received", bot_id="demo-bot")
     assert resolution.replying == binding
+
+
+def test_the_demo_binding_answers_the_chats_default_target_and_yields_to_a_bot_binding():
+    # The debug chat's "Workspace default" sends no bot: the seeded demo must answer it, by the resolver's rules.
+    call_command("seed_demo")
+    workspace = Bot.objects.get(bot_id="demo-bot").workspace
+
+    default = binding_resolve_for_event(workspace=workspace, event_type="message.received", bot_id=None)
+    assert default.replying is not None
+    assert default.replying.binding_id == "demo-qa"
+
+    AgentBindingFactory.create(workspace=workspace, binding_id="bot-own", scope_type="bot", scope_id="demo-bot")
+    to_bot = binding_resolve_for_event(workspace=workspace, event_type="message.received", bot_id="demo-bot")
+    assert to_bot.replying is not None
+    assert to_bot.replying.binding_id == "bot-own"
 
 
 def test_seed_demo_validates_when_the_qa_runner_is_known():

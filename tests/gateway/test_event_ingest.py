@@ -184,10 +184,32 @@ def test_wait_answers_with_the_final_status_and_output(api_client, workspace, mo
 
     response = post_event(api_client, message(), wait="2.5")
 
-    assert response.status_code == 202
+    assert response.status_code == 200  # every run ended within the wait
     [run] = response.json()["runs"]
     assert waited == {"run_ids": [run["run_id"]], "timeout": 2.5}
     assert (run["status"], run["output"]) == ("completed", "Shipped.")
+
+
+def test_wait_answers_202_while_a_run_is_still_running(api_client, workspace, monkeypatch):
+    binding_for(workspace)
+
+    def still_running(*, run_ids, timeout):
+        Run.objects.filter(run_id__in=run_ids).update(status="running")
+
+    monkeypatch.setattr("runners.lifecycle.services.runs_wait", still_running)
+
+    response = post_event(api_client, message(), wait="1")
+
+    assert response.status_code == 202
+    [run] = response.json()["runs"]
+    assert run["status"] == "running"
+
+
+def test_the_schema_tells_200_from_202_for_a_wait(api_client):
+    operation = api_client.get("/api/schema/", {"format": "json"}).json()["paths"]["/api/v1/events"]["post"]
+
+    assert "every run of the event ended within the wait" in operation["responses"]["200"]["description"]
+    assert "still queued or running" in operation["responses"]["202"]["description"]
 
 
 def test_wait_zero_does_not_wait(api_client, workspace, monkeypatch):
@@ -205,8 +227,14 @@ def test_an_event_reads_back_with_its_runs(api_client, workspace):
     binding_for(workspace, binding_id="support")
     accepted = post_event(
         api_client,
-        message("hello", event_id="evt-read", source="webui", source_event_type="chat.send",
-                event_time="2026-01-02T03:04:05+00:00", data={"chat_id": 7}),
+        message(
+            "hello",
+            event_id="evt-read",
+            source="webui",
+            source_event_type="chat.send",
+            event_time="2026-01-02T03:04:05+00:00",
+            data={"chat_id": 7},
+        ),
     ).json()
 
     event = api_client.get("/api/v1/events/evt-read").json()

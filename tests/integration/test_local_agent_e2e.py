@@ -86,7 +86,7 @@ class Api:
     def chat(self, bot_id: str, text: str, *, conversation_id: str, wait: int = 60) -> dict[str, Any]:
         """One message to a bot, waited for; the bot's single run as the gateway answers it."""
         body = {"bot_id": bot_id, "conversation_id": conversation_id, "input": {"text": text}}
-        answer = self.call("POST", f"/api/v1/events?wait={wait}", status=202, json=body)
+        answer = self.call("POST", f"/api/v1/events?wait={wait}", status=200, json=body)  # the run ended
         assert (answer["status"], len(answer["runs"])) == ("accepted", 1), answer
         run: dict[str, Any] = answer["runs"][0]
         return run

@@ -1,5 +1,9 @@
 """`python manage.py seed_demo`: the demo workspace, bot, qa-runner binding and admin login that `make run`
-prints. Idempotent: existing objects are kept as they are (an operator may have edited them)."""
+prints. Idempotent: existing objects are kept as they are (an operator may have edited them).
+
+The demo binding is workspace-scoped: it answers the debug chat's default target ("Workspace default",
+no bot) as well as messages to `demo-bot`, by the resolver's ordinary rules (a bot-scoped binding added
+later wins for its bot)."""
 
 import logging
 import os
@@ -38,7 +42,7 @@ def seed_demo_bot_and_binding(workspace: Workspace) -> tuple[Bot, AgentBinding]:
     spec = BindingIn(
         binding_id=DEMO_BINDING_ID,
         name="Demo: qa-runner",
-        scope=BindingScopeIn(scope_type="bot", scope_id=DEMO_BOT_ID),
+        scope=BindingScopeIn(scope_type="workspace"),
         event_types=["message.received"],
         runner_id=DEMO_RUNNER_ID,
         runner_config=DEMO_RUNNER_CONFIG,
@@ -54,8 +58,9 @@ def seed_demo_bot_and_binding(workspace: Workspace) -> tuple[Bot, AgentBinding]:
         except BindingValidationError as exc:
             logger.warning("demo binding does not fit the installed qa-runner (%s); storing it unchecked", exc)
     else:
-        # `make run` seeds before the runtime has reported its runners; the next edit validates it.
-        logger.info("runner %s is not known yet; demo binding stored without config validation", DEMO_RUNNER_ID)
+        # `make run` seeds before the runtime is up; `sync_runners` (run once it is) validates the config.
+        # Expected on a first start, so nothing a newcomer has to read.
+        logger.debug("runner %s is not known yet; demo binding config checked at the runner sync", DEMO_RUNNER_ID)
     binding = binding_store_unvalidated(
         workspace=workspace, spec=spec, source=AgentBinding.Source.SEED, source_detail="seed_demo"
     )
@@ -78,7 +83,9 @@ class Command(BaseCommand):
         workspace_member_add(workspace=workspace, user=user, role=WorkspaceMembership.Role.OWNER)
         bot, binding = seed_demo_bot_and_binding(workspace)
         self.stdout.write(f"demo workspace: {workspace.slug}")
-        self.stdout.write(f"demo bot: {bot.bot_id}; binding: {binding.binding_id} -> {binding.runner_id}")
+        self.stdout.write(
+            f"demo bot: {bot.bot_id}; binding: {binding.binding_id} ({binding.scope_type} scope) -> {binding.runner_id}"
+        )
         if created:
             self.stdout.write(f"admin login: {DEMO_USERNAME} / {password}")
         else:

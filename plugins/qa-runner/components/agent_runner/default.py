@@ -17,8 +17,17 @@ from langbot_sdk.proxy import channel_for_run
 from langbot_sdk.runner import AgentRunner
 
 BEHAVIOURS = frozenset(
-    {"ok", "stream", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state", "proxy", "artifact", "nul"}
+    {
+        "ok", "stream", "type", "tools", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state",
+        "proxy", "artifact", "nul",
+    }
+)  # fmt: skip
+# `type` writes this reply word by word at about TYPE_SECONDS in all, so a person sees it grow.
+TYPE_TEXT = (
+    "Hello! This reply is typed a word at a time, the way a model streams its answer, so that you can watch "
+    "it grow in the chat before the run completes."
 )
+TYPE_SECONDS = 3.0
 STATE_KEY = "qa.counter"
 STREAMING_ACTIONS = frozenset({"artifact_stream", "invoke_llm_stream"})
 SUMMARY_TEXT_CHARS = 200
@@ -62,6 +71,12 @@ class QARunner(AgentRunner):
             for part in parts:
                 yield AgentRunResult.message_delta(ctx.run_id, part)
             yield AgentRunResult.message_completed(ctx.run_id, "".join(parts))
+        elif behaviour == "type":
+            async for result in self._type(ctx, text, _number(argument, None, TYPE_SECONDS)):
+                yield result
+        elif behaviour == "tools":
+            async for result in self._tools(ctx, text):
+                yield result
         elif behaviour == "empty":
             pass
         elif behaviour == "malformed":
@@ -97,6 +112,26 @@ class QARunner(AgentRunner):
                 report = await self._exercise_proxy(ctx)
             yield AgentRunResult.message_completed(ctx.run_id, json.dumps(report, sort_keys=True))
         yield AgentRunResult.run_completed(ctx.run_id)
+
+    async def _type(self, ctx: AgentRunContext, text: str, seconds: float) -> AsyncIterator[AgentRunResult]:
+        words = (f"{TYPE_TEXT} You said: {text}" if text else TYPE_TEXT).split(" ")
+        pause = max(0.0, seconds) / len(words)
+        parts = [word if i == 0 else f" {word}" for i, word in enumerate(words)]
+        for part in parts:
+            yield AgentRunResult.message_delta(ctx.run_id, part)
+            await asyncio.sleep(pause)
+        yield AgentRunResult.message_completed(ctx.run_id, "".join(parts))
+
+    async def _tools(self, ctx: AgentRunContext, text: str) -> AsyncIterator[AgentRunResult]:
+        """A pretend tool call around the reply (no tool is really called): `tool.call.started`, a pause,
+        `tool.call.completed` with a result made from the input, then the reply."""
+        call_id = f"qa-tool-{ctx.run_id[:8]}"
+        parameters = {"query": text or "the weather"}
+        yield AgentRunResult.tool_call_started(ctx.run_id, call_id, "qa_lookup", parameters)
+        await asyncio.sleep(0.5)
+        result = {"answer": f"QA_TOOL:{text}", "source": "qa-runner"}
+        yield AgentRunResult.tool_call_completed(ctx.run_id, call_id, "qa_lookup", result)
+        yield AgentRunResult.message_completed(ctx.run_id, f"The qa_lookup tool answered QA_TOOL:{text}")
 
     async def _bump_counter(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         api = self.run_api(ctx)
