@@ -1,4 +1,5 @@
-"""Which workspace a REST request acts in (DESIGN §3.2). Views of every app call `request_workspace`.
+"""Which workspace a REST request acts in (DESIGN §3.2), and whether it may act beyond it. Views of every
+app call `request_workspace`; host-wide operations call `require_operator`.
 
 Kept apart from `bindings.authentication`, which DRF imports while it is still initialising.
 """
@@ -27,3 +28,20 @@ def request_workspace(request: Request) -> Workspace:
     except WorkspaceChoiceError as exc:
         details = {"fields": {"workspace": exc.message}} if exc.status == 400 else None
         raise ApiError(exc.status, exc.code, exc.message, details) from None
+
+
+def require_operator(request: Request) -> None:
+    """Host-wide operations (refreshing the runner catalog) act beyond the caller's workspace: they are for
+    operators, i.e. an API key with the operator scope or a staff member's session (who may do the same in
+    admin). Anyone else gets 403 `forbidden`."""
+    user = request.user
+    if user is None or not user.is_authenticated:
+        raise exceptions.NotAuthenticated()
+    staff = bool(user.is_active and user.is_staff)
+    if not (user.api_key.is_operator if isinstance(user, ApiKeyPrincipal) else staff):
+        raise ApiError(
+            403,
+            "forbidden",
+            "This operation is for operators: an API key with the operator scope or a staff session.",
+            {"required_scope": "operator"},
+        )

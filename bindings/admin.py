@@ -15,7 +15,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from bindings.admin_scope import WorkspaceScopedAdmin
+from bindings.admin_scope import WorkspaceScopedAdmin, is_superuser, member_workspaces
 from bindings.forms import (
     CONFIG_FIELD_PREFIX,
     AgentBindingAdminForm,
@@ -42,6 +42,11 @@ class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
     inlines = [WorkspaceMembershipInline]
     actions = ["create_api_key"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Workspace]:
+        # Other staff see (and so may mint keys for) only the workspaces they belong to.
+        queryset = super().get_queryset(request)
+        return queryset if is_superuser(request) else queryset.filter(pk__in=member_workspaces(request))
+
     @admin.action(description="Create an API key (shown once)")
     def create_api_key(self, request: HttpRequest, queryset: QuerySet[Workspace]) -> None:
         for workspace in queryset:
@@ -50,11 +55,11 @@ class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
-    list_display = ["prefix", "workspace", "name", "created_at", "last_used_at", "revoked_at"]
-    list_filter = ["workspace"]
+class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
+    list_display = ["prefix", "workspace", "name", "is_operator", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["is_operator", "workspace"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
-    fields = ["workspace", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    fields = ["workspace", "name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -67,7 +72,9 @@ class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
         messages.success(request, f"Revoked {count} key(s).")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [*self.readonly_fields, "workspace"] if obj else list(self.readonly_fields)
+        readonly = [*self.readonly_fields, "workspace"] if obj else list(self.readonly_fields)
+        # The operator scope reaches beyond the key's workspace: only a superuser grants or removes it.
+        return readonly if is_superuser(request) else [*readonly, "is_operator"]
 
 
 @admin.register(Bot)

@@ -51,6 +51,14 @@ class WorkspaceScopedAdmin(admin.ModelAdmin[_M]):
                 )
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        # The plain workspace filter offers every workspace's name; other staff are offered only the
+        # workspaces their own objects are in.
+        filters = list(super().get_list_filter(request))
+        if is_superuser(request):
+            return filters
+        return [(f, admin.RelatedOnlyFieldListFilter) if f == "workspace" else f for f in filters]
+
     def get_readonly_fields(self, request: HttpRequest, obj: _M | None = None) -> list[str]:
         readonly = list(super().get_readonly_fields(request, obj))
         return [*readonly, *self.fixed_fields] if obj else readonly

@@ -62,6 +62,11 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Operator scope: the key may also call host-wide operations (today `POST /runners/refresh`), which
+    # act beyond its workspace. Granted by superusers only (admin, `create_api_key --operator`).
+    is_operator = models.BooleanField(
+        default=False, help_text="May call host-wide operations such as refreshing the runner catalog."
+    )
 
     class Meta:
         verbose_name = "API key"

@@ -48,12 +48,17 @@ def workspace_member_add(
 
 
 @transaction.atomic
-def api_key_create(*, workspace: Workspace, name: str = "") -> tuple[ApiKey, str]:
-    """Create a key and return it with its plaintext, which is never stored and cannot be shown again."""
+def api_key_create(*, workspace: Workspace, name: str = "", is_operator: bool = False) -> tuple[ApiKey, str]:
+    """Create a key and return it with its plaintext, which is never stored and cannot be shown again.
+    `is_operator` gives it the operator scope (host-wide operations, DESIGN §3.2)."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
-        workspace=workspace, name=name, prefix=prefix, secret_sha256=api_key_secret_digest(secret)
+        workspace=workspace,
+        name=name,
+        prefix=prefix,
+        secret_sha256=api_key_secret_digest(secret),
+        is_operator=is_operator,
     )
     return api_key, f"{API_KEY_PREFIX}_{prefix}_{secret}"
 

@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--token",
         default=None,
-        help=f"bearer token WebSocket clients must present (default: ${TOKEN_ENV}, else none)",
+        help=f"bearer token WebSocket clients must present (default: ${TOKEN_ENV}); --listen refuses to "
+        "start without one",
     )
     parser.add_argument(
         "--cancel-grace", type=float, default=DEFAULT_CANCEL_GRACE, metavar="SECONDS",
@@ -161,7 +162,16 @@ def _stop_signals() -> Iterator[asyncio.Event]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
+    if args.listen is not None and not token:
+        # A listening runtime runs any host's run_agent with the plugins' code: an open port would let
+        # anyone who reaches it act as the host. Refused before a plugin is loaded (exit status 2).
+        parser.error(
+            f"--listen needs a token that hosts must present: pass --token or set {TOKEN_ENV} "
+            "(the host uses the same value as its LANGBOT_RUNTIME_TOKEN)"
+        )
     logging.basicConfig(
         stream=sys.stderr,
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -186,7 +196,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()
         return RuntimeService(registry, cancel_grace=max(0.0, args.cancel_grace))
 
-    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
     try:
         if args.listen is not None:
             host, port = args.listen

@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from bindings.access import request_workspace
+from bindings.access import request_workspace, require_operator
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import RunnerDescriptor
 from bindings.selectors import runner_descriptor_list
@@ -72,8 +72,11 @@ class RunnerRefreshApi(APIView):
                 "plugin_errors": serializers.ListField(child=serializers.DictField()),
             },
         ),
+        description="Re-reads the runner catalog from the plugin runtime. Operators only: an API key with the "
+        "operator scope or a staff session; others get 403 `forbidden`.",
     )
     def post(self, request: Request) -> Response:
+        require_operator(request)
         try:
             result = runner_descriptors_refresh()
         except AgentAPIException as exc:

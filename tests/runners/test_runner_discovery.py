@@ -16,6 +16,19 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
 
 
+@pytest.fixture
+def api_client(workspace):
+    """A client with an operator-scoped key: refreshing the catalog is for operators (tests/security)."""
+    from rest_framework.test import APIClient
+
+    from bindings.services import api_key_create
+
+    _, key = api_key_create(workspace=workspace, is_operator=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
 def _plugin_with_import_error(root: Path) -> None:
     plugin = root / "broken-import"
     (plugin / "components" / "agent_runner").mkdir(parents=True)

@@ -21,6 +21,7 @@ def test_sigterm_stops_a_serving_runtime_cleanly(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [sys.executable, "-m", "langbot_sdk.runtime", "--plugins-dir", str(tmp_path), "--listen", "127.0.0.1:0"],
         cwd=REPO_ROOT,
+        env={**os.environ, "LANGBOT_RUNTIME_TOKEN": "signals-test-token"},
         stderr=subprocess.PIPE,
         text=True,
     )
