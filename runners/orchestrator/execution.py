@@ -2,8 +2,12 @@
 
 Two coroutines per run. The reader drains the `run_agent` stream into an inbox. The writer takes what
 is in the inbox, normalizes it (`normalizer.py`), persists it (`ledger.py`, fenced by the lease) and
-only then publishes it (`publish.py`). Consecutive text deltas wait at most `DELTA_COALESCE_SECONDS`
-to be merged; anything else flushes them first, so the order of a run's events never changes.
+only then publishes it (`publish.py`). Deltas are never held back by a timer: the writer takes everything
+in the inbox at once, so the first delta after a quiet moment is written and published as soon as it
+arrives, and only what came in while the previous write and its publication were in flight is merged
+(group commit: consecutive text deltas of one role become one, up to `DELTA_MERGE_MAX_CHARS`). Under load
+a write carries more; when idle, nothing waits. Anything else flushes the deltas first, so the order of a
+run's events never changes.
 
 A run ends exactly once, by the first terminal result the writer takes: the runner's own, or one the
 host puts into the inbox — host deadline (`runner.timeout`), a cancel the runner did not answer within
@@ -55,7 +59,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DELTA_COALESCE_SECONDS = 0.05
 CANCEL_CALL_TIMEOUT = 5.0
 DELTA = ResultType.MESSAGE_DELTA.value
 
@@ -199,31 +202,15 @@ class RunExecution:
             error = AgentAPIError(code=ErrorCode.RUNTIME_ERROR, message=f"{type(exc).__name__}: {exc}", retryable=True)
             self.inbox.put_nowait(_StreamEnded(error))
 
-    async def _next(self, timeout: float | None) -> Any:
-        if timeout is None:
-            return await self.inbox.get()
-        async with asyncio.timeout(timeout):
-            return await self.inbox.get()
-
     async def _write(self) -> None:
-        loop = asyncio.get_running_loop()
-        deltas: list[dict[str, Any]] = []
-        deltas_since = 0.0
         while True:
-            timeout = max(0.0, deltas_since + DELTA_COALESCE_SECONDS - loop.time()) if deltas else None
-            try:
-                first = await self._next(timeout)
-            except TimeoutError:
-                batch = Batch(events=[(DELTA, d) for d in deltas])
-                deltas.clear()
-                if not await self._append(batch):
-                    return
-                continue
-            items = [first]
+            items = [await self.inbox.get()]
+            # What arrived while the last write and its publication were in flight goes in this one.
             while not self.inbox.empty():
                 items.append(self.inbox.get_nowait())
 
             batch = Batch()
+            deltas: list[dict[str, Any]] = []
             terminal: Accepted | None = None
             for item in items:
                 if item is _LOST:
@@ -243,8 +230,6 @@ class RunExecution:
                     if merged is not None:
                         deltas[-1] = merged
                     else:
-                        if not deltas:
-                            deltas_since = loop.time()
                         deltas.append(accepted.data)
                     continue
                 batch.events += [(DELTA, d) for d in deltas]
@@ -254,8 +239,8 @@ class RunExecution:
                     break
                 self._absorb(accepted, batch)
 
+            batch.events += [(DELTA, d) for d in deltas]
             if terminal is not None:
-                batch.events += [(DELTA, d) for d in deltas]
                 batch.events.append((terminal.type, terminal.data))
                 await self._finish(batch, terminal)
                 return

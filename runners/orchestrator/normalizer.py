@@ -13,9 +13,9 @@ Rules, in order:
 Accepted results keep the runner's `data` unchanged (it already passed the strict payload model), except
 that a NUL character or an unpaired surrogate, which the database cannot store, becomes U+FFFD.
 
-Consecutive `message.delta` results of the same role with text content are coalesced (`delta_merge`)
-by the execution for at most 50 ms before they are persisted; `outcome_of` maps the terminal result to
-the run's final status.
+Consecutive `message.delta` results of the same role with text content that arrive while the run's
+previous write is in flight are coalesced (`delta_merge`) by the execution before they are persisted,
+never held back for it; `outcome_of` maps the terminal result to the run's final status.
 """
 
 from __future__ import annotations
