@@ -56,6 +56,8 @@ def ledger(monkeypatch: pytest.MonkeyPatch) -> _Ledger:
 
     monkeypatch.setattr(execution, "run_events_publish_committed", published)
     monkeypatch.setattr(execution, "run_end_publish_committed", published)
+    # Platform delivery of committed results, where the orchestrator has it: not what is under test here.
+    monkeypatch.setattr(execution, "run_results_observe", lambda **_: None, raising=False)
     return recorder
 
 
