@@ -193,9 +193,17 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": env.bool("LANGBOT_BROKER_ACK
 # Lets a test session or a second deployment on the same broker keep its own queue.
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_TASK_DEFAULT_QUEUE", default="celery")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Beat keeps its schedule in the database (django-celery-beat): the scheduled events' rows beside the
+# entries below, which it copies in at start. Every beat (`make run`'s, `make worker`'s -B) uses it.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (DESIGN §4).
     "runs-sweep": {"task": "runners.tasks.runs_sweep", "schedule": env.float("LANGBOT_SWEEP_SECONDS", default=5.0)},
+    # Sends the completion webhook deliveries whose retry is due (platforms.webhooks.delivery).
+    "webhook-deliveries-due": {
+        "task": "platforms.webhooks.tasks.webhook_deliveries_due_send",
+        "schedule": env.float("LANGBOT_WEBHOOK_DUE_SECONDS", default=5.0),
+    },
 }
 
 # Run execution in workers (runners.orchestrator): in-flight runs per worker process, the database threads
@@ -244,6 +252,14 @@ LANGBOT_API_JSON_MAX_DEPTH = env.int("LANGBOT_API_JSON_MAX_DEPTH", default=64)
 # Origins (`scheme://host[:port]`) the chat WebSocket accepts besides its own (the scheme, host and port it
 # is served at); list the public origin here behind a proxy that terminates TLS.
 LANGBOT_WS_ALLOWED_ORIGINS = env.list("LANGBOT_WS_ALLOWED_ORIGINS", default=[])
+# A chat socket whose client takes nothing for this long is closed with 4408; the close then waits this
+# long for the client to read up to it (runners.webchat.consumers).
+LANGBOT_WS_SEND_STALL_SECONDS = env.float("LANGBOT_WS_SEND_STALL_SECONDS", default=10.0)
+LANGBOT_WS_CLOSE_WAIT_SECONDS = env.float("LANGBOT_WS_CLOSE_WAIT_SECONDS", default=30.0)
+# REST requests per API key (per user for browser sessions), `<n>/<second|minute|hour|day>`, counted in the
+# cache; over it: 429 rate_limited with Retry-After (bindings/throttling.py). Generous by default (an
+# integration at the throughput target stays under it); empty or `off` disables.
+LANGBOT_API_THROTTLE_RATE = env.str("LANGBOT_API_THROTTLE_RATE", default="60000/minute")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -251,6 +267,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["bindings.throttling.ApiKeyRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "langbot_host.core.api_schema.ApiAutoSchema",
     # The API takes JSON (DESIGN §3.2); the artifact upload names its own multipart parser.
     "DEFAULT_PARSER_CLASSES": ["langbot_host.core.api_input.JSONParser"],

@@ -1,0 +1,76 @@
+"""REST throttling per caller (DESIGN §3.2 errors: 429 `rate_limited` with `Retry-After`).
+
+Each API key (or, for browser sessions, each user) gets `LANGBOT_API_THROTTLE_RATE` requests per period,
+counted in the Django cache (Redis in production, shared by every web process). The count is a fixed
+window kept as one cache counter: DRF's own `SimpleRateThrottle` stores every request's timestamp in one
+cache value, which at the rates an integration reaches (hundreds a second) would read and rewrite a list
+of thousands of floats on every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+from django.core.cache import cache
+from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
+
+from bindings.authentication import ApiKeyPrincipal
+
+if TYPE_CHECKING:  # DRF imports this module while `rest_framework.views` is still initialising
+    from rest_framework.views import APIView
+
+logger = logging.getLogger(__name__)
+
+
+class ApiKeyRateThrottle(SimpleRateThrottle):
+    scope = "api_key"
+
+    def get_rate(self) -> str | None:
+        # Read per request, not once at import as DRF's default does, so an operator's setting (and a
+        # test's) applies. Empty or "off" turns throttling off.
+        rate = str(getattr(settings, "LANGBOT_API_THROTTLE_RATE", "") or "").strip()
+        return None if rate.lower() in {"", "off", "none"} else rate
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        user = request.user
+        if isinstance(user, ApiKeyPrincipal):
+            return f"throttle:key:{user.api_key.prefix}"
+        if user is not None and user.is_authenticated:
+            return f"throttle:user:{user.pk}"
+        return None  # refused by authentication anyway
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        if self.rate is None:
+            return True
+        key = self.get_cache_key(request, view)
+        if key is None:
+            return True
+        allowed, duration = self.parse_rate(self.rate)
+        if allowed is None or duration is None:
+            return True
+        window = int(time.time() // duration)
+        self._window_ends = (window + 1) * duration
+        counter = f"{key}:{window}"
+        try:
+            count = _increment(counter, timeout=duration * 2)
+        except Exception:  # a cache outage must not take the API down with it
+            logger.warning("throttle cache unavailable; request let through", exc_info=True)
+            return True
+        return count <= allowed
+
+    def wait(self) -> float | None:
+        return max(1.0, self._window_ends - time.time())
+
+
+def _increment(key: str, *, timeout: int) -> int:
+    """One round trip for every request but the window's first (INCR fails on a missing key)."""
+    try:
+        return int(cache.incr(key))
+    except ValueError:
+        if cache.add(key, 1, timeout=timeout):
+            return 1
+        return int(cache.incr(key))
