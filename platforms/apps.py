@@ -6,3 +6,12 @@ from django.apps import AppConfig
 class PlatformsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "platforms"
+
+    def ready(self) -> None:
+        # `runners` reaches the adapters only through this port (DESIGN §2).
+        from platforms.delivery import PlatformDeliveryPort
+        from platforms.registry import adapter_classes
+        from runners.hostapi.delivery import delivery_port_install
+
+        adapter_classes()  # an adapter that cannot be imported fails start-up, not the first message
+        delivery_port_install(PlatformDeliveryPort())

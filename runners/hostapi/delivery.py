@@ -4,16 +4,23 @@ deliverer per surface — the surface of the bot the run's event came through, e
 Implemented: `webui` and `api`, whose "platform" is the host's own transcript — `message.send` appends
 an assistant TranscriptItem to the run's conversation, `message.edit` changes an assistant item of that
 conversation, `reaction.add` acknowledges a reaction on an item; each is published to the conversation's
-WebSocket group through `runners.live.publish`. Every other platform raises `DeliveryUnsupportedError`
-until its adapter exists.
+WebSocket group through `runners.live.publish`. Every other surface goes through the delivery port
+(`DeliveryPort`) that `platforms` installs at start-up (`delivery_port_install`, from
+`PlatformsConfig.ready`): it declares what a platform supports (`surface_delivery`, which the context
+builder turns into `ctx.delivery`), carries out platform actions there, and takes a platform-originated
+run's committed results (`run_results_observe`, called by the orchestrator after it publishes them) to
+stream them to the chat. Without the port, or for a platform without an adapter, actions raise
+`DeliveryUnsupportedError`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from runners.live.publish import conversation_item_publish_on_commit
-from runners.models import Run
+from runners.models import Run, RunEvent
 from transcripts.models import TranscriptItem
 
 HOST_SURFACES = frozenset({"webui", "api"})
@@ -32,6 +39,63 @@ class DeliveryUnsupportedError(DeliveryError):
 
 class DeliveryTargetNotFoundError(DeliveryError):
     code = "not_found"
+
+
+@dataclass(frozen=True)
+class SurfaceDelivery:
+    """What a surface can do with a run's results: the `ctx.delivery` flags and the platform actions it
+    carries out. `max_message_size` is the surface's own limit on one message (None: no limit)."""
+
+    supports_streaming: bool = False
+    supports_edit: bool = False
+    supports_reaction: bool = False
+    max_message_size: int | None = None
+    actions: tuple[str, ...] = ()
+    capabilities: dict[str, Any] = field(default_factory=dict)
+
+
+HOST_SURFACE_DELIVERY = SurfaceDelivery(
+    supports_streaming=True, actions=("message.send", "message.edit", "reaction.add")
+)
+UNSUPPORTED_SURFACE = SurfaceDelivery()
+
+
+class DeliveryPort(Protocol):
+    """What `platforms` provides to `runners` (installed once at start-up)."""
+
+    def surface(self, surface: str) -> SurfaceDelivery | None:
+        """The surface's delivery, or None when no adapter serves it."""
+
+    def action_deliver(
+        self, *, run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Carry out a platform action on the run's platform (sync; raises `DeliveryError`)."""
+
+    def results_observe(self, *, run: Run, events: Sequence[RunEvent], ended: bool) -> None:
+        """Take committed results of a run that has a bot (on the worker's event loop; must not block)."""
+
+
+_port: DeliveryPort | None = None
+
+
+def delivery_port_install(port: DeliveryPort | None) -> None:
+    global _port
+    _port = port
+
+
+def surface_delivery(surface: str) -> SurfaceDelivery:
+    if surface in HOST_SURFACES:
+        return HOST_SURFACE_DELIVERY
+    found = _port.surface(surface) if _port is not None else None
+    return found if found is not None else UNSUPPORTED_SURFACE
+
+
+def run_results_observe(*, run: Run, events: Sequence[RunEvent], ended: bool) -> None:
+    """Hand a run's committed results to the platform delivery; only runs that came through a bot can be
+    platform runs, so every other run costs one attribute check."""
+    if _port is None or run.bot_id is None:
+        return
+    _port.results_observe(run=run, events=events, ended=ended)
 
 
 def run_surface(run: Run) -> str:
@@ -126,4 +190,6 @@ def platform_action_deliver(
     surface = run_surface(run)
     if surface in HOST_SURFACES:
         return _host_deliver(run, action, target, payload)
+    if _port is not None and _port.surface(surface) is not None:
+        return _port.action_deliver(run=run, action=action, target=target, payload=payload)
     raise DeliveryUnsupportedError(f"platform actions on {surface!r} are unsupported until its delivery adapter exists")

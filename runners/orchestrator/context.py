@@ -51,6 +51,7 @@ from langbot_sdk.protocol import (
 from resources.knowledge.selectors import knowledge_bases_by_id
 from resources.mcp.selectors import tools_by_name
 from resources.selectors import models_by_id
+from runners.hostapi.delivery import surface_delivery
 from runners.hostapi.scope import RunScope
 from runners.hostapi.session import RunSession
 from runners.models import Run
@@ -61,7 +62,6 @@ from transcripts.state import state_snapshot
 logger = logging.getLogger(__name__)
 
 TRIGGER_SOURCES = frozenset({"platform", "webui", "api", "scheduler", "system", "pipeline_adapter"})
-STREAMING_SURFACES = frozenset({"webui", "api"})
 # Hard host caps on a bootstrap, whatever a manifest asks for.
 BOOTSTRAP_MAX_EVENTS = 100
 BOOTSTRAP_MAX_BYTES = 1024 * 1024
@@ -307,6 +307,9 @@ def context_build(
 
     surface = bot.platform if bot is not None else event.source
     replies = not run.is_observer and delivery_policy.enable_reply
+    # What the surface itself can do (a chat platform's adapter declares it); the binding may only narrow it.
+    surfaced = surface_delivery(surface)
+    sizes = [s for s in (delivery_policy.max_message_size, surfaced.max_message_size) if s is not None]
     delivery = DeliveryContext(
         surface=surface,
         reply_target=(
@@ -314,9 +317,11 @@ def context_build(
             if replies
             else None
         ),
-        supports_streaming=delivery_policy.enable_streaming and surface in STREAMING_SURFACES,
-        max_message_size=delivery_policy.max_message_size,
-        platform_capabilities={"reply": replies},
+        supports_streaming=delivery_policy.enable_streaming and surfaced.supports_streaming,
+        supports_edit=surfaced.supports_edit,
+        supports_reaction=surfaced.supports_reaction,
+        max_message_size=min(sizes) if sizes else None,
+        platform_capabilities={"reply": replies, **surfaced.capabilities},
     )
     context = AgentRunContext(
         run_id=run_id,

@@ -38,6 +38,7 @@ from langbot_sdk.protocol import (
     RunFailureCode,
     StateUpdatedPayload,
 )
+from runners.hostapi.delivery import run_results_observe
 from runners.hostapi.usage import usage_with_host
 from runners.live.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
 from runners.metrics import RUN_DURATION
@@ -303,6 +304,7 @@ class RunExecution:
             return False
         self.last_seq += len(batch.events)
         await run_events_publish_committed(run=self.run, events=rows)
+        run_results_observe(run=self.run, events=rows, ended=False)
         return True
 
     async def _finish(self, batch: Batch, terminal: Accepted) -> None:
@@ -341,6 +343,7 @@ class RunExecution:
             seconds = (self.run.finished_at - self.run.started_at).total_seconds()
             RUN_DURATION.labels(self.run.runner_id, outcome.status).observe(max(0.0, seconds))
         await run_end_publish_committed(run=self.run, events=rows)
+        run_results_observe(run=self.run, events=rows, ended=True)
         logger.info(
             "run %s %s%s", self.run_id, outcome.status, f" ({outcome.status_reason})" if outcome.status_reason else ""
         )

@@ -279,7 +279,7 @@ def test_platform_action_on_a_message_of_another_conversation_is_not_found(host_
 
 def test_platform_action_on_a_surface_without_an_adapter_is_unsupported(host_run):
     run = host_run(resource_policy={"platform_actions": ["message.send"], "require_action_approval": False})
-    bot = BotFactory.create(workspace=run.workspace, platform="telegram")
+    bot = BotFactory.create(workspace=run.workspace, platform="other")
     run.run.bot = bot
     run.run.save(update_fields=["bot"])
     refused = run.refused("platform_request_action", action="message.send", payload={"text": "x"})

@@ -1,0 +1,298 @@
+"""Telegram on python-telegram-bot: the Bot API webhook in, `sendMessage` / `editMessageText` /
+`sendPhoto` / `sendDocument` / `setMessageReaction` out.
+
+Credentials: `token` (from BotFather), `secret_token` (the webhook's `X-Telegram-Bot-Api-Secret-Token`,
+required: an update without it is refused), optional `api_base_url` (a self-hosted Bot API server or a
+proxy; default `https://api.telegram.org`) and `username` (the bot's @name, for mentions in groups; the
+"Set the platform webhook" admin action fills it from `getMe`).
+
+In groups the bot answers a command, a message that mentions it, or a reply to one of its messages; in
+private chats it answers everything. A command `/cmd@otherbot` is someone else's.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from telegram import Bot, InputFile, Message, ReactionTypeEmoji, ReplyParameters, Update
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.request import HTTPXRequest
+
+from platforms.interface import (
+    FetchedFile,
+    InboundBatch,
+    InboundRefusedError,
+    InboundRequest,
+    InboundUpdate,
+    OutboundFile,
+    PlatformAdapter,
+    PlatformAPIError,
+    PlatformCapabilities,
+    PlatformFileRef,
+    ReplyTarget,
+    SentMessage,
+)
+
+DEFAULT_API_BASE_URL = "https://api.telegram.org"
+SECRET_HEADER = "x-telegram-bot-api-secret-token"
+GROUP_CHATS = frozenset({"group", "supergroup"})
+
+
+def _retry_seconds(value: int | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class TelegramAdapter(PlatformAdapter):
+    platform: ClassVar[str] = "telegram"
+    # 4096 is the Bot API's limit on a message's text (UTF-16 code units, see `text_length`); about one
+    # message a second per chat is what Telegram asks bots to stay under (its FAQ on broadcasting).
+    capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
+        edit=True,
+        reaction=True,
+        files_in=True,
+        files_out=True,
+        threads=True,
+        max_message_chars=4096,
+        edit_interval_seconds=1.0,
+        max_file_bytes=50 * 1024 * 1024,
+    )
+    credential_keys: ClassVar[tuple[str, ...]] = ("token", "secret_token", "api_base_url", "username")
+
+    _client: Bot | None = None
+
+    @staticmethod
+    def text_length(text: str) -> int:
+        return len(text.encode("utf-16-le")) // 2
+
+    @property
+    def token(self) -> str:
+        return str(self.credentials.get("token") or "")
+
+    @property
+    def bot_user_id(self) -> int | None:
+        head = self.token.split(":", 1)[0]
+        return int(head) if head.isdigit() else None
+
+    def client(self) -> Bot:
+        if self._client is None:
+            if not self.token:
+                raise PlatformAPIError("the bot has no Telegram token (credentials.token)")
+            base = self.api_base_url or DEFAULT_API_BASE_URL
+            self._client = Bot(
+                self.token,
+                base_url=f"{base}/bot",
+                base_file_url=f"{base}/file/bot",
+                request=HTTPXRequest(connection_pool_size=4),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.shutdown()
+
+    # -- inbound --------------------------------------------------------------------------------
+    def verify(self, request: InboundRequest) -> None:
+        expected = str(self.credentials.get("secret_token") or "")
+        given = request.header(SECRET_HEADER)
+        if not expected:
+            raise InboundRefusedError("forged", "the bot has no secret_token; set one and call setWebhook again")
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            raise InboundRefusedError("forged", "the secret token header does not match", status=401)
+
+    def parse(self, request: InboundRequest) -> InboundBatch:
+        try:
+            raw = json.loads(request.body)
+            update = Update.de_json(raw, None)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise InboundRefusedError("malformed", f"not a Telegram update: {exc}", status=400) from None
+        if not isinstance(raw, dict) or update is None:
+            raise InboundRefusedError("malformed", "not a Telegram update", status=400)
+        message = update.message
+        if message is None or message.from_user is None:
+            return InboundBatch()  # edits, channel posts, member updates: not handled yet, acknowledged
+        addressed, text, command = self._addressed(message)
+        if not addressed:
+            return InboundBatch()
+        files = self._files(message)
+        if not text and not files:
+            return InboundBatch()
+        return InboundBatch(
+            updates=[InboundUpdate(envelope=self._envelope(update, message, raw, text, command), files=files)]
+        )
+
+    def _addressed(self, message: Message) -> tuple[bool, str, str | None]:
+        """Whether the bot is meant, the text without its @name, and the command (without `/` or @name)."""
+        text = message.text or message.caption or ""
+        username = str(self.credentials.get("username") or "").lstrip("@").lower()
+        command: str | None = None
+        mentioned = False
+        entities = message.entities or message.caption_entities or ()
+        for entity in entities:
+            piece = text[entity.offset : entity.offset + entity.length]
+            if entity.type == "bot_command" and entity.offset == 0:
+                name, _, addressee = piece[1:].partition("@")
+                if addressee and username and addressee.lower() != username:
+                    return False, text, None
+                command = name
+            elif entity.type == "mention" and username and piece[1:].lower() == username:
+                mentioned = True
+                text = (text[: entity.offset] + text[entity.offset + entity.length :]).strip()
+            elif entity.type == "text_mention" and entity.user is not None and entity.user.id == self.bot_user_id:
+                mentioned = True
+        if message.chat.type not in GROUP_CHATS:
+            return True, text, command
+        replied = message.reply_to_message
+        to_bot = bool(replied and replied.from_user and replied.from_user.id == self.bot_user_id)
+        return bool(command or mentioned or to_bot), text, command
+
+    @staticmethod
+    def _files(message: Message) -> list[PlatformFileRef]:
+        files: list[PlatformFileRef] = []
+        if message.photo:
+            photo = message.photo[-1]  # Telegram lists the sizes smallest first
+            files.append(
+                PlatformFileRef(
+                    ref={"file_id": photo.file_id, "file_unique_id": photo.file_unique_id},
+                    name=f"photo-{photo.file_unique_id}.jpg",
+                    mime_type="image/jpeg",
+                    size=photo.file_size,
+                    kind="image",
+                )
+            )
+        if message.document:
+            document = message.document
+            files.append(
+                PlatformFileRef(
+                    ref={"file_id": document.file_id, "file_unique_id": document.file_unique_id},
+                    name=document.file_name or f"document-{document.file_unique_id}",
+                    mime_type=document.mime_type or "",
+                    size=document.file_size,
+                    kind="file",
+                )
+            )
+        return files
+
+    def _envelope(
+        self, update: Update, message: Message, raw: dict[str, Any], text: str, command: str | None
+    ) -> dict[str, Any]:
+        sender = message.from_user
+        assert sender is not None
+        chat = message.chat
+        thread = str(message.message_thread_id) if message.is_topic_message and message.message_thread_id else None
+        target = ReplyTarget(
+            chat_id=str(chat.id),
+            thread_id=thread,
+            reply_to_message_id=str(message.message_id) if chat.type in GROUP_CHATS else None,
+        )
+        return {
+            "event_id": f"telegram:{self.bot_id}:{update.update_id}",
+            "event_type": "message.received",
+            "source_event_type": "message",
+            "thread_id": thread,
+            "actor": {
+                "actor_type": "user",
+                "actor_id": str(sender.id),
+                "actor_name": (sender.full_name or sender.username or str(sender.id))[:255],
+                "metadata": {k: v for k, v in {"username": sender.username, "is_bot": sender.is_bot}.items() if v},
+            },
+            "subject": {
+                "subject_type": "message",
+                "subject_id": str(message.message_id),
+                "data": {"chat_type": chat.type, **({"chat_title": chat.title} if chat.title else {})},
+            },
+            "input": {"text": text or None},
+            "data": {
+                "chat_id": str(chat.id),
+                "chat_type": chat.type,
+                "reply_target": target.as_data(),
+                **({"command": command} if command else {}),
+                "raw": raw,
+            },
+            "event_time": message.date.timestamp(),
+        }
+
+    async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:
+        file_id = str(ref.ref.get("file_id") or "")
+        if not file_id:
+            raise PlatformAPIError("the file reference has no file_id")
+        data = await self._call(self._download, file_id)
+        return FetchedFile(data=data, name=ref.name, mime_type=ref.mime_type)
+
+    async def _download(self, file_id: str) -> bytes:
+        file = await self.client().get_file(file_id)
+        return bytes(await file.download_as_bytearray())
+
+    # -- outbound -------------------------------------------------------------------------------
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """One SDK call, its errors as `PlatformAPIError` (429 with the wait Telegram asked for)."""
+        try:
+            return await fn(*args, **kwargs)
+        except RetryAfter as exc:
+            raise PlatformAPIError(str(exc), retry_after=_retry_seconds(exc.retry_after)) from exc
+        except (TimedOut, NetworkError) as exc:
+            if isinstance(exc, BadRequest):
+                raise PlatformAPIError(exc.message) from exc
+            raise PlatformAPIError(str(exc), retryable=True) from exc
+        except TelegramError as exc:
+            raise PlatformAPIError(exc.message) from exc
+
+    @staticmethod
+    def _where(target: ReplyTarget) -> dict[str, Any]:
+        where: dict[str, Any] = {"chat_id": target.chat_id}
+        if target.thread_id:
+            where["message_thread_id"] = int(target.thread_id)
+        if target.reply_to_message_id:
+            where["reply_parameters"] = ReplyParameters(
+                message_id=int(target.reply_to_message_id), allow_sending_without_reply=True
+            )
+        return where
+
+    async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
+        sent = await self._call(self.client().send_message, text=text, **self._where(target))
+        return SentMessage(chat_id=str(sent.chat.id), message_id=str(sent.message_id))
+
+    async def edit_text(self, message: SentMessage, text: str) -> None:
+        try:
+            await self._call(
+                self.client().edit_message_text, text=text, chat_id=message.chat_id, message_id=int(message.message_id)
+            )
+        except PlatformAPIError as exc:
+            # The same text again is no change to make, not a failure.
+            if "message is not modified" not in str(exc).lower():
+                raise
+
+    async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
+        upload = InputFile(file.data, filename=file.name)
+        where = self._where(target)
+        caption = file.caption or None
+        client = self.client()
+        if file.mime_type in ("image/jpeg", "image/png", "image/webp") and len(file.data) <= 10 * 1024 * 1024:
+            sent = await self._call(client.send_photo, photo=upload, caption=caption, **where)
+        else:
+            sent = await self._call(client.send_document, document=upload, caption=caption, **where)
+        return SentMessage(chat_id=str(sent.chat.id), message_id=str(sent.message_id))
+
+    async def add_reaction(self, message: SentMessage, reaction: str) -> None:
+        await self._call(
+            self.client().set_message_reaction,
+            chat_id=message.chat_id,
+            message_id=int(message.message_id),
+            reaction=[ReactionTypeEmoji(reaction)],
+        )
+
+    async def webhook_register(self, url: str) -> str:
+        secret = str(self.credentials.get("secret_token") or "")
+        if not secret:
+            raise PlatformAPIError("set credentials.secret_token first: Telegram sends it with every update")
+        client = self.client()
+        me = await self._call(client.get_me)
+        await self._call(
+            client.set_webhook, url=url, secret_token=secret, allowed_updates=["message"], drop_pending_updates=False
+        )
+        if me.username:
+            self.credentials["username"] = me.username
+        return f"Telegram will post @{me.username}'s updates to {url}"

@@ -1,0 +1,353 @@
+"""The host's delivery policy on chat platforms: a run's results become messages on the chat its event
+came from, whatever the platform.
+
+- Streaming: while a run streams, its text is shown by sending one message and editing it, no more often
+  than the platform's `edit_interval_seconds` per chat (`LANGBOT_PLATFORM_EDIT_INTERVAL` may override it);
+  the deltas that arrive in between are coalesced into the next edit. Every platform write waits for that
+  interval, so bursts never exceed it. The last write always shows the final text (the runner's
+  `message.completed`, else every delta joined).
+- Splitting: text longer than the limit (the platform's `max_message_chars`, narrowed by the binding's
+  `delivery_policy.max_message_size`) becomes several messages, cut on a paragraph, line, sentence or
+  word boundary (`text_split`).
+- Retries: a platform error with `retry_after` (HTTP 429) waits that long and tries again; other transient
+  errors back off exponentially; after `MAX_ATTEMPTS` the delivery has failed.
+- Records: every run's delivery leaves one `PlatformDelivery` row (messages sent, or the error); the run's
+  outcome never changes because of it.
+- Files: `artifact.created` results are uploaded after the text.
+
+`PlatformDeliveryPort` is what `runners` calls (installed by `PlatformsConfig.ready`): it answers what a
+platform supports, carries out platform actions, and takes committed results on the worker's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from asgiref.sync import async_to_sync, sync_to_async
+from django.conf import settings
+
+from artifacts.selectors import artifact_get
+from artifacts.services import artifact_read_bytes
+from bindings.policies import DeliveryPolicy
+from platforms.interface import (
+    OutboundFile,
+    PlatformAdapter,
+    PlatformAPIError,
+    ReplyTarget,
+    SentMessage,
+)
+from platforms.models import PlatformDelivery
+from platforms.registry import adapter_class, adapter_for_bot
+from runners.hostapi.delivery import DeliveryError, DeliveryTargetNotFoundError, SurfaceDelivery
+from runners.models import Run, RunEvent
+from runners.orchestrator.normalizer import delta_text
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 5
+BACKOFF_FIRST_SECONDS = 0.5
+# A run that stops producing results without ending (its worker lost the lease) is given up after this.
+IDLE_GIVE_UP_SECONDS = 900.0
+_BOUNDARIES = (re.compile(r"\n\s*\n"), re.compile(r"\n"), re.compile(r"[.!?。！？…](?=\s)|[。！？]"), re.compile(r"\s"))
+
+
+def text_split(text: str, limit: int, length: Callable[[str], int] = len) -> list[str]:
+    """`text` in pieces of at most `limit` (as `length` counts), cut at the last paragraph break, else line
+    break, else sentence end, else space within the limit — a hard cut only when a piece has none."""
+    pieces: list[str] = []
+    rest = text.strip()
+    while rest:
+        if length(rest) <= limit:
+            pieces.append(rest)
+            break
+        hard = _prefix_within(rest, limit, length)
+        cut = hard
+        window = rest[:hard]
+        for boundary in _BOUNDARIES:
+            ends = [m.end() for m in boundary.finditer(window) if m.end() > hard // 3]
+            if ends:
+                cut = ends[-1]
+                break
+        piece = rest[:cut].strip()
+        if piece:
+            pieces.append(piece)
+        rest = rest[cut:].strip()
+    return pieces
+
+
+def _prefix_within(text: str, limit: int, length: Callable[[str], int]) -> int:
+    if length is len:
+        return max(1, limit)
+    used = 0
+    for index, char in enumerate(text):
+        used += length(char)
+        if used > limit:
+            return max(1, index)
+    return len(text)
+
+
+def _message_text(data: dict[str, Any]) -> str:
+    message = data.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+class DeliveryFailedError(Exception):
+    pass
+
+
+class PlatformWriter:
+    """The writes of one run to one chat: paced, retried, counted."""
+
+    def __init__(self, adapter: PlatformAdapter, *, interval: float) -> None:
+        self.adapter = adapter
+        self.interval = interval
+        self.calls = 0
+        self._last_write = -float("inf")
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        delay = BACKOFF_FIRST_SECONDS
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            wait = self._last_write + self.interval - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.calls += 1
+            try:
+                return await fn(*args)
+            except PlatformAPIError as exc:
+                if not exc.retryable or attempt == MAX_ATTEMPTS:
+                    raise DeliveryFailedError(str(exc)) from exc
+                pause = exc.retry_after if exc.retry_after is not None else delay
+                delay *= 2
+                logger.info("platform call failed (%s); retrying in %.1fs", exc, pause)
+                await asyncio.sleep(pause)
+            finally:
+                self._last_write = time.monotonic()
+        raise DeliveryFailedError("unreachable")  # pragma: no cover
+
+
+class ReplyStream:
+    """One platform run's reply: fed with committed results, writes them to the chat at the platform's pace."""
+
+    def __init__(self, run: Run, *, on_done: Callable[[ReplyStream], None]) -> None:
+        self.run = run
+        self.on_done = on_done
+        self.inert = False
+        """Set when the run's bot turned out to have nothing to deliver to (no adapter for its platform)."""
+        self.streamed: list[str] = []
+        self.final: str | None = None
+        self.files: list[dict[str, Any]] = []
+        self.ended = False
+        self.wake = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._deliver(), name=f"platform-reply {run.run_id}")
+
+    def feed(self, events: Sequence[RunEvent], ended: bool) -> None:
+        for event in events:
+            if event.type == "message.delta":
+                self.streamed.append(delta_text(event.data))
+            elif event.type == "message.completed":
+                self.final = _message_text(event.data)
+            elif event.type == "artifact.created":
+                self.files.append(event.data)
+        self.ended = self.ended or ended
+        self.wake.set()
+
+    async def _deliver(self) -> None:
+        try:
+            await self._deliver_all()
+        except Exception:
+            logger.exception("run %s: platform delivery crashed", self.run.run_id)
+        finally:
+            self.on_done(self)
+
+    async def _deliver_all(self) -> None:
+        run = await Run.objects.select_related("bot", "event", "binding", "workspace").aget(pk=self.run.pk)
+        bot = run.bot
+        adapter = adapter_for_bot(bot) if bot is not None else None
+        target = ReplyTarget.from_event_data(run.event.data)
+        policy = DeliveryPolicy.model_validate(run.binding.delivery_policy or {}) if run.binding else DeliveryPolicy()
+        if adapter is None:
+            self.inert = True
+            return
+        if bot is None or target is None or run.is_observer or not policy.enable_reply:
+            return  # nothing to deliver to; results are still in the ledger and the transcript
+        caps = adapter.capabilities
+        limit = min(caps.max_message_chars, policy.max_message_size or caps.max_message_chars)
+        override = getattr(settings, "LANGBOT_PLATFORM_EDIT_INTERVAL", None)
+        writer = PlatformWriter(
+            adapter, interval=float(override) if override is not None else caps.edit_interval_seconds
+        )
+        streaming = policy.enable_streaming and caps.edit
+        sent: list[SentMessage] = []
+        shown: list[str] = []
+        error: dict[str, Any] | None = None
+
+        async def show(text: str) -> None:
+            for index, piece in enumerate(text_split(text, limit, adapter.text_length)):
+                if index < len(sent):
+                    if shown[index] != piece:
+                        await writer.call(adapter.edit_text, sent[index], piece)
+                        shown[index] = piece
+                else:
+                    sent.append(await writer.call(adapter.send_text, target, piece))
+                    shown.append(piece)
+
+        try:
+            while not self.ended:
+                try:
+                    async with asyncio.timeout(IDLE_GIVE_UP_SECONDS):
+                        await self.wake.wait()
+                except TimeoutError:
+                    break
+                self.wake.clear()
+                if self.ended or not streaming:
+                    continue
+                # Wait out the pace here, so everything that arrives meanwhile goes into one edit.
+                wait = writer._last_write + writer.interval - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if self.ended:
+                    break
+                text = "".join(self.streamed)
+                if text.strip():
+                    await show(text)
+            final = self.final if self.final is not None else "".join(self.streamed)
+            if final.strip():
+                await show(final)
+            for data in self.files:
+                sent.append(await self._send_file(writer, adapter, target, run, data))
+        except DeliveryFailedError as exc:
+            error = {"code": "platform_error", "message": str(exc)[:1000]}
+            logger.warning("run %s: delivery to %s failed: %s", run.run_id, bot.platform, exc)
+        finally:
+            await adapter.aclose()
+        if sent or error:
+            await PlatformDelivery.objects.acreate(
+                workspace_id=run.workspace_id,
+                run=run,
+                bot=bot,
+                platform=bot.platform,
+                status=PlatformDelivery.Status.FAILED if error else PlatformDelivery.Status.DELIVERED,
+                chat_id=target.chat_id,
+                message_ids=[m.message_id for m in sent],
+                calls=writer.calls,
+                error=error,
+            )
+
+    @staticmethod
+    async def _send_file(
+        writer: PlatformWriter, adapter: PlatformAdapter, target: ReplyTarget, run: Run, data: dict[str, Any]
+    ) -> SentMessage:
+        artifact = await sync_to_async(artifact_get)(workspace=run.workspace, artifact_id=str(data.get("artifact_id")))
+        if artifact is None:
+            raise DeliveryFailedError(f"artifact {data.get('artifact_id')} is gone")
+        content = await sync_to_async(artifact_read_bytes)(artifact=artifact)
+        file = OutboundFile(data=content, name=artifact.name or "file", mime_type=artifact.mime_type)
+        result: SentMessage = await writer.call(adapter.send_file, target, file)
+        return result
+
+
+class PlatformDeliveryPort:
+    """`runners.hostapi.delivery.DeliveryPort` for the chat platforms that have an adapter."""
+
+    def __init__(self) -> None:
+        self._streams: dict[int, ReplyStream] = {}
+        # Bots whose platform has no adapter (web UI bots, say): their runs cost no task.
+        self._inert_bots: set[int] = set()
+
+    def surface(self, surface: str) -> SurfaceDelivery | None:
+        cls = adapter_class(surface)
+        if cls is None:
+            return None
+        caps = cls.capabilities
+        return SurfaceDelivery(
+            supports_streaming=caps.edit,
+            supports_edit=caps.edit,
+            supports_reaction=caps.reaction,
+            max_message_size=caps.max_message_chars,
+            actions=caps.actions,
+            capabilities={"files_in": caps.files_in, "files_out": caps.files_out, "threads": caps.threads},
+        )
+
+    def results_observe(self, *, run: Run, events: Sequence[RunEvent], ended: bool) -> None:
+        stream = self._streams.get(run.pk)
+        if stream is None:
+            if run.is_observer or run.bot_id in self._inert_bots:
+                return
+            platform = getattr(run.bot, "platform", None) if Run.bot.is_cached(run) else None
+            if platform is not None and adapter_class(platform) is None and run.bot_id is not None:
+                self._inert_bots.add(run.bot_id)
+                return
+            stream = ReplyStream(run, on_done=self._stream_done)
+            self._streams[run.pk] = stream
+        stream.feed(events, ended)
+
+    def _stream_done(self, stream: ReplyStream) -> None:
+        self._streams.pop(stream.run.pk, None)
+        if stream.inert and stream.run.bot_id is not None:
+            self._inert_bots.add(stream.run.bot_id)
+
+    def action_deliver(
+        self, *, run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]
+    ) -> dict[str, Any]:
+        return platform_action_carry_out(run=run, action=action, target=target, payload=payload)
+
+
+def platform_action_carry_out(
+    *, run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]
+) -> dict[str, Any]:
+    """`message.send` / `message.edit` / `reaction.add` on the run's platform (PROTOCOL_V1 §7.8). The target
+    is the run's own chat unless it names a `chat_id` (only the run's chat is allowed)."""
+    bot = run.bot
+    adapter = adapter_for_bot(bot) if bot is not None else None
+    if bot is None or adapter is None:
+        raise DeliveryError("the run has no chat platform to act on")
+    if action not in adapter.capabilities.actions:
+        raise DeliveryError(f"{bot.platform} cannot {action}")
+    home = ReplyTarget.from_event_data(run.event.data)
+    if home is None:
+        raise DeliveryTargetNotFoundError("the run's event names no chat to act in")
+    chat = str(target.get("chat_id") or home.chat_id)
+    if chat != home.chat_id:
+        raise DeliveryTargetNotFoundError("target.chat_id is not this run's chat")
+    text = payload.get("text")
+    message_id = str(target.get("message_id") or "")
+
+    async def act() -> dict[str, Any]:
+        try:
+            if action == "message.send":
+                if not isinstance(text, str) or not text.strip():
+                    raise DeliveryError("payload.text must be a non-empty string")
+                sent = await adapter.send_text(ReplyTarget(chat_id=chat, thread_id=home.thread_id), text)
+                return {"message_id": sent.message_id, "chat_id": sent.chat_id}
+            if not message_id:
+                raise DeliveryTargetNotFoundError("target.message_id is required")
+            message = SentMessage(chat_id=chat, message_id=message_id)
+            if action == "message.edit":
+                if not isinstance(text, str) or not text.strip():
+                    raise DeliveryError("payload.text must be a non-empty string")
+                await adapter.edit_text(message, text)
+                return {"message_id": message_id, "chat_id": chat}
+            reaction = payload.get("reaction")
+            if not isinstance(reaction, str) or not reaction or len(reaction) > 64:
+                raise DeliveryError("payload.reaction must be a short non-empty string")
+            await adapter.add_reaction(message, reaction)
+            return {"message_id": message_id, "chat_id": chat, "reaction": reaction}
+        except PlatformAPIError as exc:
+            error = DeliveryError(f"{bot.platform}: {exc}")
+            error.code = "runtime_error"
+            raise error from exc
+        finally:
+            await adapter.aclose()
+
+    result: dict[str, Any] = async_to_sync(act)()
+    return result

@@ -1,0 +1,279 @@
+"""The chat-platform adapter interface: what one platform implements so the host can take its updates in
+and deliver run results back. Everything platform-specific lives behind it; everything the host decides
+(deduplication, the gateway, streaming cadence, splitting, retries, recording failures) lives outside it
+in `platforms.inbound` and `platforms.delivery`.
+
+Implementing a platform (see `platforms/adapters/telegram.py` for a complete one):
+
+1. Subclass `PlatformAdapter` in `platforms/adapters/<platform>.py`; set `platform` (the `Bot.platform`
+   value), `capabilities` (a `PlatformCapabilities`: what the platform can do and its limits — this is what
+   a runner sees as `ctx.delivery.supports_edit` / `supports_reaction` / `max_message_size`) and
+   `credential_keys` (the platform's own names; `api_base_url` is always accepted too).
+2. An instance is made per use from the bot's decrypted credentials: `Adapter(bot_id=..., credentials=...)`.
+   Outbound methods are coroutines and may keep a client open until `aclose()`.
+3. Inbound webhook (`POST /platforms/<platform>/<workspace slug>/<bot_id>/webhook`): `verify(request)`
+   raises `InboundRefusedError` for a forged or stale request (the host records it and answers the error's
+   status); `parse(request)` turns the body into an `InboundBatch` of `InboundUpdate`s, each a gateway
+   envelope (`EventEnvelopeIn` fields as a dict; `source: "platform"`, `event_id` derived from the platform's
+   own delivery id so a redelivered update is handled once) plus the files the message carries as
+   `PlatformFileRef`s. The host fetches those files through `fetch_file` off the webhook's request (only
+   then, and only when the update is new) and gives the runner artifact refs. `InboundBatch.response`
+   answers platform handshakes (Slack's URL verification, Lark's challenge).
+4. Replies: a `ReplyTarget` says where a run's answer goes (chat, thread, the message replied to); the
+   adapter puts `ReplyTarget.as_data()` into the envelope's `data.reply_target`, and the delivery reads it
+   back from the run's event. Outbound calls raise `PlatformAPIError` (with `retry_after` when the platform
+   says how long to wait, `retryable` for transient failures); the host retries and, when it gives up,
+   records the failure on the run.
+5. Long-lived connections (Discord gateway, ...): set `connector_class` to a `PlatformConnector` subclass;
+   its `run()` keeps the connection, reconnects with `backoff_delays()`, and hands each update to the
+   `on_update` callback (`platforms.inbound.platform_update_accept` behind it).
+6. Register the class: add its dotted path to `ADAPTER_PATHS` in `platforms/registry.py`.
+
+Tests drive an adapter against a local fake of the platform's API (credentials' `api_base_url` pointing at
+it) and post real-shaped updates to the webhook URL; see `tests/platforms/test_telegram*.py`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
+
+
+@dataclass(frozen=True)
+class PlatformCapabilities:
+    """What a platform can do and the limits the host's delivery keeps to."""
+
+    edit: bool = False
+    """Sent messages can be edited (streaming by edits, `message.edit`)."""
+    reaction: bool = False
+    files_in: bool = False
+    files_out: bool = False
+    threads: bool = False
+    max_message_chars: int = 4000
+    """The platform's own limit on one message's text; longer replies are split."""
+    edit_interval_seconds: float = 1.0
+    """The least time between two writes (send or edit) to one chat while streaming."""
+    max_file_bytes: int | None = None
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """The platform actions (PROTOCOL_V1 §7.8) this platform can carry out."""
+        return tuple(
+            a
+            for a in PLATFORM_ACTIONS
+            if a == "message.send" or (a == "message.edit" and self.edit) or (a == "reaction.add" and self.reaction)
+        )
+
+
+@dataclass(frozen=True)
+class InboundRequest:
+    """An inbound webhook call as the adapter sees it: header names lower-cased, the raw body bytes."""
+
+    headers: Mapping[str, str]
+    body: bytes
+    query: Mapping[str, str] = field(default_factory=dict)
+    remote_addr: str = ""
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name.lower(), "")
+
+
+class InboundRefusedError(Exception):
+    """The request is refused: `reason` is `forged` (bad secret, token or signature), `replayed` (stale
+    timestamp), or `malformed` (not the platform's shape). The host records forged and replayed ones."""
+
+    def __init__(self, reason: str, message: str, *, status: int = 403) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+@dataclass(frozen=True)
+class PlatformFileRef:
+    """A file on the platform, fetched only when the host stores it (`PlatformAdapter.fetch_file`)."""
+
+    ref: dict[str, Any]
+    """The platform's own handle, JSON-serialisable (e.g. `{"file_id": ...}` on Telegram)."""
+    name: str = ""
+    mime_type: str = ""
+    size: int | None = None
+    kind: str = "file"
+    """`image`, `file`, `audio`, `video`: how the message carried it."""
+
+
+@dataclass(frozen=True)
+class FetchedFile:
+    data: bytes
+    name: str = ""
+    mime_type: str = ""
+
+
+@dataclass
+class InboundUpdate:
+    """One update the gateway should see: `envelope` has `EventEnvelopeIn`'s fields (`bot_id` and
+    `source` are set by the host); `files` are added to `envelope.input.attachments` once fetched."""
+
+    envelope: dict[str, Any]
+    files: list[PlatformFileRef] = field(default_factory=list)
+
+
+@dataclass
+class InboundBatch:
+    """What one webhook call carried, and what to answer the platform (`{"ok": true}` when `response` is
+    None)."""
+
+    updates: list[InboundUpdate] = field(default_factory=list)
+    response: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReplyTarget:
+    """Where a reply goes. Stored in the event as `data.reply_target`; events from elsewhere (the REST API,
+    schedules) that name a bot may give `data.reply_target` or just `data.chat_id`."""
+
+    chat_id: str
+    thread_id: str | None = None
+    reply_to_message_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_data(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"chat_id": self.chat_id}
+        if self.thread_id:
+            data["thread_id"] = self.thread_id
+        if self.reply_to_message_id:
+            data["reply_to_message_id"] = self.reply_to_message_id
+        if self.extra:
+            data["extra"] = self.extra
+        return data
+
+    @classmethod
+    def from_event_data(cls, data: Mapping[str, Any] | None) -> ReplyTarget | None:
+        data = data or {}
+        target = data.get("reply_target")
+        if isinstance(target, dict) and target.get("chat_id") not in (None, ""):
+            extra = target.get("extra")
+            return cls(
+                chat_id=str(target["chat_id"]),
+                thread_id=str(target["thread_id"]) if target.get("thread_id") else None,
+                reply_to_message_id=str(target["reply_to_message_id"]) if target.get("reply_to_message_id") else None,
+                extra=extra if isinstance(extra, dict) else {},
+            )
+        chat = data.get("chat_id")
+        if isinstance(chat, str | int) and not isinstance(chat, bool) and str(chat):
+            return cls(chat_id=str(chat))
+        return None
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message the bot sent, as the platform names it (enough to edit or react to it later)."""
+
+    chat_id: str
+    message_id: str
+
+
+@dataclass(frozen=True)
+class OutboundFile:
+    data: bytes
+    name: str
+    mime_type: str
+    caption: str = ""
+
+
+class PlatformAPIError(Exception):
+    """A platform call failed. `retry_after` (seconds) when the platform said how long to wait (HTTP 429),
+    `retryable` for other transient failures (5xx, network); anything else is final."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.retryable = retryable or retry_after is not None
+
+
+class PlatformAdapter(abc.ABC):
+    """One platform. Subclasses set the class attributes and implement the abstract methods."""
+
+    platform: ClassVar[str]
+    capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities()
+    credential_keys: ClassVar[tuple[str, ...]] = ()
+    connector_class: ClassVar[type[PlatformConnector] | None] = None
+
+    def __init__(self, *, bot_id: str, credentials: Mapping[str, Any]) -> None:
+        self.bot_id = bot_id
+        self.credentials = dict(credentials)
+
+    @staticmethod
+    def text_length(text: str) -> int:
+        """The length the platform's `max_message_chars` counts (Telegram counts UTF-16 code units)."""
+        return len(text)
+
+    @property
+    def api_base_url(self) -> str | None:
+        value = self.credentials.get("api_base_url")
+        return str(value).rstrip("/") if value else None
+
+    # -- inbound --------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def verify(self, request: InboundRequest) -> None:
+        """Raise `InboundRefusedError` unless the request provably comes from the platform."""
+
+    @abc.abstractmethod
+    def parse(self, request: InboundRequest) -> InboundBatch:
+        """The updates of a verified request (raise `InboundRefusedError("malformed", ...)` for junk)."""
+
+    async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:
+        raise PlatformAPIError(f"{self.platform} files cannot be fetched")
+
+    # -- outbound -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def send_text(self, target: ReplyTarget, text: str) -> SentMessage: ...
+
+    async def edit_text(self, message: SentMessage, text: str) -> None:
+        raise PlatformAPIError(f"{self.platform} messages cannot be edited")
+
+    async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
+        raise PlatformAPIError(f"{self.platform} does not take files from bots")
+
+    async def add_reaction(self, message: SentMessage, reaction: str) -> None:
+        raise PlatformAPIError(f"{self.platform} has no reactions")
+
+    async def webhook_register(self, url: str) -> str:
+        """Tell the platform where to send updates (an admin action); returns a line for the operator."""
+        raise PlatformAPIError(f"{self.platform} webhooks are configured on the platform's own console")
+
+    async def aclose(self) -> None:  # noqa: B027 - most adapters hold nothing to release
+        """Release clients opened by outbound calls."""
+
+
+UpdateHandler = Callable[[InboundUpdate], Awaitable[None]]
+
+
+class PlatformConnector(abc.ABC):
+    """A long-lived connection of one bot to its platform (started by the connector process). `state` is
+    what `/healthz` and the bot's admin page show: `connecting`, `connected`, `backoff`, `stopped`."""
+
+    def __init__(self, *, adapter: PlatformAdapter, on_update: UpdateHandler) -> None:
+        self.adapter = adapter
+        self.on_update = on_update
+        self.state = "stopped"
+        self.detail = ""
+
+    @abc.abstractmethod
+    async def run(self) -> None:
+        """Hold the connection until cancelled, reconnecting with `backoff_delays()` between attempts."""
+
+    @staticmethod
+    def backoff_delays(first: float = 1.0, cap: float = 60.0) -> Iterator[float]:
+        delay = first
+        while True:
+            yield delay
+            delay = min(cap, delay * 2)
+
+    async def sleep_backoff(self, delay: float, detail: str) -> None:
+        self.state, self.detail = "backoff", detail
+        await asyncio.sleep(delay)

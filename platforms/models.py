@@ -1,0 +1,60 @@
+"""Facts of the chat platforms: what the host delivered to a platform for a run (and what it failed to),
+and the inbound requests it refused."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from bindings.models import Bot, Workspace
+from runners.models import Run
+
+
+class PlatformDelivery(models.Model):
+    """One run's reply on a chat platform: the messages it became, or why it could not be delivered.
+    A failed delivery never changes the run's outcome; this row is where it shows."""
+
+    class Kind(models.TextChoices):
+        REPLY = "reply", "reply"
+        FILE = "file", "file"
+
+    class Status(models.TextChoices):
+        DELIVERED = "delivered", "delivered"
+        FAILED = "failed", "failed"
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_deliveries")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_deliveries")
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="deliveries")
+    platform = models.CharField(max_length=16)
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.REPLY)
+    status = models.CharField(max_length=12, choices=Status.choices)
+    chat_id = models.CharField(max_length=255, blank=True)
+    message_ids = models.JSONField(default=list, blank=True)
+    calls = models.PositiveIntegerField(default=0)
+    """Platform API calls made (sends, edits, uploads, retries included)."""
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["run"], name="platform_delivery_run")]
+
+    def __str__(self) -> str:
+        return f"{self.platform} {self.kind} of run {self.run_id}: {self.status}"
+
+
+class InboundRefusal(models.Model):
+    """An inbound platform request the host refused (forged secret or signature, replayed, malformed)."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="inbound_refusals")
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="inbound_refusals")
+    platform = models.CharField(max_length=16)
+    reason = models.CharField(max_length=16)
+    message = models.CharField(max_length=500, blank=True)
+    remote_addr = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"{self.platform} {self.reason} for {self.bot_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
