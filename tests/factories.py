@@ -8,6 +8,8 @@ from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
+from platforms.webhooks.models import WebhookEndpoint
+from platforms.webhooks.signing import secret_generate
 from resources.models import Model, ModelProvider
 
 
@@ -97,3 +99,16 @@ class ModelFactory(factory.django.DjangoModelFactory[Model]):
     model_id = factory.Sequence(lambda n: f"model-{n}")
     name = "gpt-4o-mini"
     kind = Model.Kind.LLM
+
+
+class WebhookEndpointFactory(factory.django.DjangoModelFactory[WebhookEndpoint]):
+    """A completion webhook endpoint subscribed to every run end, with a fresh `whsec_` secret."""
+
+    class Meta:
+        model = WebhookEndpoint
+
+    workspace = factory.SubFactory(WorkspaceFactory)
+    url = "http://127.0.0.1:9/hooks"
+    event_types = factory.LazyFunction(lambda: ["run.cancelled", "run.completed", "run.failed"])
+    secret = factory.LazyFunction(secret_generate)
+    enabled = True

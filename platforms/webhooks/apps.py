@@ -1,4 +1,4 @@
-"""App config of the completion webhooks."""
+"""App config of the completion webhooks: registers the run-end observer that records webhook messages."""
 
 from django.apps import AppConfig
 
@@ -7,3 +7,9 @@ class WebhooksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "platforms.webhooks"
     label = "webhooks"
+
+    def ready(self) -> None:
+        from platforms.webhooks.outbox import runs_ended_record
+        from runners.lifecycle.observers import run_end_observer_register
+
+        run_end_observer_register(runs_ended_record)

@@ -24,6 +24,7 @@ from bindings.policies import ConcurrencyPolicy
 from langbot_host.core.db import connections_release, read_released
 from langbot_host.core.sql import insert
 from runners.lifecycle.dispatch import run_dispatch
+from runners.lifecycle.observers import runs_ended
 from runners.live.cancel import cancel_notify
 from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
 from runners.models import Run
@@ -120,6 +121,7 @@ def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run
             run.finished_at = now
             run.save()
             run_status_publish_on_commit(run=run)
+            runs_ended(runs=[run])
             return run
         if policy is ConcurrencyPolicy.INTERRUPT:
             for earlier in active.order_by("id"):
@@ -146,6 +148,7 @@ def run_cancel_request(*, run: Run, reason: str) -> Run:
         if cancelled:
             run.refresh_from_db()
             run_status_publish_on_commit(run=run)
+            runs_ended(runs=[run])
             # A queued run may have been the one later runs of its conversation were waiting behind.
             run_dispatch_next_on_commit(run=run)
             return run
@@ -278,6 +281,7 @@ def runs_sweep(*, now: Any = None) -> SweepResult:
                 continue
             run = Run.objects.get(pk=pk)
             run_status_publish_on_commit(run=run)
+            runs_ended(runs=[run])
             run_dispatch_next_on_commit(run=run)
             result.lost.append(str(run.run_id))
     if result.lost:

@@ -30,6 +30,7 @@ from django.utils import timezone
 from bindings.models import RunnerDescriptor
 from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import RunFailureCode
+from runners.lifecycle.observers import runs_ended
 from runners.lifecycle.services import run_dispatch_next_on_commit
 from runners.live.publish import run_status_publish_on_commit
 from runners.metrics import RUN_QUEUE_WAIT
@@ -64,7 +65,9 @@ def _fail_unstarted(run: Run, *, code: str, message: str, details: dict[str, Any
         )
         if ended:
             run.status, run.status_reason, run.error = Run.Status.FAILED, code, error
+            run.started_at = run.finished_at = now
             run_status_publish_on_commit(run=run)
+            runs_ended(runs=[run])
             run_dispatch_next_on_commit(run=run)
             logger.warning("run %s failed before starting: %s", run.run_id, message)
 

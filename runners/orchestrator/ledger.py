@@ -29,6 +29,7 @@ from langbot_host.core.sql import (
 )
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.hostapi.platform_actions import platform_actions_from_results
+from runners.lifecycle.observers import runs_ended
 from runners.lifecycle.services import run_dispatch, run_dispatch_next_on_commit
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
@@ -254,14 +255,20 @@ async def ledger_finish(
             statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, end=end,
             reply=item,
         )  # fmt: skip
+        _ended(run, outcome=outcome, output=output, now=now)
+        # The statement committed on its own; the observers record theirs right after it.
+        await statements.executor(runs_ended, runs=[run])
     else:
         rows = await statements.executor(
             _ledger_finish_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, outcome=outcome,
             output=output, item=item, now=now,
         )  # fmt: skip
+    return rows
+
+
+def _ended(run: Run, *, outcome: Outcome, output: str, now: datetime) -> None:
     run.status, run.status_reason, run.error = outcome.status, outcome.status_reason, outcome.error
     run.usage, run.output, run.finished_at = outcome.usage, output, now
-    return rows
 
 
 def _ledger_finish_orm(
@@ -288,11 +295,13 @@ def _ledger_finish_orm(
         )
         if not ended:
             raise LeaseLostError()
+        _ended(run, outcome=outcome, output=output, now=now)
         _side_effects(run, batch)
         rows = _event_rows(run, last_seq + 1, batch.events)
         if item is not None:
             TranscriptItem.objects.bulk_create([item], ignore_conflicts=True)
         run_dispatch_next_on_commit(run=run)
+        runs_ended(runs=[run])
     return rows
 
 

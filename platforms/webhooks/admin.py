@@ -1,0 +1,91 @@
+"""Admin of the completion webhooks: endpoints (the secret is generated on creation and shown once, in a
+message; rotation is an action) and their delivery log (read-only, with a redeliver action)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from bindings.admin_scope import WorkspaceScopedAdmin
+from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
+from platforms.webhooks.outbox import subscribed_workspaces_forget
+from platforms.webhooks.services import webhook_delivery_redeliver, webhook_secret_rotate
+from platforms.webhooks.signing import secret_generate
+from platforms.webhooks.specs import DEFAULT_GRACE_SECONDS
+
+
+class WebhookEndpointAdminForm(forms.ModelForm[WebhookEndpoint]):
+    url = forms.URLField(max_length=2000, assume_scheme="https")
+    event_types = forms.MultipleChoiceField(choices=WebhookEventType.choices, widget=forms.CheckboxSelectMultiple)
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["workspace", "binding", "url", "description", "event_types", "enabled"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        binding, workspace = cleaned.get("binding"), cleaned.get("workspace")
+        if binding is not None and workspace is not None and binding.workspace_id != workspace.pk:
+            self.add_error("binding", "The binding must belong to the endpoint's workspace.")
+        return cleaned
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(WorkspaceScopedAdmin[WebhookEndpoint]):
+    form = WebhookEndpointAdminForm
+    list_display = ["webhook_id", "workspace", "url", "event_types", "binding", "enabled", "updated_at"]
+    list_filter = ["enabled", "workspace"]
+    search_fields = ["url", "description"]
+    readonly_fields = ["webhook_id", "secret_display", "previous_secret_expires_at", "created_at", "updated_at"]
+    scoped_foreign_keys = {"binding": "workspace"}
+    actions = ["rotate_secret"]
+
+    @admin.display(description="secret")
+    def secret_display(self, obj: WebhookEndpoint) -> str:
+        return "whsec_******** (shown once when made or rotated)"
+
+    def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: Any, change: bool) -> None:
+        secret = None
+        if not change:
+            secret = secret_generate()
+            obj.secret = secret
+        super().save_model(request, obj, form, change)
+        subscribed_workspaces_forget()
+        if secret is not None:
+            messages.warning(request, f"Signing secret of {obj.url} (shown only now, copy it): {secret}")
+
+    @admin.action(description="Rotate the signing secret (the old one signs for 24 more hours)")
+    def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        for endpoint in queryset:
+            _, secret = webhook_secret_rotate(endpoint=endpoint, grace_seconds=DEFAULT_GRACE_SECONDS)
+            messages.warning(request, f"New signing secret of {endpoint.url} (shown only now, copy it): {secret}")
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(WorkspaceScopedAdmin[WebhookDelivery]):
+    list_display = [
+        "delivery_id", "endpoint", "event_type", "event_id", "status", "attempts", "last_status_code",
+        "next_attempt_at", "created_at",
+    ]  # fmt: skip
+    list_filter = ["status", "event_type", "workspace"]
+    search_fields = ["event_id", "run_id", "delivery_id"]
+    list_select_related = ["endpoint", "workspace"]
+    actions = ["redeliver"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: WebhookDelivery | None = None) -> bool:
+        return False
+
+    @admin.action(description="Redeliver (send the message again)", permissions=["view"])
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
+        count = 0
+        for delivery in queryset.select_related("redelivery_of"):
+            webhook_delivery_redeliver(delivery=delivery)
+            count += 1
+        messages.info(request, f"{count} deliver{'y' if count == 1 else 'ies'} queued again.")

@@ -1,0 +1,100 @@
+"""Every way a run ends records its webhook message with the run end (the outbox), for the endpoints that
+subscribed to it — and an observer that fails never undoes a run end."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from platforms.webhooks.models import WebhookDelivery
+from platforms.webhooks.outbox import deliveries_record
+from runners.lifecycle import observers
+from runners.lifecycle.services import run_cancel_request, run_create, runs_sweep
+from runners.models import Run
+from runners.orchestrator.admission import run_claim
+from tests.factories import AgentBindingFactory, WebhookEndpointFactory
+from tests.platforms.webhooks.conftest import make_run
+
+pytestmark = pytest.mark.django_db
+
+
+def _messages() -> list[tuple[str, str, str]]:
+    rows = WebhookDelivery.objects.order_by("id").values_list("event_type", "payload", "run_id")
+    return [(kind, payload["data"]["status_reason"], str(run_id)) for kind, payload, run_id in rows]
+
+
+def test_a_run_rejected_by_a_busy_conversation_sends_run_failed(workspace):
+    # given a `reject` binding whose conversation has an active run, and an endpoint
+    WebhookEndpointFactory.create(workspace=workspace)
+    binding = AgentBindingFactory.create(workspace=workspace, concurrency_policy="reject")
+    busy = make_run(workspace, binding=binding)
+    # when another message arrives in the conversation
+    rejected = run_create(event=make_run(workspace, binding=binding).event, binding=binding, observer=False)
+    # then its refusal is a run.failed message
+    assert busy.status == Run.Status.QUEUED
+    assert _messages()[-1] == ("run.failed", "rejected", str(rejected.run_id))
+
+
+def test_a_run_whose_worker_was_lost_sends_run_failed(workspace):
+    # given a running run whose lease expired, and an endpoint
+    WebhookEndpointFactory.create(workspace=workspace)
+    run = make_run(workspace, status=Run.Status.RUNNING)
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    # when the sweeper runs
+    runs_sweep()
+    # then the run failed with worker_lost, and its message says so
+    assert _messages() == [("run.failed", "worker_lost", str(run.run_id))]
+    assert WebhookDelivery.objects.get().payload["data"]["error"]["code"] == "worker_lost"
+
+
+def test_a_run_whose_runner_is_gone_sends_run_failed_when_a_worker_picks_it(workspace):
+    # given a queued run of a runner the catalog does not know, and an endpoint
+    WebhookEndpointFactory.create(workspace=workspace)
+    run = make_run(workspace)
+    # when a worker tries to claim it
+    assert run_claim(run_id=str(run.run_id), owner="test", lease_seconds=10) is None
+    # then it failed before starting, with a message
+    assert _messages() == [("run.failed", "runner.not_found", str(run.run_id))]
+
+
+def test_a_cancelled_queued_run_sends_run_cancelled_once(workspace):
+    WebhookEndpointFactory.create(workspace=workspace)
+    run = make_run(workspace)
+    run_cancel_request(run=run, reason="changed my mind")
+    run_cancel_request(run=run, reason="again")
+    # the message is recorded once even if the run end is reported again
+    deliveries_record(runs=[Run.objects.get(pk=run.pk)])
+    assert _messages() == [("run.cancelled", "changed my mind", str(run.run_id))]
+
+
+def test_only_the_subscribed_endpoints_of_the_runs_workspace_and_binding_get_the_message(workspace):
+    # given endpoints: all events, failures only, another binding only, and one in another workspace
+    everything = WebhookEndpointFactory.create(workspace=workspace)
+    WebhookEndpointFactory.create(workspace=workspace, event_types=["run.failed"])
+    WebhookEndpointFactory.create(workspace=workspace, binding=AgentBindingFactory.create(workspace=workspace))
+    WebhookEndpointFactory.create()
+    mine = AgentBindingFactory.create(workspace=workspace, concurrency_policy="parallel")
+    same_binding = WebhookEndpointFactory.create(workspace=workspace, binding=mine)
+    # when a run of `mine` is cancelled
+    run_cancel_request(run=make_run(workspace, binding=mine), reason="stop")
+    # then only the workspace-wide endpoint for every event and the endpoint of that binding have a message
+    assert set(WebhookDelivery.objects.values_list("endpoint_id", flat=True)) == {everything.pk, same_binding.pk}
+
+
+def test_a_failing_observer_does_not_undo_the_run_end(workspace, monkeypatch):
+    # given an observer that raises, registered beside the webhooks' one
+    WebhookEndpointFactory.create(workspace=workspace)
+
+    def broken(runs):
+        raise RuntimeError("observer bug")
+
+    monkeypatch.setattr(observers, "_observers", [broken, *observers._observers])
+    run = make_run(workspace)
+    # when the run is cancelled
+    run_cancel_request(run=run, reason="stop")
+    # then it is cancelled, and the other observer still recorded its message
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED
+    assert _messages() == [("run.cancelled", "stop", str(run.run_id))]
