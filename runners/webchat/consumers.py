@@ -20,8 +20,12 @@ frame (`invalid_argument`) and the socket stays open.
 Delivery: channel-layer handlers only put messages into a bounded per-connection queue that one sender
 task drains, so a client that stops reading never slows the consumer's channel (or anyone's group
 delivery); when the queue is full the connection is closed with 4408. Daphne applies no backpressure of
-its own (it buffers whatever is sent), so the sender also watches daphne's write buffer for this
-connection when it can see it, and treats a backlog above `send_buffer_max_bytes` the same way.
+its own (it buffers whatever is sent, without bound), so the sender applies it: while daphne holds more
+than `send_buffer_max_bytes` unsent for this connection it waits, and when that lasts
+`send_stall_seconds` the client is too slow as well. The 4408 close frame then queues behind at most
+that much, and the close handshake waits `close_wait_seconds` (not autobahn's 1 s, and without the
+protocol pings that would abort the connection first): a client that reads again within it gets the
+frames sent before the close and then the 4408 close, not a TCP reset; one that never does is dropped.
 Keepalive: the server sends `{"type":"ping"}` every `ping_seconds` (clients ignore it; a browser can
 use its absence to notice a dead connection), beside daphne's protocol-level pings.
 """
@@ -143,12 +147,11 @@ class _Subscription:
     cursor: RunCursor
 
 
-def server_send_backlog(send: Any) -> int | None:
-    """Bytes daphne holds unsent for this connection, when the ASGI `send` lets us see them.
+def server_protocol(send: Any) -> Any | None:
+    """Daphne's protocol object of this connection, when the ASGI `send` lets us see it.
 
-    Daphne's `send` is `partial(server.handle_reply, protocol)` (behind Channels' session wrapper); the
-    protocol's Twisted transport keeps what the socket would not take. Other servers apply backpressure
-    by making `send` wait, which the bounded queue handles; for them this returns None.
+    Daphne's `send` is `partial(server.handle_reply, protocol)` (behind Channels' session wrapper). Other
+    servers apply backpressure by making `send` wait, which the bounded queue handles; for them this is None.
     """
     for _ in range(4):
         if hasattr(send, "real_send"):
@@ -158,7 +161,13 @@ def server_send_backlog(send: Any) -> int | None:
         else:
             break
     args = getattr(send, "args", None)
-    transport = getattr(args[0], "transport", None) if args else None
+    return args[0] if args else None
+
+
+def server_send_backlog(send: Any) -> int | None:
+    """Bytes daphne holds unsent for this connection (the protocol's Twisted transport keeps what the
+    socket would not take), or None when they cannot be seen."""
+    transport = getattr(server_protocol(send), "transport", None)
     if transport is None:
         return None
     try:
@@ -168,9 +177,27 @@ def server_send_backlog(send: Any) -> int | None:
     return max(0, pending)
 
 
+def close_handshake_wait(send: Any, seconds: float) -> None:
+    """Before a close this server starts: let the client `seconds` to answer it (autobahn drops the
+    connection with a reset after 1 s) and stop the protocol pings, whose timeout would reset it sooner."""
+    protocol = server_protocol(send)
+    if protocol is None or not hasattr(protocol, "closeHandshakeTimeout"):
+        return
+    protocol.closeHandshakeTimeout = seconds
+    for name in ("autoPingPendingCall", "autoPingTimeoutCall"):
+        call = getattr(protocol, name, None)
+        if call is not None:
+            with contextlib.suppress(Exception):
+                call.cancel()
+            setattr(protocol, name, None)
+    protocol.autoPingInterval = 0
+
+
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     send_queue_max = 1000
-    send_buffer_max_bytes = 8 * 1024 * 1024
+    send_buffer_max_bytes = 256 * 1024
+    send_stall_seconds = settings.LANGBOT_WS_SEND_STALL_SECONDS
+    close_wait_seconds = settings.LANGBOT_WS_CLOSE_WAIT_SECONDS
     ping_seconds = 20.0
 
     caller: ChatCaller | None = None
@@ -411,16 +438,31 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _close_too_slow(self) -> None:
         await self._leave()
+        close_handshake_wait(self.base_send, self.close_wait_seconds)
         await self.close(code=CLOSE_TOO_SLOW)
 
     async def _send_loop(self) -> None:
         while True:
             message = await self._outbox.get()
             await self.send_json(message)
-            backlog = server_send_backlog(self.base_send)
-            if backlog is not None and backlog > self.send_buffer_max_bytes:
+            if not await self._drained():
                 self._too_slow()
                 return
+
+    async def _drained(self) -> bool:
+        """Wait while daphne holds more than `send_buffer_max_bytes` unsent; False when the client has not
+        taken it within `send_stall_seconds`."""
+        backlog = server_send_backlog(self.base_send)
+        if backlog is None or backlog <= self.send_buffer_max_bytes:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.send_stall_seconds
+        while loop.time() < deadline:
+            await asyncio.sleep(0.02)
+            backlog = server_send_backlog(self.base_send)
+            if backlog is None or backlog <= self.send_buffer_max_bytes:
+                return True
+        return False
 
     async def _ping_loop(self) -> None:
         while True:
