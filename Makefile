@@ -11,17 +11,25 @@ PY := $(VENV)/bin/python
 # that file changed since the last install.
 STAMP := $(VENV)/.requirements-installed
 REQUIREMENTS := requirements.txt requirements-dev.txt
+# The runner SDK (pyproject.toml's `langbot-sdk`) installed editable, so `import langbot_sdk` and
+# `python -m langbot_sdk` work from any directory, e.g. a plugin being written outside the checkout.
+SDK_STAMP := $(VENV)/.sdk-installed
 
 PORT ?= 8000
 PYTEST_ARGS ?=
+# `make fuzz`: how many times each fuzz test's CI example count to draw, at random (tests/fuzzing.py).
+FUZZ_FACTOR ?= 10
+FUZZ_TESTS := tests/host/test_api_fuzz.py tests/streaming/test_chat_socket_fuzz.py tests/handlers/test_proxy_fuzz.py
 CELERY_LOGLEVEL ?= INFO
 
-.PHONY: help venv run test lint bench web worker migrate static clean
+.PHONY: help venv run test fuzz lint docs bench web worker migrate static clean
 
 help:
 	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
 	@echo "make test     run the test suite (extra pytest options: PYTEST_ARGS='-k name -x')"
-	@echo "make lint     ruff, mypy, import-linter and the plugin import check"
+	@echo "make fuzz     the fuzz tests randomized and FUZZ_FACTOR (default 10) times longer, before a release"
+	@echo "make lint     ruff, mypy, import-linter, the plugin import check and the docs build"
+	@echo "make docs     build the runner author's guide (docs/) into var/site, warnings as errors"
 	@echo "make bench    run every benchmark under bench/ and print their tables"
 	@echo "make web      daphne (HTTP + WebSocket) on 0.0.0.0:\$$PORT (default 8000)"
 	@echo "make worker   a Celery worker with its beat schedule and its own plugin runtime"
@@ -36,7 +44,11 @@ $(STAMP): $(REQUIREMENTS) | $(PY)
 	$(PY) -m pip install --quiet -r requirements-dev.txt
 	touch $(STAMP)
 
-venv: $(STAMP)
+$(SDK_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(SDK_STAMP)
+
+venv: $(STAMP) $(SDK_STAMP)
 
 run: venv
 	$(PY) scripts/run_stack.py
@@ -44,15 +56,22 @@ run: venv
 test: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# The schemathesis, chat socket and proxy fuzz tests with fresh random draws (CI keeps derandomized ones).
+fuzz: venv
+	LANGBOT_FUZZ=$(FUZZ_FACTOR) $(VENV)/bin/pytest -p no:randomly $(FUZZ_TESTS) $(PYTEST_ARGS)
+
 # Runs every check even when an earlier one fails, so one CI run shows all findings.
 LINT_CHECKS := "$(VENV)/bin/ruff check ." "$(VENV)/bin/mypy ." "$(VENV)/bin/lint-imports" \
-	"$(PY) scripts/check_plugin_imports.py"
+	"$(PY) scripts/check_plugin_imports.py" "$(VENV)/bin/mkdocs build --strict --quiet"
 
 lint: venv
 	@failed=""; for check in $(LINT_CHECKS); do \
 		echo "+ $$check"; $$check || failed="$$failed\n  $$check"; \
 	done; \
 	if [ -n "$$failed" ]; then echo -e "lint failed:$$failed"; exit 1; fi
+
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
 
 bench: venv
 	$(PY) -m bench

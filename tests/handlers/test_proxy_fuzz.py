@@ -11,11 +11,12 @@ import typing
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, AgentAPIException, ErrorCode
+from tests.fuzzing import fuzz_settings
 
 # Text that has broken hosts before: NUL and a lone surrogate (unstorable in PostgreSQL), long, astral.
 tricky_text = st.sampled_from(["\x00", "a\x00b", "\ud800", "x" * 5000, "\U0001f4a5"])
@@ -79,8 +80,8 @@ def granted_run(host_run: Any) -> Any:
 
 
 @pytest.mark.parametrize("action", sorted(PROXY_REQUEST_MODELS), ids=str)
-# Derandomized: the same payloads on every run of the same code, so CI never fails on a new draw.
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized in CI (the same payloads on every run of the same code); randomized and longer under `make fuzz`.
+@fuzz_settings(max_examples=40)
 @given(data=st.data())
 def test_any_proxy_payload_gets_a_result_or_a_typed_error(granted_run, action, data):
     payload = data.draw(_payloads_of(PROXY_REQUEST_MODELS[action]), label="payload")

@@ -16,7 +16,6 @@ import schemathesis
 from django.core.handlers.wsgi import WSGIHandler
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
-from hypothesis import HealthCheck, settings
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
@@ -33,6 +32,7 @@ from tests.factories import (
     RunnerDescriptorFactory,
     WorkspaceFactory,
 )
+from tests.fuzzing import fuzz_settings
 from tests.streaming.conftest import make_run
 
 KEY_PREFIX, KEY_SECRET = "fuzz0000", "schemathesis-fuzz-secret"
@@ -94,8 +94,8 @@ def existing(db: Any) -> dict[str, str]:
 # Called over WSGI here, Django reads the SSE view's async body to its end before answering (the stream
 # operation is given a run that has ended); daphne serves it as a stream.
 @pytest.mark.filterwarnings("ignore:StreamingHttpResponse must consume asynchronous iterators")
-# Derandomized: the same cases on every run of the same code, so CI never fails on a new draw.
-@settings(max_examples=50, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized in CI (the same cases on every run of the same code); randomized and longer under `make fuzz`.
+@fuzz_settings(max_examples=50)
 def test_every_operation_answers_as_documented(case: Any, existing: dict[str, str]) -> None:
     if case.meta is not None and case.meta.generation.mode == GenerationMode.POSITIVE:
         # Valid requests act on objects that exist, or they would mostly be answered 404.

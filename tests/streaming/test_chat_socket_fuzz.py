@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from runners.models import Run
+from tests.fuzzing import fuzz_settings
 from tests.streaming.conftest import ORIGIN, make_run, next_json, open_socket, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,8 +85,8 @@ async def _send_then_still_usable(cookie: tuple[bytes, bytes], frame: Any) -> li
 
 
 @given(frame=frames)
-# Derandomized: the same frames on every run of the same code, so CI never fails on a new draw.
-@settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+# Derandomized in CI (the same frames on every run of the same code); randomized and longer under `make fuzz`.
+@fuzz_settings(max_examples=300)
 def test_any_client_frame_is_answered_and_the_socket_stays_usable(socket_user, frame):
     answers = async_to_sync(_send_then_still_usable)(socket_user, frame)
 
