@@ -16,6 +16,7 @@ api_v1 = [
     path("", include("transcripts.urls")),
     path("", include("artifacts.urls")),
     path("", include("resources.urls")),
+    path("", include("platforms.schedules.urls")),
     path("", include("platforms.webhooks.urls")),
 ]
 

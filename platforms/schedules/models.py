@@ -1,0 +1,52 @@
+"""Scheduled events: a cron expression in a time zone that posts one event through the gateway per tick.
+
+A `Schedule` owns the django-celery-beat rows beat reads (`periodic_task` and its own `CrontabSchedule`);
+`platforms.schedules.services` keeps them in step with the schedule, so beat's admin pages are a view of
+them, not a place to edit them.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django_celery_beat.models import PeriodicTask
+
+from bindings.models import AgentBinding, Bot, Workspace
+
+
+class Schedule(models.Model):
+    """Posts `input_text` as an event of `event_type` (`source: scheduler`) to `bot`, to `binding`, or to
+    the binding a bot's events route to, at every tick of `cron` read in `timezone`."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="schedules")
+    schedule_id = models.SlugField(max_length=64)
+    name = models.CharField(max_length=200, blank=True)
+    cron = models.CharField(
+        max_length=200, help_text="Five fields: minute hour day-of-month month day-of-week, e.g. `0 9 * * mon-fri`."
+    )
+    timezone = models.CharField(max_length=64, default="UTC", help_text="An IANA time zone, e.g. Europe/Berlin.")
+    enabled = models.BooleanField(default=True)
+    # A schedule without its bot or binding has nothing to post to: it goes with them.
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, null=True, blank=True, related_name="schedules")
+    binding = models.ForeignKey(AgentBinding, on_delete=models.CASCADE, null=True, blank=True, related_name="schedules")
+    event_type = models.CharField(max_length=100, default="message.received")
+    input_text = models.TextField(blank=True)
+    conversation_id = models.CharField(
+        max_length=255, blank=True, help_text="Empty: the schedule's own conversation, `schedule:<schedule_id>`."
+    )
+    # Beat's row; null only while it is being (re)made. A deleted schedule's row is deleted with it.
+    periodic_task = models.OneToOneField(
+        PeriodicTask, on_delete=models.SET_NULL, null=True, blank=True, related_name="langbot_schedule"
+    )
+    last_fired_at = models.DateTimeField(null=True, blank=True, help_text="The tick last posted (not when).")
+    last_event_id = models.CharField(max_length=200, blank=True)
+    last_error = models.TextField(blank=True)
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workspace", "schedule_id"]
+        constraints = [models.UniqueConstraint(fields=["workspace", "schedule_id"], name="uniq_schedule_per_workspace")]
+
+    def __str__(self) -> str:
+        return f"{self.workspace}/{self.schedule_id}"
