@@ -244,6 +244,10 @@ LANGBOT_RUNTIME_CALL_TIMEOUT = env.float("LANGBOT_RUNTIME_CALL_TIMEOUT", default
 LANGBOT_MAX_EVENT_BYTES = env.int("LANGBOT_MAX_EVENT_BYTES", default=1024 * 1024)
 LANGBOT_RAW_INLINE_MAX_BYTES = env.int("LANGBOT_RAW_INLINE_MAX_BYTES", default=64 * 1024)
 
+# Chat platforms (platforms/delivery.py): the least seconds between two writes to one chat while a reply
+# streams; unset, each platform's own (Telegram: 1 s). Only lower it for a fake or a self-hosted API.
+LANGBOT_PLATFORM_EDIT_INTERVAL = env.float("LANGBOT_PLATFORM_EDIT_INTERVAL", default=None)
+
 # API request limits (langbot_host/core/limits.py): JSON bodies above LANGBOT_API_BODY_MAX_BYTES answer 413
 # (`/events` and the uploads keep their own caps above); JSON nested deeper than LANGBOT_API_JSON_MAX_DEPTH
 # answers 400 (the chat WebSocket's messages too).

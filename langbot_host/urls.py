@@ -30,6 +30,8 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("chat/", include(chat_urlpatterns)),
+    # Chat platforms' inbound webhooks (outside /api/v1/: the platforms call them, with their own auth).
+    path("platforms/", include("platforms.urls")),
 ]
 
 # JSON error bodies under /api/ for what no API view handled (DESIGN §3.2).

@@ -182,7 +182,7 @@ class ReplyStream:
             return  # nothing to deliver to; results are still in the ledger and the transcript
         caps = adapter.capabilities
         limit = min(caps.max_message_chars, policy.max_message_size or caps.max_message_chars)
-        override = getattr(settings, "LANGBOT_PLATFORM_EDIT_INTERVAL", None)
+        override = settings.LANGBOT_PLATFORM_EDIT_INTERVAL
         writer = PlatformWriter(
             adapter, interval=float(override) if override is not None else caps.edit_interval_seconds
         )
@@ -290,6 +290,11 @@ class PlatformDeliveryPort:
             stream = ReplyStream(run, on_done=self._stream_done)
             self._streams[run.pk] = stream
         stream.feed(events, ended)
+
+    async def wait_idle(self) -> None:
+        """Wait until every reply being delivered now is done (worker shutdown, tests)."""
+        while self._streams:
+            await asyncio.gather(*(s.task for s in list(self._streams.values())), return_exceptions=True)
 
     def _stream_done(self, stream: ReplyStream) -> None:
         self._streams.pop(stream.run.pk, None)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hmac
 import json
+import warnings
 from datetime import timedelta
 from typing import Any, ClassVar
 
 from telegram import Bot, InputFile, Message, ReactionTypeEmoji, ReplyParameters, Update
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.request import HTTPXRequest
+from telegram.warnings import PTBDeprecationWarning
 
 from platforms.interface import (
     FetchedFile,
@@ -41,7 +43,11 @@ SECRET_HEADER = "x-telegram-bot-api-secret-token"
 GROUP_CHATS = frozenset({"group", "supergroup"})
 
 
-def _retry_seconds(value: int | timedelta) -> float:
+def _retry_seconds(error: RetryAfter) -> float:
+    with warnings.catch_warnings():
+        # PTB 22 warns that `retry_after` becomes a timedelta in its next major version; both are read.
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        value = error.retry_after
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
@@ -232,7 +238,7 @@ class TelegramAdapter(PlatformAdapter):
         try:
             return await fn(*args, **kwargs)
         except RetryAfter as exc:
-            raise PlatformAPIError(str(exc), retry_after=_retry_seconds(exc.retry_after)) from exc
+            raise PlatformAPIError(str(exc), retry_after=_retry_seconds(exc)) from exc
         except (TimedOut, NetworkError) as exc:
             if isinstance(exc, BadRequest):
                 raise PlatformAPIError(exc.message) from exc

@@ -1,9 +1,11 @@
-"""Long replies are split at the platform's limit on paragraph, line, sentence or word boundaries."""
+"""What a platform declares (and a runner sees in `ctx.delivery`), and long replies split at its limit on
+paragraph, line, sentence or word boundaries."""
 
 from __future__ import annotations
 
 from platforms.adapters.telegram import TelegramAdapter
 from platforms.delivery import text_split
+from runners.hostapi.delivery import surface_delivery
 
 
 def test_a_10000_character_reply_becomes_three_telegram_messages_cut_after_sentences():
@@ -29,3 +31,11 @@ def test_a_piece_without_any_boundary_is_cut_hard_and_utf16_units_are_counted():
     emoji = "😀" * 3000  # 6000 UTF-16 code units: Telegram counts these, not characters
     pieces = text_split(emoji, 4096, TelegramAdapter.text_length)
     assert [TelegramAdapter.text_length(p) for p in pieces] == [4096, 1904]
+
+
+def test_ctx_delivery_says_what_telegram_supports():
+    telegram = surface_delivery("telegram")
+    assert (telegram.supports_streaming, telegram.supports_edit, telegram.supports_reaction) == (True, True, True)
+    assert telegram.max_message_size == 4096
+    assert set(telegram.actions) == {"message.send", "message.edit", "reaction.add"}
+    assert surface_delivery("dingtalk").supports_edit is False

@@ -1,0 +1,91 @@
+"""Admin of the chat platforms: the deliveries of runs to platforms (also shown on each run's page) and
+refused inbound requests, read-only; and the "Set the platform webhook" action on the bots' list.
+
+The run and bot admins belong to lower apps, which cannot know the platforms: this module adds the
+delivery inline to the run admin and the action to the bot admin when the admin site is assembled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+
+from bindings.admin_scope import WorkspaceScopedAdmin
+from bindings.models import Bot
+from platforms.models import InboundRefusal, PlatformDelivery
+from platforms.services import WebhookRegisterError, bot_webhook_register
+from runners.models import Run
+
+
+class _ReadOnly:
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(PlatformDelivery)
+class PlatformDeliveryAdmin(_ReadOnly, WorkspaceScopedAdmin[PlatformDelivery]):
+    list_display = ["run", "bot", "platform", "kind", "status", "calls", "created_at"]
+    list_filter = ["status", "platform", "workspace"]
+    search_fields = ["chat_id", "bot__bot_id"]
+    list_select_related = ["run", "bot", "workspace"]
+    readonly_fields = [
+        "workspace", "run", "bot", "platform", "kind", "status",
+        "chat_id", "message_ids", "calls", "error", "created_at",
+    ]  # fmt: skip
+
+
+@admin.register(InboundRefusal)
+class InboundRefusalAdmin(_ReadOnly, WorkspaceScopedAdmin[InboundRefusal]):
+    list_display = ["created_at", "bot", "platform", "reason", "remote_addr", "message"]
+    list_filter = ["reason", "platform", "workspace"]
+    list_select_related = ["bot", "workspace"]
+    readonly_fields = ["workspace", "bot", "platform", "reason", "message", "remote_addr", "created_at"]
+
+
+_INLINE_FIELDS = ("platform", "kind", "status", "chat_id", "message_ids", "calls", "error", "created_at")
+
+
+class PlatformDeliveryInline(admin.TabularInline[PlatformDelivery, Run]):
+    model = PlatformDelivery
+    fields = _INLINE_FIELDS
+    readonly_fields = _INLINE_FIELDS
+    extra = 0
+    can_delete = False
+    verbose_name_plural = "platform deliveries"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.action(description="Set the platform webhook")
+def platform_webhook_set(modeladmin: admin.ModelAdmin[Bot], request: HttpRequest, queryset: QuerySet[Bot]) -> None:
+    for bot in queryset.select_related("workspace"):
+        url = request.build_absolute_uri(
+            reverse("platform-webhook", args=[bot.platform, bot.workspace.slug, bot.bot_id])
+        )
+        try:
+            note = bot_webhook_register(bot=bot, url=url)
+        except WebhookRegisterError as exc:
+            modeladmin.message_user(request, f"{bot}: {exc}", messages.ERROR)
+        else:
+            modeladmin.message_user(request, f"{bot}: {note}", messages.SUCCESS)
+
+
+def _extend_lower_admins() -> None:
+    run_admin = admin.site.get_model_admin(Run)
+    if PlatformDeliveryInline not in run_admin.inlines:
+        type(run_admin).inlines = [*run_admin.inlines, PlatformDeliveryInline]
+    bot_admin = admin.site.get_model_admin(Bot)
+    actions = list(bot_admin.actions or [])
+    if platform_webhook_set not in actions:
+        bot_admin.actions = [*actions, platform_webhook_set]
+
+
+_extend_lower_admins()

@@ -1,0 +1,173 @@
+"""The host's delivery policy on a chat platform, driven with a run's committed results as the worker hands
+them over (`PlatformDeliveryPort.results_observe`) and watched on a fake Telegram: paced streaming edits that
+end with the final text, long replies split, 429 honoured, files uploaded, failures recorded on the run."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from artifacts.models import Artifact
+from artifacts.services import artifact_create_from_bytes
+from platforms.delivery import PlatformDeliveryPort
+from platforms.models import PlatformDelivery
+from runners.models import Run, RunEvent
+from tests.factories import AgentBindingFactory, WorkspaceFactory
+from tests.platforms.conftest import post_update
+
+pytestmark = pytest.mark.django_db(transaction=True)
+INTERVAL = 0.1
+
+
+@pytest.fixture(autouse=True)
+def fast_pace(settings: Any) -> None:
+    settings.LANGBOT_PLATFORM_EDIT_INTERVAL = INTERVAL
+
+
+def _delta(text: str) -> RunEvent:
+    return RunEvent(type="message.delta", data={"chunk": {"role": "assistant", "content": text}})
+
+
+def _completed(text: str) -> RunEvent:
+    return RunEvent(type="message.completed", data={"message": {"role": "assistant", "content": text}})
+
+
+@sync_to_async
+def _platform_run(fake: Any, telegram_bot_for: Any, delivery_policy: dict[str, Any] | None = None, **creds: Any) -> Run:
+    workspace = WorkspaceFactory.create()
+    AgentBindingFactory.create(workspace=workspace, delivery_policy=delivery_policy or {"enable_reply": True})
+    bot = telegram_bot_for(workspace, **creds)
+    assert post_update(bot, fake.message_update("hi", chat_id=4242)).status_code == 200
+    return Run.objects.get(bot=bot)
+
+
+async def _deliver(port: PlatformDeliveryPort, run: Run, *batches: tuple[list[RunEvent], float]) -> None:
+    """Hand the batches over as the worker would, each after its pause; the last one ends the run."""
+    for index, (events, pause) in enumerate(batches):
+        await asyncio.sleep(pause)
+        port.results_observe(run=run, events=events, ended=index == len(batches) - 1)
+    await port.wait_idle()
+
+
+async def _delivery(run: Run) -> PlatformDelivery:
+    return await PlatformDelivery.objects.aget(run=run)
+
+
+async def test_streamed_deltas_become_paced_edits_of_one_message_ending_with_the_final_text(
+    fake_telegram, telegram_bot_for
+):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    port = PlatformDeliveryPort()
+    words = [f"word{i} " for i in range(30)]
+
+    await _deliver(port, run, *[([_delta(w)], 0.02) for w in words], ([_completed("".join(words).strip())], 0.02))
+
+    assert fake_telegram.texts(4242) == ["".join(words).strip()]
+    writes = fake_telegram.calls_of("sendMessage", "editMessageText")
+    assert writes[0].method == "sendMessage"
+    assert len(writes) >= 3  # the reply was seen growing, not only at the end
+    # 30 deltas over ~0.6 s: coalesced, never two writes to the chat closer than the interval.
+    assert len(writes) < len(words)
+    gaps = [b.at - a.at for a, b in itertools.pairwise(writes)]
+    assert min(gaps) >= INTERVAL * 0.95
+    delivery = await _delivery(run)
+    assert delivery.status == "delivered"
+    assert delivery.message_ids == [str(fake_telegram.sent[0].message_id)]
+
+
+async def test_a_10000_character_reply_is_split_on_sentences_into_telegram_sized_messages(
+    fake_telegram, telegram_bot_for
+):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    sentence = "Every sentence here is fifty characters in length. "
+    reply = (sentence * 200).strip()
+
+    await _deliver(PlatformDeliveryPort(), run, ([_completed(reply)], 0))
+
+    texts = fake_telegram.texts(4242)
+    assert len(texts) == 3
+    assert all(len(t) <= 4096 and t.endswith("length.") for t in texts)
+    assert " ".join(texts) == reply
+    assert len((await _delivery(run)).message_ids) == 3
+
+
+async def test_the_bindings_max_message_size_narrows_the_platform_limit(fake_telegram, telegram_bot_for):
+    run = await _platform_run(
+        fake_telegram, telegram_bot_for, delivery_policy={"enable_reply": True, "max_message_size": 100}
+    )
+
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("A short line of text. " * 10)], 0))
+
+    texts = fake_telegram.texts(4242)
+    assert len(texts) == 3
+    assert all(len(t) <= 100 for t in texts)
+
+
+async def test_a_429_is_waited_out_for_retry_after_and_the_reply_still_arrives(fake_telegram, telegram_bot_for):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    fake_telegram.rate_limit_next("sendMessage", retry_after=1)
+
+    started = time.monotonic()
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("after the flood")], 0))
+
+    refused, accepted = fake_telegram.calls_of("sendMessage")
+    assert refused.status == 429
+    assert accepted.at - refused.at >= 1.0
+    assert time.monotonic() - started < 5
+    assert fake_telegram.texts(4242) == ["after the flood"]
+    delivery = await _delivery(run)
+    assert delivery.status == "delivered"
+    assert delivery.calls == 2
+
+
+async def test_a_delivery_that_finally_fails_is_recorded_and_leaves_the_run_as_it_was(fake_telegram, telegram_bot_for):
+    run = await _platform_run(fake_telegram, telegram_bot_for, token="1:revoked-token")
+    await Run.objects.filter(pk=run.pk).aupdate(status=Run.Status.COMPLETED)
+
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("nobody will see this")], 0))
+
+    delivery = await _delivery(run)
+    assert delivery.status == "failed"
+    assert delivery.error is not None
+    assert "Unauthorized" in delivery.error["message"]
+    assert delivery.message_ids == []
+    assert (await Run.objects.aget(pk=run.pk)).status == Run.Status.COMPLETED
+
+
+async def test_an_artifact_the_run_created_is_uploaded_to_the_chat_after_the_text(fake_telegram, telegram_bot_for):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    artifact = await sync_to_async(artifact_create_from_bytes)(
+        workspace=await sync_to_async(lambda: run.workspace)(),
+        data=b"name,total\nada,3\n",
+        name="report.csv",
+        mime_type="text/csv",
+        conversation_id=run.conversation_id,
+        source=Artifact.Source.RUNNER,
+    )
+    created = RunEvent(type="artifact.created", data={"artifact_id": str(artifact.artifact_id), "name": "report.csv"})
+
+    await _deliver(PlatformDeliveryPort(), run, ([created, _completed("here is the report")], 0))
+
+    text, document = fake_telegram.sent
+    assert text.text == "here is the report"
+    assert (document.kind, document.file_name, document.file_bytes) == (
+        "document",
+        "report.csv",
+        b"name,total\nada,3\n",
+    )
+    assert len((await _delivery(run)).message_ids) == 2
+
+
+async def test_an_observer_run_delivers_nothing(fake_telegram, telegram_bot_for):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    run.is_observer = True
+
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("not for the chat")], 0))
+
+    assert fake_telegram.sent == []
+    assert not await PlatformDelivery.objects.filter(run=run).aexists()
