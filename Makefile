@@ -87,7 +87,7 @@ web: venv static
 
 worker: venv
 	@mkdir -p var
-	$(VENV)/bin/celery -A langbot_host worker --pool threads --concurrency 8 -B --schedule var/celerybeat-schedule --loglevel $(CELERY_LOGLEVEL)
+	$(VENV)/bin/celery -A langbot_host worker --pool threads --concurrency 8 -B --scheduler django_celery_beat.schedulers:DatabaseScheduler --loglevel $(CELERY_LOGLEVEL)
 
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf

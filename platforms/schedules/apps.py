@@ -7,3 +7,4 @@ class SchedulesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "platforms.schedules"
     label = "schedules"
+    verbose_name = "Scheduled events"

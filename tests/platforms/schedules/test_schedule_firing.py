@@ -12,7 +12,7 @@ import pytest
 import time_machine
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from bindings.models import AgentBinding
+from bindings.models import AgentBinding, Bot
 from langbot_host.celery import app as celery_app
 from platforms.schedules.models import Schedule
 from platforms.schedules.services import schedule_create, schedule_fire
@@ -61,9 +61,14 @@ def test_a_fired_tick_posts_a_scheduler_event_and_a_run_of_the_bots_binding(work
     [event] = scheduler_events(workspace)
     assert event.event_id == "schedule:minutely:20260302T1001Z"
     assert (event.event_type, event.source, event.event_time) == ("message.received", "scheduler", at(10, 1))
-    assert (event.bot.bot_id, event.conversation_id, event.input["text"]) == ("news-bot", "ops-room", "tick")
-    assert event.actor["actor_type"] == "system"
-    assert (event.subject["subject_type"], event.subject["subject_id"]) == ("schedule", "minutely")
+    assert Bot.objects.get(events=event).bot_id == "news-bot"
+    assert (event.conversation_id, event.input["text"]) == ("ops-room", "tick")
+    assert event.actor == {"actor_type": "system", "actor_id": "scheduler", "actor_name": "Scheduler", "metadata": {}}
+    assert event.subject == {
+        "subject_type": "schedule",
+        "subject_id": "minutely",
+        "data": {"name": "", "cron": "* * * * *", "timezone": "UTC"},
+    }
     assert event.data["scheduled_at"] == "2026-03-02T10:01:00+00:00"
     [run] = Run.objects.filter(event=event)
     assert run.binding_key == "news"
@@ -125,8 +130,7 @@ def test_the_cron_is_read_in_the_schedules_time_zone(workspace, binding, clock):
 
 def test_a_disabled_bot_is_recorded_as_the_last_error_and_the_next_tick_clears_it(workspace, binding, clock):
     schedule = every_minute(workspace)
-    schedule.bot.enabled = False
-    schedule.bot.save()
+    Bot.objects.filter(bot_id="news-bot").update(enabled=False)
 
     clock.move_to(at(10, 1, 0))
     schedule_fire(schedule_pk=schedule.pk)
@@ -135,8 +139,7 @@ def test_a_disabled_bot_is_recorded_as_the_last_error_and_the_next_tick_clears_i
     assert schedule.last_error_at == at(10, 1)
     assert scheduler_events(workspace) == []
 
-    schedule.bot.enabled = True
-    schedule.bot.save()
+    Bot.objects.filter(bot_id="news-bot").update(enabled=True)
     clock.move_to(at(10, 2, 0))
     schedule_fire(schedule_pk=schedule.pk)
     schedule.refresh_from_db()

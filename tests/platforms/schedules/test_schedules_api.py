@@ -24,6 +24,10 @@ def create(client, **fields):
     return client.post("/api/v1/schedules", {**body, **fields}, format="json")
 
 
+def beat_task(schedule_id: str) -> PeriodicTask:
+    return PeriodicTask.objects.select_related("crontab").get(langbot_schedule__schedule_id=schedule_id)
+
+
 def errors_of(response) -> dict[str, str]:
     assert response.status_code == 400, response.content
     error = response.json()["error"]
@@ -41,7 +45,7 @@ def test_create_a_schedule_and_beat_gets_a_cron_entry_in_its_time_zone(api_clien
     assert (body["bot_id"], body["binding_id"], body["event_type"]) == ("news-bot", None, "message.received")
     assert body["conversation_id"] == "schedule:morning-news"
     assert body["last_fired_at"] is None
-    task = Schedule.objects.get(schedule_id="morning-news").periodic_task
+    task = beat_task("morning-news")
     assert task.task == "platforms.schedules.tasks.schedule_fire"
     assert task.enabled
     crontab = task.crontab
@@ -72,7 +76,7 @@ def test_patch_changes_the_cron_and_beat_follows(api_client, bot):
 
     assert response.status_code == 200, response.content
     assert (response.json()["cron"], response.json()["input_text"]) == ("30 18 * * *", "news please")
-    crontab = Schedule.objects.get(schedule_id="digest").periodic_task.crontab
+    crontab = beat_task("digest").crontab
     assert (crontab.minute, crontab.hour, crontab.timezone) == ("30", "18", ZoneInfo("Asia/Tokyo"))
     assert CrontabSchedule.objects.count() == 1
 
