@@ -15,7 +15,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from bindings.admin_scope import WorkspaceScopedAdmin, is_superuser, member_workspaces
+from bindings.admin_scope import ScopedListFilters, WorkspaceScopedAdmin, is_superuser, member_workspaces
 from bindings.forms import (
     CONFIG_FIELD_PREFIX,
     AgentBindingAdminForm,
@@ -62,9 +62,25 @@ class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
     fields = ["workspace", "name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        # Keys are minted by the workspace action or `create_api_key`, which can show the plaintext once.
-        return False
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            # Adding mints a key: what is stored besides (prefix, digest, times) is not the operator's to type.
+            return ["workspace", "name", "is_operator"]
+        return self.fields
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # Minted by the service, which alone sees the plaintext: shown here once, never stored.
+        key, plaintext = api_key_create(
+            workspace=obj.workspace, name=obj.name, is_operator=obj.is_operator and is_superuser(request)
+        )
+        obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
+        messages.warning(
+            request,
+            f"New API key for {key.workspace.slug} — copy it now, it is not stored and not shown again: {plaintext}",
+        )
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
@@ -90,7 +106,7 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
 
 
 @admin.register(AgentBinding)
-class AgentBindingAdmin(admin.ModelAdmin[AgentBinding]):
+class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
     list_display = [
         "binding_id",
         "workspace",

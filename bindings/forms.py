@@ -20,11 +20,15 @@ JSON and are saved as they are.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, ClassVar
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.forms.fields import InvalidJSONInput
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import get_language
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
@@ -45,13 +49,28 @@ CONFIG_FIELD_PREFIX = "cfg__"
 CATALOG_GROUPED_WORKSPACES_MAX = 20
 
 
+def manifest_locale() -> str:
+    """The manifest locale (`en_US`, `zh_Hans`) of the language the admin is shown in."""
+    language = (get_language() or "en").lower()
+    return "zh_Hans" if language.startswith("zh") else "en_US"
+
+
 def _text(value: Any) -> str:
     if value is None:
         return ""
     root = getattr(value, "root", value)
     if isinstance(root, dict):
-        return str(root.get("en_US") or next(iter(root.values()), ""))
+        return str(root.get(manifest_locale()) or root.get("en_US") or next(iter(root.values()), ""))
     return str(root)
+
+
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def inline_code_html(text: str) -> SafeString:
+    """Help text as HTML: escaped (a plugin's manifest is not trusted markup), with its Markdown
+    `code spans` shown as code instead of literal backticks."""
+    return mark_safe(_INLINE_CODE.sub(r"<code>\1</code>", escape(text)))
 
 
 def _json_text(value: Any, **options: Any) -> str:
@@ -398,6 +417,9 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             # A stored value, or a default the schema names, stays offered even when no resource has it.
             self._catalog_config_field(item, stored=self.initial.get(name))
         self._policy_controls_set_up()
+        for field in self.fields.values():
+            if field.help_text and not isinstance(field.help_text, SafeString):
+                field.help_text = inline_code_html(str(field.help_text))
 
     @property
     def _user_is_superuser(self) -> bool:

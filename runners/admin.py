@@ -1,5 +1,6 @@
-"""Admin for runner descriptors (read-only, with a "Refresh from runtime" button on the list) and runs
-(read-only, with their result events inline and a "Cancel selected runs" action)."""
+"""Admin for runner descriptors (read-only, with a "Refresh from runtime" button on the list; labels in
+the admin's language, the config schema as a table) and runs (read-only, with their result events inline
+and a "Cancel selected runs" action; the list fits a laptop: short ids, coloured status, duration)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from bindings.forms import inline_code_html, manifest_locale
 from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle.services import run_cancel_request
@@ -35,14 +38,32 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
     list_filter = ["status", "plugin_author"]
     search_fields = ["runner_id", "plugin_name", "runner_name"]
     fields = readonly_fields = (
-        "runner_id", "label", "description", "plugin_author", "plugin_name", "plugin_version", "runner_name",
-        "status", "load_error_display", "capabilities_display", "permissions_display", "context_display",
-        "config_schema_display", "manifest_sha256", "last_seen_at", "created_at", "updated_at",
+        "runner_id",
+        "label_display",
+        "description_display",
+        "plugin_author",
+        "plugin_name",
+        "plugin_version",
+        "runner_name",
+        "status",
+        "load_error_display",
+        "capabilities_display",
+        "permissions_display",
+        "context_display",
+        "config_schema_display",
+        "manifest_sha256",
+        "last_seen_at",
+        "created_at",
+        "updated_at",
     )
 
     @admin.display(description="label")
     def label_display(self, obj: RunnerDescriptor) -> str:
-        return obj.label_text()
+        return obj.label_text(manifest_locale())
+
+    @admin.display(description="description")
+    def description_display(self, obj: RunnerDescriptor) -> SafeString:
+        return inline_code_html(obj.description_text(manifest_locale()) or "—")
 
     @admin.display(description="load error")
     def load_error_display(self, obj: RunnerDescriptor) -> str:
@@ -65,8 +86,42 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
         return self._json(obj.context_policy)
 
     @admin.display(description="config schema")
-    def config_schema_display(self, obj: RunnerDescriptor) -> str:
-        return self._json(obj.config_schema)
+    def config_schema_display(self, obj: RunnerDescriptor) -> SafeString | str:
+        """One row per config item, as a binding's form asks for it (a table, not the manifest's JSON)."""
+        items = [item for item in obj.config_schema or [] if isinstance(item, dict)]
+        if not items:
+            return "no config"
+        locale = manifest_locale()
+
+        def text(value: Any) -> str:
+            if isinstance(value, dict):
+                return str(value.get(locale) or value.get("en_US") or next(iter(value.values()), ""))
+            return "" if value is None else str(value)
+
+        def default(item: dict[str, Any]) -> str:
+            if "default" not in item or item["default"] in (None, "", [], {}):
+                return "—"
+            value = item["default"]
+            return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+        def options(item: dict[str, Any]) -> SafeString:
+            names = [str(o.get("name")) for o in item.get("options") or [] if isinstance(o, dict)]
+            return format_html_join(" ", "<code>{}</code>", ((name,) for name in names))
+
+        rows = format_html_join(
+            "",
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}{}</td></tr>",
+            (
+                (item.get("name", ""), item.get("type", ""), "yes" if item.get("required") else "no", default(item),
+                 text(item.get("label")), inline_code_html(text(item.get("description"))), options(item))
+                for item in items
+            ),
+        )  # fmt: skip
+        return format_html(
+            '<table class="config-schema"><thead><tr><th>name</th><th>type</th><th>required</th><th>default</th>'
+            "<th>label</th><th>description / options</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
 
     def get_urls(self) -> list[URLPattern]:
         refresh = path(
@@ -93,6 +148,22 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
                 where = error.get("path") or error.get("plugin")
                 messages.error(request, f"Plugin {where} failed to load: {error.get('error')}")
         return HttpResponseRedirect(reverse("admin:bindings_runnerdescriptor_changelist"))
+
+
+STATUS_COLOURS: dict[str, str] = {
+    Run.Status.QUEUED: "#b35c00", Run.Status.RUNNING: "#3b5bdb", Run.Status.COMPLETED: "#2b8a3e",
+    Run.Status.FAILED: "#c92a2a", Run.Status.TIMEOUT: "#c92a2a", Run.Status.CANCELLED: "#868e96",
+}  # fmt: skip
+
+
+def run_duration_text(run: Run) -> str:
+    """From start to end ("running 12 s" while it runs); queue time is not counted."""
+    if run.started_at is None:
+        return "—"
+    end = run.finished_at
+    seconds = ((end or timezone.now()) - run.started_at).total_seconds()
+    text = f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return text if end is not None else f"running {text}"
 
 
 class RunnerFilter(admin.SimpleListFilter):
@@ -131,10 +202,17 @@ class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline[RunEvent, Run]):
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
+    # Fits a 1400 px screen: the full id, reason, workspace and end time are on the run's page.
     list_display = [
-        "run_id", "status", "status_reason", "binding_key", "runner_id", "conversation", "is_observer",
-        "workspace", "created_at", "finished_at",
+        "short_id",
+        "status_display",
+        "binding_key",
+        "runner_short",
+        "conversation",
+        "created_at",
+        "duration",
     ]
+    list_display_links = ["short_id"]
     list_filter = ["status", "binding", RunnerFilter, ConversationFilter, "is_observer", "workspace"]
     search_fields = ["run_id", "conversation_id"]
     list_select_related = ["workspace", "event"]
@@ -142,11 +220,33 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     actions = ["cancel_runs"]
     inlines = [RunEventInline]
     fields = (
-        "run_id", "workspace", "status", "status_reason", "error_display", "binding", "binding_key", "runner_id",
-        "is_observer", "event_link", "conversation", "thread_id", "output", "usage_display", "host_usage_display",
+        "run_id",
+        "workspace",
+        "status",
+        "status_reason",
+        "duration",
+        "error_display",
+        "binding",
+        "binding_key",
+        "runner_id",
+        "is_observer",
+        "event_link",
+        "conversation",
+        "thread_id",
+        "output",
+        "usage_display",
+        "host_usage_display",
         "timeout_seconds",
-        "created_at", "started_at", "finished_at", "deadline_at", "cancel_requested_at", "cancel_reason",
-        "attempts", "last_seq", "lease_owner", "lease_expires_at",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "deadline_at",
+        "cancel_requested_at",
+        "cancel_reason",
+        "attempts",
+        "last_seq",
+        "lease_owner",
+        "lease_expires_at",
     )
     readonly_fields = fields
 
@@ -163,6 +263,29 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         if not term:
             return queryset, False
         return queryset.filter(conversation_id__icontains=term), False
+
+    @admin.display(description="run", ordering="run_id")
+    def short_id(self, obj: Run) -> SafeString:
+        run_id = str(obj.run_id)
+        return format_html('<code title="{}">{}</code>', run_id, run_id[:8])
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, obj: Run) -> SafeString:
+        colour = STATUS_COLOURS.get(obj.status, "#6b7483")
+        observer = " · observer" if obj.is_observer else ""
+        return format_html(
+            '<span title="{}" style="color:#fff;background:{};border-radius:9px;padding:1px 8px;'
+            'font-weight:600;white-space:nowrap">{}</span>{}',
+            obj.status_reason or obj.status, colour, obj.status, observer,
+        )  # fmt: skip
+
+    @admin.display(description="runner", ordering="runner_id")
+    def runner_short(self, obj: Run) -> SafeString:
+        return format_html('<span title="{}">{}</span>', obj.runner_id, obj.runner_id.removeprefix("plugin:"))
+
+    @admin.display(description="duration")
+    def duration(self, obj: Run) -> str:
+        return run_duration_text(obj)
 
     @admin.display(description="conversation", ordering="conversation_id")
     def conversation(self, obj: Run) -> SafeString:
@@ -214,6 +337,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         if skipped:
             parts.append(f"{skipped} already finished, left as they were")
         messages.success(request, "Runs: " + ", ".join(parts) + ".")
+
 
 # The host API records (proxy call audit, platform action requests) have their own admin module.
 from runners.hostapi import admin as hostapi_admin  # noqa: E402, F401

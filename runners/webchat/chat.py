@@ -14,10 +14,10 @@ from typing import Any
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.db.models import Max
-from django.http import HttpRequest, HttpResponse
+from django.db.models import Max, Min
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.urls import Resolver404, path, resolve, reverse_lazy
+from django.urls import Resolver404, path, resolve, reverse, reverse_lazy
 from django.views.decorators.csrf import ensure_csrf_cookie
 from pydantic import ValidationError
 
@@ -168,18 +168,73 @@ def chat_run_cancel(*, caller: ChatCaller, run_id: str) -> dict[str, Any]:
 
 
 def chat_conversations_recent(*, workspace: Workspace, limit: int = RECENT_CONVERSATIONS) -> list[dict[str, Any]]:
-    """The workspace's most recently active conversations, newest first, with the last input's preview."""
+    """The workspace's most recently active conversations, newest first: the first input (what the page
+    titles a conversation with, beside its start time) and the last input's preview."""
     latest = list(
         EventLog.objects.filter(workspace=workspace)
         .exclude(conversation_id="")
         .values("conversation_id")
-        .annotate(last_id=Max("id"))
+        .annotate(first_id=Min("id"), last_id=Max("id"))
         .order_by("-last_id")[:limit]
     )
-    previews = dict(
-        EventLog.objects.filter(id__in=[row["last_id"] for row in latest]).values_list("id", "input_summary")
-    )
-    return [{"conversation_id": row["conversation_id"], "preview": previews.get(row["last_id"], "")} for row in latest]
+    ids = [row["first_id"] for row in latest] + [row["last_id"] for row in latest]
+    rows = EventLog.objects.filter(id__in=ids).values("id", "input_summary", "created_at")
+    events: dict[int, dict[str, Any]] = {row["id"]: dict(row) for row in rows}
+    conversations = []
+    for row in latest:
+        first: dict[str, Any] = events.get(row["first_id"], {})
+        last: dict[str, Any] = events.get(row["last_id"], {})
+        started = first.get("created_at")
+        conversations.append(
+            {
+                "conversation_id": row["conversation_id"],
+                "title": first.get("input_summary", ""),
+                "started_at": started.isoformat() if started else None,
+                "preview": last.get("input_summary", ""),
+            }
+        )
+    return conversations
+
+
+def _binding_summary(binding: AgentBinding | None) -> dict[str, Any] | None:
+    if binding is None:
+        return None
+    return {
+        "binding_id": binding.binding_id,
+        "name": binding.name or binding.binding_id,
+        "runner_id": binding.runner_id,
+    }
+
+
+def chat_targets(*, workspace: Workspace) -> dict[str, Any]:
+    """What the chat's "Send to" offers, each target with the binding that would answer it now (the
+    resolver's own choice, so the label tells the truth; `conflict` when the resolver would refuse)."""
+    candidates = binding_candidates(workspace=workspace)
+
+    def answered_by(bot_id: str | None) -> dict[str, Any]:
+        resolution = bindings_choose(candidates, workspace=workspace, event_type=CHAT_EVENT_TYPE, bot_id=bot_id)
+        return {"replying": _binding_summary(resolution.replying), "conflict": resolution.conflict}
+
+    bindings = bindings_visible(workspace=workspace).filter(enabled=True).order_by("binding_id")
+    return {
+        "default": answered_by(None),
+        "bots": [
+            {"bot_id": b.bot_id, "name": b.name or b.bot_id, **answered_by(b.bot_id)}
+            for b in bot_list(workspace=workspace)
+            if b.enabled
+        ],
+        "bindings": [
+            {
+                "binding_id": b.binding_id,
+                "name": b.name or b.binding_id,
+                "runner_id": b.runner_id,
+                "scope_type": b.scope_type,
+                "scope_id": b.scope_id,
+                "replies": b.replies,
+            }
+            for b in bindings
+        ],
+    }
 
 
 def _artifact_upload_available() -> bool:
@@ -192,25 +247,14 @@ def _artifact_upload_available() -> bool:
 
 
 def _page_config(request: HttpRequest, workspace: Workspace) -> dict[str, Any]:
-    bindings = bindings_visible(workspace=workspace).filter(enabled=True).order_by("binding_id")
     return {
         "workspace": workspace.slug,
         "user": request.user.get_username(),
         "ws_path": "/ws/v1/chat/",
         "api": "/api/v1",
+        "targets_url": reverse("chat-targets"),
         "attachments": _artifact_upload_available(),
-        "bots": [{"bot_id": b.bot_id, "name": b.name or b.bot_id} for b in bot_list(workspace=workspace) if b.enabled],
-        "bindings": [
-            {
-                "binding_id": b.binding_id,
-                "name": b.name or b.binding_id,
-                "runner_id": b.runner_id,
-                "scope_type": b.scope_type,
-                "scope_id": b.scope_id,
-                "replies": b.replies,
-            }
-            for b in bindings
-        ],
+        **chat_targets(workspace=workspace),
         "conversations": chat_conversations_recent(workspace=workspace),
         "run_statuses": list(Run.Status.values),
     }
@@ -228,8 +272,21 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/index.html", {"config": config})
 
 
+@login_required(login_url=reverse_lazy("chat-login"))
+def chat_targets_view(request: HttpRequest) -> HttpResponse:
+    """The "Send to" targets as JSON, read again by the page so a binding edited meanwhile (another
+    runner, another scope) is not shown with the label it had when the page loaded."""
+    user: Any = request.user
+    try:
+        workspace = workspace_for_user(user=user, requested_slug=request.GET.get("workspace") or None)
+    except WorkspaceChoiceError as exc:
+        return JsonResponse({"error": {"code": "forbidden", "message": exc.message}}, status=exc.status)
+    return JsonResponse(chat_targets(workspace=workspace))
+
+
 chat_urlpatterns = [
     path("", chat_page, name="chat"),
+    path("targets/", chat_targets_view, name="chat-targets"),
     path(
         "login/",
         auth_views.LoginView.as_view(template_name="chat/login.html", next_page=reverse_lazy("chat")),

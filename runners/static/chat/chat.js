@@ -12,6 +12,7 @@
     title: $("chat-title"), subtitle: $("chat-subtitle"), runInfo: $("run-info"), cancel: $("cancel"),
     state: $("state"), actions: $("actions"), artifacts: $("artifacts"), attach: $("attach"),
     attachments: $("attachments"), loadEarlier: $("load-earlier"), scrim: $("scrim"),
+    targetDetail: $("target-detail"),
   };
   const ACTIVE = new Set(["queued", "running"]);
   const PING_SECONDS = 20;
@@ -29,6 +30,9 @@
   let uploads = [];           // {id, file, status: uploading|ready|error, artifact, chip, xhr}
   let pendingUser = null;     // the user bubble just sent, until the server names its event
   let resumed = false;        // the next `subscribed` follows a reconnect (not a fresh open)
+  let stick = true;           // keep the newest text in view; false once the user scrolled up
+  let targetsReadAt = 0;
+  let stateItems = new Map(); // "<binding>|<scope>:<key>" -> its panel entry: one per state key, newest value
 
   // --- helpers -----------------------------------------------------------------------------------------
 
@@ -61,8 +65,23 @@
     return content.filter((c) => c && c.type !== "text");
   }
   function scrollDown(force) {
-    const m = els.messages;
-    if (force || m.scrollHeight - m.scrollTop - m.clientHeight < 160) m.scrollTop = m.scrollHeight;
+    // Growing text fires no scroll event, so `stick` holds until the user scrolls away from the bottom.
+    if (force) stick = true;
+    if (stick) els.messages.scrollTop = els.messages.scrollHeight;
+  }
+  const shortId = (id) => String(id || "").slice(0, 8);
+  const runnerName = (id) => String(id || "").replace(/^plugin:/, "");
+  function timeLabel(when) {
+    const d = when ? new Date(when) : new Date();
+    const sameDay = d.toDateString() === new Date().toDateString();
+    const time = d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return sameDay ? time : `${d.toLocaleDateString([], { month: "short", day: "numeric" })} ${time}`;
+  }
+  function titleOf(text) {
+    const words = String(text || "").trim().split(/\s+/).filter(Boolean);
+    if (!words.length) return "(no text)";
+    const head = words.slice(0, 6).join(" ");
+    return head.length > 48 ? head.slice(0, 47) + "…" : head + (words.length > 6 ? "…" : "");
   }
 
   // --- connection ----------------------------------------------------------------------------------------
@@ -157,18 +176,40 @@
     const tools = h("div", { class: "tools" });
     const files = h("div", { class: "files" });
     const status = h("span", { class: "status queued", text: "queued" });
-    const meta = h("div", { class: "meta" }, status, h("span", { class: "mono", text: runId.slice(0, 8) }));
-    const el = h("div", { class: "msg assistant streaming", "data-run-id": runId }, tools, bubble, files, meta);
+    const thinking = h("div", { class: "thinking", role: "status", "aria-label": "thinking" },
+      h("span", { class: "dot" }), h("span", { class: "dot" }), h("span", { class: "dot" }),
+      h("span", { class: "thinking-text", text: "thinking…" }));
+    // On a phone the side panel is a drawer: the reply itself offers Cancel while its run is active.
+    const cancel = h("button", { type: "button", class: "btn ghost small cancel-run", text: "Cancel",
+      onclick: () => send({ type: "cancel", run_id: runId }) });
+    const when = h("span", { class: "when", text: timeLabel(null) });
+    const meta = h("div", { class: "meta" }, when, status, h("span", { class: "mono run-id", title: runId, text: shortId(runId) }), cancel);
+    const el = h("div", { class: "msg assistant streaming", "data-run-id": runId }, tools, thinking, bubble, files, meta);
+    bubble.hidden = true;
     els.messages.append(el);
-    view = { el, bubble, tools, files, status, text: "", toolCards: new Map(), state: "queued", error: null };
+    view = { el, bubble, tools, files, status, thinking, cancel, text: "", toolCards: new Map(), state: "queued", error: null };
     runs.set(runId, view);
     return view;
   }
 
+  function renderActivity(view) {
+    const active = ACTIVE.has(view.state);
+    view.thinking.hidden = !(active && !view.text);
+    view.cancel.hidden = !active;
+    view.bubble.hidden = !view.text;
+  }
+
   function onRunEvent(message) {
     if (lastId === null || message.id > lastId) lastId = message.id;
-    const view = runView(message.run_id);
-    const { type, data } = message.event;
+    applyRunEvent(message.run_id, message.event);
+    scrollDown(false);
+  }
+
+  // One result of a run, live (WebSocket) or read back (REST, when a conversation is reopened): both
+  // build the same picture.
+  function applyRunEvent(runId, event) {
+    const view = runView(runId);
+    const { type, data } = event;
     if (type === "message.delta") {
       view.text += contentText(data.chunk && data.chunk.content);
       view.bubble.textContent = view.text;
@@ -186,24 +227,41 @@
       view.files.append(link);
       addPanelItem(els.artifacts, h("li", {}, fileLink(data)));
     } else if (type === "state.updated") {
-      addPanelItem(els.state, h("li", {}, h("span", { class: "k", text: `${data.scope}:${data.key}` }),
-        h("pre", { text: pretty(data.value) })));
+      stateItem(runId, view, data);
     } else if (type === "action.requested") {
       addPanelItem(els.actions, h("li", {}, h("span", { class: "k", text: data.action }),
         h("pre", { text: pretty({ target: data.target, payload: data.payload }) })));
     } else if (type === "run.completed") {
       view.el.classList.remove("streaming");
-      setRunState(message.run_id, "completed");
+      setRunState(runId, "completed");
     } else if (type === "run.failed") {
       view.el.classList.remove("streaming");
-      view.el.classList.add("failed");
-      view.error = data;
-      view.el.append(h("div", { class: "error-line", text: `${data.code}: ${data.message}` }));
-      setRunState(message.run_id, data.code === "cancelled" ? "cancelled" : "failed");
+      showRunError(view, data);
+      setRunState(runId, data.code === "cancelled" ? "cancelled" : "failed");
     }
-    if (!view.text && view.bubble.textContent === "" && type !== "message.delta") view.bubble.hidden = true;
-    if (view.text) view.bubble.hidden = false;
-    scrollDown(false);
+    renderActivity(view);
+  }
+
+  function showRunError(view, error) {
+    if (view.error) return;
+    view.error = error;
+    view.el.classList.add("failed");
+    view.el.insertBefore(h("div", { class: "error-line", role: "alert", text: `${error.code}: ${error.message || ""}` }), view.el.querySelector(".meta"));
+  }
+
+  // The state panel keeps one entry per binding, scope and key (its newest value), labelled with who
+  // wrote it: two runners keeping the same key (`external.*` of two external runners) stay told apart.
+  function stateItem(runId, view, data) {
+    const binding = view.binding || "";
+    const id = `${binding}|${data.scope}:${data.key}`;
+    const item = h("li", { "data-state-key": `${data.scope}:${data.key}` },
+      h("span", { class: "k", text: `${data.scope}:${data.key}` }),
+      h("div", { class: "muted tiny state-by", text: `${binding ? "by " + binding + " · " : ""}run ${shortId(runId)}` }),
+      h("pre", { text: pretty(data.value) }));
+    const old = stateItems.get(id);
+    if (old) old.remove();
+    stateItems.set(id, item);
+    addPanelItem(els.state, item);
   }
 
   function toolCard(view, type, data) {
@@ -260,8 +318,8 @@
   function onRunStatus(message) {
     if (message.conversation_id && !conversationId) {
       // The reply to our first message of a new conversation names it.
+      addConversation(message.conversation_id, els.input.dataset.lastText || "", null);
       setConversation(message.conversation_id, false);
-      addConversation(message.conversation_id, els.input.dataset.lastText || "");
     }
     if (message.event_id) tagPendingUser(message.event_id);
     runView(message.run_id);
@@ -284,7 +342,9 @@
     if (message && message.binding_id) view.binding = message.binding_id;
     if (message && message.status_reason) view.reason = message.status_reason;
     if (!currentRun || currentRun === runId || ACTIVE.has(status)) currentRun = runId;
+    renderActivity(view);
     renderRunInfo();
+    if (message && message.binding_id && message.runner_id) checkTargetLabel(message.binding_id, message.runner_id);
   }
 
   function renderRunInfo() {
@@ -295,11 +355,16 @@
       return;
     }
     const rows = [["run", currentRun], ["status", view.state]];
+    if (view.error) rows.push(["error", `${view.error.code}: ${view.error.message || ""}`]);
     if (view.reason) rows.push(["reason", view.reason]);
     if (view.binding) rows.push(["binding", view.binding]);
     if (view.runner) rows.push(["runner", view.runner]);
     const dl = h("dl", {});
-    for (const [k, v] of rows) dl.append(h("dt", { text: k }), h("dd", { class: k === "status" ? "" : "mono", text: v }));
+    for (const [k, v] of rows) {
+      const dd = h("dd", { class: k === "status" ? "" : "mono", text: k === "status" ? "" : v });
+      if (k === "status") dd.append(h("span", { class: "status " + v, text: v }));
+      dl.append(h("dt", { text: k }), dd);
+    }
     els.runInfo.replaceChildren(dl);
     els.runInfo.classList.remove("muted");
     els.cancel.hidden = !ACTIVE.has(view.state);
@@ -447,14 +512,82 @@
     }
     if (fragment.childNodes.length) els.empty.hidden = true;
     els.messages.insertBefore(fragment, earlier ? anchor : els.empty.nextSibling);
-    if (!earlier) scrollDown(true);
+    if (!earlier) {
+      await loadRuns(id);
+      scrollDown(true);
+    }
+  }
+
+  // Reopening a conversation: its finished runs are read back (GET /runs, /runs/{id}/events) and drawn
+  // as they were live — status, error, tool cards, artifacts, the side panel for the last run — in place
+  // of their plain transcript reply. Runs still active are replayed by the WebSocket instead.
+  async function loadRuns(id) {
+    const base = `${config.api}/runs?${wsParam()}&conversation_id=${encodeURIComponent(id)}&limit=50`;
+    const response = await fetch(base, { credentials: "same-origin", headers: { Accept: "application/json" } });
+    if (!response.ok || id !== conversationId) return;
+    const page = await response.json();
+    const finished = page.items.filter((run) => !runs.has(run.run_id)).reverse(); // oldest first
+    const events = await Promise.all(finished.map(async (run) => {
+      const url = `${config.api}/runs/${encodeURIComponent(run.run_id)}/events?${wsParam()}`;
+      const answer = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      return answer.ok ? (await answer.json()).items : [];
+    }));
+    if (id !== conversationId) return;
+    finished.forEach((run, index) => {
+      const view = runView(run.run_id);
+      const replaced = placeRun(view, run);
+      view.binding = run.binding_id;
+      view.runner = run.runner_id;
+      for (const event of events[index]) applyRunEvent(run.run_id, event);
+      if (replaced) keepTranscriptChanges(view, replaced);
+      if (!view.text && run.output && run.status === "completed") { view.text = run.output; view.bubble.textContent = run.output; }
+      if (["failed", "timeout", "cancelled"].includes(run.status)) {
+        showRunError(view, run.error && run.error.code ? run.error : { code: run.status, message: run.status_reason });
+      }
+      view.el.querySelector(".meta .when").textContent = timeLabel(run.created_at);
+      setRunState(run.run_id, run.status, { status_reason: run.status_reason, runner_id: run.runner_id, binding_id: run.binding_id });
+      view.el.classList.add("done");
+    });
+    // The side panel shows the conversation's last run, unless one is still going.
+    const newest = finished[finished.length - 1];
+    if (newest && !(currentRun && runs.get(currentRun) && ACTIVE.has(runs.get(currentRun).state))) {
+      currentRun = newest.run_id;
+      renderRunInfo();
+    }
+  }
+
+  function placeRun(view, run) {
+    // Where its plain reply was, else after the message that started it.
+    const reply = els.messages.querySelector(`.msg[data-transcript-id][data-run-id="${CSS.escape(run.run_id)}"]`);
+    if (reply) {
+      view.el.dataset.transcriptId = reply.dataset.transcriptId;
+      reply.replaceWith(view.el);
+      return reply;
+    }
+    const asked = els.messages.querySelector(`.msg.user[data-event-id="${CSS.escape(run.event_id)}"]`);
+    if (!asked) return null;
+    let after = asked;
+    while (after.nextElementSibling && after.nextElementSibling.classList.contains("assistant") && after.nextElementSibling.dataset.runId) after = after.nextElementSibling;
+    after.after(view.el);
+    return null;
+  }
+
+  // The transcript holds what happened to the reply after its run (a runner's edit, reactions).
+  function keepTranscriptChanges(view, replaced) {
+    const bubble = replaced.querySelector(".bubble");
+    const text = bubble ? bubble.textContent : "";
+    if (text && text !== view.text) { view.text = text; view.bubble.textContent = text; }
+    const reactions = replaced.querySelector(".reactions");
+    if (reactions) view.el.insertBefore(reactions, view.el.querySelector(".meta"));
+    if (replaced.querySelector(".edited")) view.el.querySelector(".meta").append(h("span", { class: "edited", text: "edited" }));
   }
 
   // --- conversations ------------------------------------------------------------------------------------
 
   function setConversation(id, load) {
     conversationId = id;
-    els.title.textContent = id ? "Conversation" : "New conversation";
+    const known = id && els.conversations.querySelector(`[data-id="${CSS.escape(id)}"]`);
+    els.title.textContent = known ? known.dataset.title : id ? "Conversation" : "New conversation";
     els.subtitle.textContent = id || "Say something to start one.";
     for (const b of els.conversations.querySelectorAll("button")) b.classList.toggle("active", b.dataset.id === id);
     if (id) history.replaceState(null, "", "#c=" + encodeURIComponent(id));
@@ -480,39 +613,80 @@
     nextBefore = null;
     els.loadEarlier.hidden = true;
     els.empty.hidden = false;
+    stateItems = new Map();
     for (const list of [els.state, els.actions, els.artifacts]) list.innerHTML = '<li class="muted small">None.</li>';
     renderRunInfo();
   }
 
-  function addConversation(id, preview) {
+  // Titled by its first words and its start time; the id is kept small underneath (and in the tooltip).
+  function addConversation(id, first, startedAt) {
     if (els.conversations.querySelector(`[data-id="${CSS.escape(id)}"]`)) return;
-    const button = h("button", { type: "button", "data-id": id, onclick: () => openConversation(id) },
-      h("span", { class: "conv-preview", text: preview || "(no text)" }), h("span", { class: "conv-id", text: id }));
-    if (id === conversationId) button.classList.add("active");
+    const title = titleOf(first);
+    const when = timeLabel(startedAt);
+    const button = h("button", { type: "button", "data-id": id, "data-title": `${title} · ${when}`, title: id, onclick: () => openConversation(id) },
+      h("span", { class: "conv-preview" }, h("span", { class: "conv-title", text: title }), h("span", { class: "conv-time", text: when })),
+      h("span", { class: "conv-id", text: id.replace(/^webui:/, "").slice(0, 12) }));
+    if (id === conversationId) {
+      button.classList.add("active");
+      els.title.textContent = button.dataset.title;
+    }
     els.conversations.prepend(h("li", {}, button));
   }
 
   // --- composer -----------------------------------------------------------------------------------------
 
-  function fillTargets() {
-    const options = [h("option", { value: "", text: "Workspace default" })];
-    if (config.bots.length) {
+  // Who answers a target, as the resolver would choose now: "demo-qa · qa-runner/default".
+  function answeredBy(target) {
+    if (target.conflict && target.conflict.length) return `conflict: ${target.conflict.join(", ")}`;
+    if (!target.replying) return "no binding answers";
+    return `${target.replying.binding_id} · ${runnerName(target.replying.runner_id)}`;
+  }
+
+  function fillTargets(targets) {
+    const chosen = els.target.value || localStorage.getItem("langbot.chat.target." + config.workspace) || "";
+    const options = [h("option", { value: "", "data-detail": answeredBy(targets.default), text: `Workspace default → ${answeredBy(targets.default)}` })];
+    if (targets.bots.length) {
       const group = h("optgroup", { label: "Bots" });
-      for (const b of config.bots) group.append(h("option", { value: "bot:" + b.bot_id, text: b.name }));
+      for (const b of targets.bots) group.append(h("option", { value: "bot:" + b.bot_id, "data-detail": answeredBy(b), text: `${b.name} → ${answeredBy(b)}` }));
       options.push(group);
     }
-    if (config.bindings.length) {
+    if (targets.bindings.length) {
       const group = h("optgroup", { label: "Bindings" });
-      for (const b of config.bindings) {
-        const label = `${b.name} — ${b.runner_id.replace(/^plugin:/, "")}${b.replies ? "" : " (observer)"}`;
-        group.append(h("option", { value: "binding:" + b.binding_id, text: label }));
+      for (const b of targets.bindings) {
+        const detail = `${runnerName(b.runner_id)}${b.replies ? "" : " (observer)"}`;
+        group.append(h("option", { value: "binding:" + b.binding_id, "data-detail": detail, "data-runner": b.runner_id, text: `${b.name} — ${detail}` }));
       }
       options.push(group);
     }
     els.target.replaceChildren(...options);
-    const saved = localStorage.getItem("langbot.chat.target." + config.workspace);
-    if (saved && [...els.target.options].some((o) => o.value === saved)) els.target.value = saved;
-    els.target.addEventListener("change", () => localStorage.setItem("langbot.chat.target." + config.workspace, els.target.value));
+    if ([...els.target.options].some((o) => o.value === chosen)) els.target.value = chosen;
+    config.bindings = targets.bindings;
+    targetsReadAt = Date.now();
+    showTarget();
+  }
+
+  // The whole choice, never cut short: the select may be narrow (a phone), this line wraps.
+  function showTarget() {
+    const option = els.target.selectedOptions[0];
+    if (!option) return;
+    const name = option.value ? option.textContent.split(/ → | — /)[0] : "Workspace default";
+    els.targetDetail.textContent = `Send to: ${name} → ${option.dataset.detail || ""}`;
+    els.target.title = option.textContent;
+  }
+
+  async function refreshTargets(force) {
+    if (!force && Date.now() - targetsReadAt < 3000) return;
+    targetsReadAt = Date.now();
+    try {
+      const response = await fetch(`${config.targets_url}?${wsParam()}`, { credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (response.ok) fillTargets(await response.json());
+    } catch (e) { /* offline: keep what is shown */ }
+  }
+
+  function checkTargetLabel(bindingId, runnerId) {
+    // A run names the runner it really used: a label that says otherwise is stale.
+    const b = (config.bindings || []).find((x) => x.binding_id === bindingId);
+    if (b && b.runner_id !== runnerId) refreshTargets(true);
   }
 
   function submit(event) {
@@ -680,8 +854,16 @@
     els.scrim.hidden = true;
   });
 
-  fillTargets();
-  for (const c of config.conversations.slice().reverse()) addConversation(c.conversation_id, c.preview);
+  fillTargets(config);
+  els.target.addEventListener("change", () => { localStorage.setItem("langbot.chat.target." + config.workspace, els.target.value); showTarget(); });
+  els.target.addEventListener("focus", () => refreshTargets(false));
+  els.target.addEventListener("pointerdown", () => refreshTargets(false));
+  window.addEventListener("focus", () => refreshTargets(false));
+  els.messages.addEventListener("scroll", () => {
+    const m = els.messages;
+    stick = m.scrollHeight - m.scrollTop - m.clientHeight < 48;
+  });
+  for (const c of config.conversations.slice().reverse()) addConversation(c.conversation_id, c.title || c.preview, c.started_at);
   const fromHash = new URLSearchParams(location.hash.slice(1)).get("c");
   if (fromHash) {
     conversationId = fromHash;
