@@ -23,7 +23,26 @@ def member_workspaces(request: HttpRequest) -> QuerySet[Workspace]:
     return workspaces_of_member(user_id=request.user.pk)
 
 
-class WorkspaceScopedAdmin(admin.ModelAdmin[_M]):
+class ScopedListFilters(admin.ModelAdmin[_M]):
+    """List filters on a relation (`workspace`, `binding`, ...) offer, to other staff than superusers, only
+    the related objects the rows they may see point at: the plain filter lists every row of the related
+    table, other workspaces' names included."""
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        filters = list(super().get_list_filter(request))
+        if is_superuser(request):
+            return filters
+        return [self._related_only(f) for f in filters]
+
+    def _related_only(self, list_filter: Any) -> Any:
+        if not isinstance(list_filter, str) or "__" in list_filter:
+            return list_filter
+        if not self.model._meta.get_field(list_filter).is_relation:
+            return list_filter
+        return (list_filter, admin.RelatedOnlyFieldListFilter)
+
+
+class WorkspaceScopedAdmin(ScopedListFilters[_M]):
     """Superusers see and pick everything. Other staff see the objects of the workspaces they belong to,
     and may pick only those workspaces — and, for the foreign keys named in `scoped_foreign_keys` (field →
     the lookup from the related model to its workspace), only objects of those workspaces.
@@ -50,14 +69,6 @@ class WorkspaceScopedAdmin(admin.ModelAdmin[_M]):
                     **{lookup: member_workspaces(request)}
                 )
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
-
-    def get_list_filter(self, request: HttpRequest) -> Any:
-        # The plain workspace filter offers every workspace's name; other staff are offered only the
-        # workspaces their own objects are in.
-        filters = list(super().get_list_filter(request))
-        if is_superuser(request):
-            return filters
-        return [(f, admin.RelatedOnlyFieldListFilter) if f == "workspace" else f for f in filters]
 
     def get_readonly_fields(self, request: HttpRequest, obj: _M | None = None) -> list[str]:
         readonly = list(super().get_readonly_fields(request, obj))
