@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from bindings.admin_scope import ScopedListFilters
 from bindings.models import Workspace
 from transcripts.models import EventLog, StateEntry, TranscriptItem
 
@@ -83,7 +84,7 @@ class ReadOnlyAdminMixin:
         return False
 
 
-class ReadOnlyWorkspaceAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ModelT]):
+class ReadOnlyWorkspaceAdmin(ReadOnlyAdminMixin, ScopedListFilters[ModelT]):
     """Nothing can be added, changed or deleted; non-superusers see only their workspaces' rows."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ModelT]:

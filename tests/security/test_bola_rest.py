@@ -1,0 +1,230 @@
+"""Every REST route against another workspace's objects (issue 22, BOLA matrix).
+
+ROUTES lists every URL the project serves outside admin, with each method and what a caller of workspace
+`mine` sends there: path parameters are the ids of the other workspace's objects (`theirs`), bodies refer to
+their objects where a body can. The caller — an API key of `mine`, then a staff member of `mine` in a browser
+session — must get the expected refusal (404 for another workspace's object, DESIGN §3.2), see none of their
+objects in any answer, and change nothing of theirs. A route or method the project serves that ROUTES does
+not list fails the test: a new endpoint is added here, with the refusal it must give.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.test import APIClient
+
+from bindings.services import api_key_create
+from platforms.webhooks.models import WebhookEndpoint
+from resources.models import KnowledgeBase
+from tests.security.conftest import MARKER, Mine, Theirs, snapshot
+
+pytestmark = pytest.mark.django_db
+
+GONE = {404}
+"""Another workspace's object answers 404, as an unknown one does."""
+REFUSED_REFERENCE = {400, 404}
+"""A body naming another workspace's object is refused as naming an unknown one."""
+OWN = {200, 201, 202, 204}
+"""Acts on the caller's own workspace only (checked: no object of theirs in the answer, none of theirs changed)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    expected: set[int]
+    body: dict[str, Any] | None = None
+    mixed_parent: bool = False
+    """Also tried with the caller's own parent object in the path and their child object (e.g. my knowledge
+    base, their document)."""
+
+
+def _refs(ids: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Create bodies that each name one object of theirs."""
+    return {
+        "event": {"bot_id": ids["bot_id"], "input": {"text": "hi"}},
+        "binding": {
+            "scope": {"scope_type": "bot", "scope_id": ids["bot_id"]},
+            "event_types": ["message.received"],
+            "runner_id": "plugin:langbot/qa-runner/default",
+        },
+        "model": {"provider_id": ids["provider_id"], "name": "m", "kind": "llm"},
+        "kb": {"name": "kb", "embedding_model_id": ids["model_id"]},
+        "schedule_bot": {"cron": "0 9 * * *", "bot_id": ids["bot_id"]},
+        "schedule_binding": {"cron": "0 9 * * *", "binding_id": ids["binding_id"]},
+        "webhook": {
+            "url": "https://example.com/hook",
+            "event_types": ["run.completed"],
+            "binding_id": ids["binding_id"],
+        },
+    }
+
+
+# route → method → attempt. Bodies are names of _refs() (or None).
+ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
+    "api/v1/events": {"POST": (REFUSED_REFERENCE, "event")},
+    "api/v1/events/<str:event_id>": {"GET": (GONE, None)},
+    "api/v1/runners": {"GET": (OWN, None)},  # the host-wide runner catalog: no workspace objects
+    # Operators only: a workspace's key gets 403; a staff session is an operator (no runtime here: 503).
+    "api/v1/runners/refresh": {"POST": ({403, 503}, None)},
+    "api/v1/runs": {"GET": (OWN, None)},
+    "api/v1/runs/<str:run_id>": {"GET": (GONE, None)},
+    "api/v1/runs/<str:run_id>/events": {"GET": (GONE, None)},
+    "api/v1/runs/<str:run_id>/cancel": {"POST": (GONE, None)},
+    "api/v1/runs/<str:run_id>/stream": {"GET": (GONE, None)},
+    "api/v1/ws-tickets": {"POST": (OWN, None)},  # a ticket for the caller's own session/key
+    "api/v1/bindings": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "binding")},
+    "api/v1/bindings/<slug:binding_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/bots": {"GET": (OWN, None), "POST": (OWN, None)},  # a bot names nothing of another workspace
+    "api/v1/bots/<slug:bot_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    # Conversation ids are per workspace: theirs is an empty conversation of mine.
+    "api/v1/conversations/<path:conversation_id>/transcript": {"GET": (OWN | GONE, None)},
+    "api/v1/artifacts": {"POST": ({400, 415}, None)},  # an upload names nothing of another workspace
+    "api/v1/artifacts/<str:artifact_id>": {"GET": (GONE, None)},
+    "api/v1/artifacts/<str:artifact_id>/content": {"GET": (GONE, None)},
+    "api/v1/model-providers": {"GET": (OWN, None), "POST": ({400}, None)},
+    "api/v1/model-providers/<slug:provider_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/models": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "model")},
+    "api/v1/models/<slug:model_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/mcp-servers": {"GET": (OWN, None), "POST": ({400}, None)},
+    "api/v1/mcp-servers/<slug:server_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/mcp-servers/<slug:server_id>/refresh": {"POST": (GONE, None)},
+    "api/v1/tools": {"GET": (OWN, None)},
+    "api/v1/knowledge-bases": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "kb")},
+    "api/v1/knowledge-bases/<slug:kb_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/knowledge-bases/<slug:kb_id>/documents": {"GET": (GONE, None), "POST": (GONE | {400, 415}, None)},
+    "api/v1/knowledge-bases/<slug:kb_id>/documents/<uuid:document_id>": {
+        "GET": Attempt(GONE, mixed_parent=True),
+        "DELETE": Attempt(GONE, mixed_parent=True),
+    },
+    "api/v1/schedules": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "schedule_bot")},
+    "api/v1/schedules/<slug:schedule_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/webhooks": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "webhook")},
+    "api/v1/webhooks/<str:webhook_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/webhooks/<str:webhook_id>/rotate-secret": {"POST": (GONE, None)},
+    "api/v1/webhooks/<str:webhook_id>/deliveries": {"GET": (GONE, None)},
+    "api/v1/webhooks/<str:webhook_id>/deliveries/<str:delivery_id>/redeliver": {
+        "POST": Attempt(GONE, mixed_parent=True)
+    },
+    # No workspace objects behind these: the schema, its docs page, the health check.
+    "api/schema/": {"GET": (OWN, None)},
+    "api/docs/": {"GET": (OWN, None)},
+    "healthz": {"GET": ({200, 503}, None)},
+    # Host-wide counters: a metrics token or a superuser session, never a workspace's key or staff.
+    "metrics": {"GET": ({401, 403, 404}, None)},
+    # The debug chat: the caller's own session and bindings.
+    "chat/": {"GET": (OWN | {302}, None)},
+    "chat/targets/": {"GET": (OWN | {302, 401, 403}, None)},
+    "chat/login/": {"GET": (OWN, None)},
+    "chat/logout/": {"POST": (OWN | {302}, None)},
+    # Their bot under my workspace's slug is no bot of mine.
+    "platforms/<str:platform>/<slug:workspace_slug>/<slug:bot_id>/webhook": {"POST": (GONE, None)},
+}
+EXTRA_ATTEMPTS: list[tuple[str, str, str]] = [
+    # The other reference a schedule can make.
+    ("api/v1/schedules", "POST", "schedule_binding"),
+]
+
+
+def served_routes() -> dict[str, set[str]]:
+    """Every non-admin URL pattern → the methods its view implements (empty when the view is a function)."""
+
+    def walk(patterns: list[Any], prefix: str = "") -> Any:
+        for pattern in patterns:
+            if isinstance(pattern, URLResolver):
+                yield from walk(pattern.url_patterns, prefix + str(pattern.pattern))
+            elif isinstance(pattern, URLPattern):
+                yield prefix + str(pattern.pattern), pattern.callback
+
+    served: dict[str, set[str]] = {}
+    for route, callback in walk(get_resolver().url_patterns):
+        if route.startswith(("admin/", "static/")):
+            continue
+        view = getattr(callback, "cls", None) or getattr(callback, "view_class", None)
+        methods = {m.upper() for m in ("get", "post", "put", "patch", "delete") if hasattr(view, m)} if view else set()
+        served[route] = methods
+    return served
+
+
+def test_every_route_and_method_is_in_the_matrix():
+    served = served_routes()
+
+    assert sorted(set(served) - set(ROUTES)) == [], "routes missing from ROUTES: add each with its refusal"
+    assert sorted(set(ROUTES) - set(served)) == [], "ROUTES lists routes that no longer exist"
+    for route, methods in served.items():
+        if methods and route not in {"chat/login/", "chat/logout/"}:
+            assert methods == set(ROUTES[route]), f"{route}: served {sorted(methods)}, listed {sorted(ROUTES[route])}"
+
+
+def _path(route: str, ids: dict[str, str]) -> str:
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return "telegram" if name == "platform" else ids[name]
+
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", fill, route)
+
+
+def _attempts(ids: dict[str, str], own_parents: dict[str, str]) -> list[tuple[str, str, str, set[int], Any]]:
+    refs = _refs(ids)
+    tries: list[tuple[str, str, str, set[int], Any]] = []
+    for route, methods in ROUTES.items():
+        for method, spec in methods.items():
+            attempt = spec if isinstance(spec, Attempt) else Attempt(spec[0], refs[spec[1]] if spec[1] else None)
+            tries.append((route, method, _path(route, ids), attempt.expected, attempt.body))
+            if attempt.mixed_parent:
+                tries.append((route, method, _path(route, {**ids, **own_parents}), attempt.expected, attempt.body))
+    for route, method, ref in EXTRA_ATTEMPTS:
+        tries.append((route, method, _path(route, ids), REFUSED_REFERENCE, refs[ref]))
+    # Logging out ends the staff member's session: last.
+    return sorted(tries, key=lambda attempt: attempt[0] == "chat/logout/")
+
+
+@pytest.mark.parametrize("caller", ["api key", "staff session"])
+def test_no_route_reaches_another_workspaces_objects(caller: str, theirs: Theirs, mine: Mine, settings: Any) -> None:
+    settings.LANGBOT_API_THROTTLE_RATE = "off"
+    settings.LANGBOT_RUNTIME_URL = "ws://127.0.0.1:9"  # nothing listens: no runtime is started for this test
+    kb = KnowledgeBase.objects.create(workspace=mine.workspace, kb_id="mine-kb", name="mine")
+    webhook = WebhookEndpoint.objects.create(
+        workspace=mine.workspace, url="https://example.com/mine", event_types=["run.completed"], secret="whsec_x"
+    )
+    own_parents = {"kb_id": kb.kb_id, "webhook_id": str(webhook.webhook_id), "workspace_slug": mine.workspace.slug}
+    client = APIClient()
+    if caller == "api key":
+        _, key = api_key_create(workspace=mine.workspace)
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    else:
+        client.force_login(mine.staff)
+    # The platform webhook route: their bot under my workspace's slug.
+    ids = {**theirs.ids, "workspace_slug": mine.workspace.slug}
+    before = snapshot(theirs.workspace)
+
+    wrong: list[str] = []
+    for _route, method, path, expected, body in _attempts(ids, own_parents):
+        response = client.generic(method, path, data=_json(body), content_type="application/json")
+        # The ids the caller sent may be echoed (`No bot 'x' in this workspace.`); anything else of theirs not.
+        text = _text(response)
+        for sent in sorted(ids.values(), key=len, reverse=True):
+            if sent in path or sent in _json(body):
+                text = text.replace(sent, "")
+        if response.status_code not in expected:
+            wrong.append(f"{method} {path}: {response.status_code} (expected {sorted(expected)}) {text[:200]}")
+        elif MARKER in text:
+            wrong.append(f"{method} {path}: the answer shows their objects: {text[:300]}")
+
+    assert wrong == [], "\n".join(wrong)
+    assert snapshot(theirs.workspace) == before
+
+
+def _json(body: Any) -> str:
+    import json
+
+    return json.dumps(body) if body is not None else ""
+
+
+def _text(response: Any) -> str:
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode(errors="replace")
+    return response.content.decode(errors="replace")
