@@ -15,6 +15,8 @@ stream them to the chat. Without the port, or for a platform without an adapter,
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +24,8 @@ from typing import Any, Protocol
 from runners.live.publish import conversation_item_publish_on_commit
 from runners.models import Run, RunEvent
 from transcripts.models import TranscriptItem
+
+logger = logging.getLogger(__name__)
 
 HOST_SURFACES = frozenset({"webui", "api"})
 MESSAGE_MAX_CHARS = 64 * 1024
@@ -74,6 +78,9 @@ class DeliveryPort(Protocol):
     def results_observe(self, *, run: Run, events: Sequence[RunEvent], ended: bool) -> None:
         """Take committed results of a run that has a bot (on the worker's event loop; must not block)."""
 
+    async def wait_idle(self) -> None:
+        """Return once every reply being delivered has been delivered (or has failed)."""
+
 
 _port: DeliveryPort | None = None
 
@@ -96,6 +103,17 @@ def run_results_observe(*, run: Run, events: Sequence[RunEvent], ended: bool) ->
     if _port is None or run.bot_id is None:
         return
     _port.results_observe(run=run, events=events, ended=ended)
+
+
+async def deliveries_drain(*, timeout: float) -> None:
+    """Let replies still being written to chat platforms finish (worker shutdown), for at most `timeout`."""
+    if _port is None:
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await _port.wait_idle()
+    except TimeoutError:
+        logger.warning("worker stopping: platform deliveries still running after %.0fs are abandoned", timeout)
 
 
 def run_surface(run: Run) -> str:

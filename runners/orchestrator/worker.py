@@ -30,6 +30,7 @@ from django.conf import settings
 from langbot_host.core.log_context import log_context, log_context_set
 from langbot_host.core.sql import DatabaseExecutor, LoopStatements
 from runners.hostapi.audit import AuditLog
+from runners.hostapi.delivery import deliveries_drain
 from runners.hostapi.handlers.dispatch import proxy_handlers
 from runners.hostapi.session import RunSession
 from runners.live.cancel import CancelListener
@@ -144,6 +145,8 @@ class Orchestrator:
             await self._listener.stop()
         if self._background:
             await asyncio.wait(list(self._background), timeout=2)
+        # A reply still being edited on a chat platform gets to show its final text.
+        await deliveries_drain(timeout=grace)
         # Audit rows are batched; the last batch must not die with the process.
         await self.audit.flush()
         await self.statements.close()

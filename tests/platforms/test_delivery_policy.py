@@ -16,6 +16,7 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from platforms.delivery import PlatformDeliveryPort
 from platforms.models import PlatformDelivery
+from runners.hostapi.delivery import deliveries_drain, run_results_observe
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, WorkspaceFactory
 from tests.platforms.conftest import post_update
@@ -171,3 +172,14 @@ async def test_an_observer_run_delivers_nothing(fake_telegram, telegram_bot_for)
 
     assert fake_telegram.sent == []
     assert not await PlatformDelivery.objects.filter(run=run).aexists()
+
+
+async def test_a_stopping_worker_lets_a_reply_in_flight_end_with_its_final_text(fake_telegram, telegram_bot_for):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    # What the orchestrator hands over, through the port platforms installed at start-up.
+    run_results_observe(run=run, events=[_delta("half of it")], ended=False)
+    run_results_observe(run=run, events=[_completed("half of it and the rest")], ended=True)
+
+    await deliveries_drain(timeout=5)
+
+    assert fake_telegram.texts(4242) == ["half of it and the rest"]
