@@ -11,28 +11,16 @@ request in admin. Execution goes through `runners.hostapi.delivery`.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from langbot_sdk.authorization import platform_action_decision
 from runners.hostapi.delivery import DeliveryError, platform_action_deliver, run_surface
 from runners.models import PlatformActionRequest, Run
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ActionDecision:
-    allowed: bool
-    needs_approval: bool
-
-
-def platform_action_decision(*, capabilities: dict[str, Any], action: str) -> ActionDecision:
-    actions = capabilities.get("actions")
-    allowed = isinstance(actions, list) and action in actions
-    return ActionDecision(allowed=allowed, needs_approval=bool(capabilities.get("require_action_approval", True)))
 
 
 def _execute(request: PlatformActionRequest) -> PlatformActionRequest:

@@ -20,8 +20,9 @@ from typing import IO, Any
 from artifacts.models import Artifact
 from artifacts.selectors import artifact_for_run
 from artifacts.services import artifact_open, artifact_read_range
+from langbot_sdk.authorization import artifact_access
 from langbot_sdk.protocol import Action, ArtifactMetadata, ArtifactReadResult, ArtifactStreamChunk
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found
 
 
 def artifact_metadata_of(artifact: Artifact) -> ArtifactMetadata:
@@ -39,16 +40,10 @@ def artifact_metadata_of(artifact: Artifact) -> ArtifactMetadata:
     )
 
 
-def _granted(call: ProxyCall, operation: str) -> list[str]:
-    return [a.artifact_id for a in call.session.resources.artifacts if not a.operations or operation in a.operations]
-
-
-async def _artifact(call: ProxyCall, *, api_allowed: bool, operation: str) -> Artifact:
-    granted = _granted(call, operation)
+async def _artifact(call: ProxyCall, *, operation: str) -> Artifact:
     artifact_id = call.request.artifact_id
-    if not api_allowed and artifact_id not in granted:
-        raise unauthorized(f"artifact {operation} is not available to this run", artifact_id=artifact_id)
     session = call.session
+    granted = artifact_access(session, artifact_id, operation=operation)
     artifact = await call.db(
         artifact_for_run,
         workspace_id=session.scope.workspace_id,
@@ -63,12 +58,12 @@ async def _artifact(call: ProxyCall, *, api_allowed: bool, operation: str) -> Ar
 
 
 async def artifact_metadata(call: ProxyCall) -> HandlerResult:
-    artifact = await _artifact(call, api_allowed=call.session.available_apis.artifact_metadata, operation="metadata")
+    artifact = await _artifact(call, operation="metadata")
     return artifact_metadata_of(artifact).model_dump(mode="json")
 
 
 async def artifact_read(call: ProxyCall) -> HandlerResult:
-    artifact = await _artifact(call, api_allowed=call.session.available_apis.artifact_read, operation="read")
+    artifact = await _artifact(call, operation="read")
     offset, length = call.request.offset, call.request.length
     data = await asyncio.to_thread(artifact_read_range, artifact=artifact, offset=offset, length=length)
     result = ArtifactReadResult(
@@ -83,7 +78,7 @@ async def artifact_read(call: ProxyCall) -> HandlerResult:
 
 
 async def artifact_stream(call: ProxyCall) -> HandlerResult:
-    artifact = await _artifact(call, api_allowed=call.session.available_apis.artifact_read, operation="read")
+    artifact = await _artifact(call, operation="read")
     return _chunks(artifact, call.request.offset, call.request.chunk_size)
 
 

@@ -9,11 +9,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from langbot_host.core.sql import DatabaseExecutor
+from langbot_sdk.authorization import api_require, cursor_value, own_conversation, own_thread, page_cursors
 from langbot_sdk.protocol import Action, AgentAPIException
 from runners.hostapi.session import RunSession
 
 HandlerResult = dict[str, Any] | AsyncIterator[dict[str, Any]]
 FamilyHandler = Callable[["ProxyCall"], Awaitable[HandlerResult]]
+
+__all__ = [
+    "FamilyHandler",
+    "HandlerResult",
+    "ProxyCall",
+    "RateLimiter",
+    "cursor_value",
+    "not_found",
+    "own_conversation",
+    "own_thread",
+    "page_cursors",
+    "require",
+    "unauthorized",
+]
 
 
 @dataclass
@@ -36,51 +51,8 @@ def not_found(message: str, **details: Any) -> AgentAPIException:
     return AgentAPIException.not_found(message, **details)
 
 
-def require(allowed: bool, api: str) -> None:
-    if not allowed:
-        raise unauthorized(f"the {api} API is not available to this run", api=api)
-
-
-def cursor_value(cursor: str | None, *, name: str) -> int | None:
-    """A cursor is the decimal id of a row, passed as an opaque string."""
-    if cursor is None or cursor == "":
-        return None
-    if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
-        raise AgentAPIException.invalid_argument(f"{name} is not a cursor this host issued", **{name: cursor})
-    return int(cursor)
-
-
-def page_cursors(cursors: list[str | None], *, has_more: bool, forward: bool) -> tuple[str | None, str | None]:
-    """(next_cursor, prev_cursor) of a page whose item cursors are listed oldest first: `next` continues in
-    the walking direction (None when nothing more exists there now), `prev` turns back."""
-    if not cursors:
-        return None, None
-    newest, oldest = cursors[-1], cursors[0]
-    next_cursor = (newest if forward else oldest) if has_more else None
-    return next_cursor, oldest if forward else newest
-
-
-def own_conversation(session: RunSession, requested: str | None) -> str:
-    """The run's conversation. Naming another one answers `not_found`, as for any object outside the
-    run's scope: v1 grants no cross-conversation reads (`resources.history.cross_conversation` is never
-    set by this host)."""
-    own = session.scope.conversation_id
-    if not own:
-        raise not_found("this run has no conversation")
-    if requested is not None and requested != own:
-        raise not_found(f"no conversation {requested!r} in this run's scope")
-    return own
-
-
-def own_thread(session: RunSession, requested: str | None) -> str | None:
-    """The thread filter of a history read: a run inside a thread reads that thread only; a run outside
-    threads may narrow to one thread of its conversation."""
-    own = session.scope.thread_id
-    if own:
-        if requested is not None and requested != own:
-            raise not_found(f"no thread {requested!r} in this run's scope")
-        return own
-    return requested
+# The scope checks need no database: they live in the SDK, shared with its fake host.
+require = api_require
 
 
 class RateLimiter:

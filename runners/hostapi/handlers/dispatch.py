@@ -29,12 +29,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from django.conf import settings
-from pydantic import ValidationError
 
 from langbot_host.core.log_context import log_context_set
 from langbot_host.core.sql import DatabaseExecutor
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
-from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode, limits
+from langbot_sdk.authorization import request_parse
+from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode
 from langbot_sdk.wire import CallInfo, Handler
 from runners.hostapi.audit import AuditLog
 from runners.hostapi.handlers import artifacts, events, history, platform, providers, state, storage
@@ -56,43 +56,7 @@ FAMILIES: dict[Action, FamilyHandler] = {
     **platform.HANDLERS,
 }
 
-# (field, cap) clamped before parsing; see the module docstring.
-CLAMPED: dict[Action, tuple[str, int]] = {
-    Action.HISTORY_PAGE: ("limit", limits.HISTORY_PAGE_MAX),
-    Action.EVENT_PAGE: ("limit", limits.EVENT_PAGE_MAX),
-    Action.HISTORY_SEARCH: ("top_k", limits.HISTORY_SEARCH_TOP_K_MAX),
-    Action.STATE_LIST: ("limit", limits.STATE_LIST_MAX_KEYS),
-    Action.STORAGE_LIST: ("limit", limits.STORAGE_LIST_MAX_KEYS),
-    Action.ARTIFACT_READ: ("length", limits.ARTIFACT_READ_MAX_BYTES),
-    Action.ARTIFACT_STREAM: ("chunk_size", limits.ARTIFACT_READ_MAX_BYTES),
-}
-
 _RESOURCE_FIELDS = ("model_id", "tool_name", "kb_id", "artifact_id", "area", "scope", "event_id", "action")
-
-
-def _clamp(action: Action, data: dict[str, Any]) -> dict[str, Any]:
-    rule = CLAMPED.get(action)
-    if rule is None:
-        return data
-    name, cap = rule
-    value = data.get(name)
-    if isinstance(value, int) and not isinstance(value, bool) and value > cap:
-        return {**data, name: cap}
-    return data
-
-
-def _parse(action: Action, data: dict[str, Any]) -> Any:
-    try:
-        return PROXY_REQUEST_MODELS[action].model_validate(data)
-    except ValidationError as exc:
-        errors = exc.errors(include_url=False, include_input=False, include_context=False)
-        too_large = any("the limit is" in e["msg"] or "larger than the limit" in e["msg"] for e in errors)
-        code = ErrorCode.PAYLOAD_TOO_LARGE if too_large else ErrorCode.INVALID_ARGUMENT
-        raise AgentAPIException.of(
-            code,
-            f"invalid arguments for {action.value}",
-            errors=[{"loc": list(e["loc"]), "msg": e["msg"]} for e in errors],
-        ) from None
 
 
 def resource_of(request: Any) -> str:
@@ -166,7 +130,7 @@ def proxy_handlers(
                     raise AgentAPIException.invalid_argument(
                         f"{unstorable or 'the request'}: {UNSTORABLE_MESSAGE}", field=unstorable
                     )
-                request = _parse(action, _clamp(action, data))
+                request = request_parse(action, data)
                 resource = resource_of(request)
                 limiter.take(session.run_id)
                 remaining = deadline_at - time.time()

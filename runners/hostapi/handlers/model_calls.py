@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langbot_sdk.authorization import model_kind_check
 from langbot_sdk.protocol import AgentAPIException
 from resources.clients import redacted
 from resources.models import Model, ModelProvider
@@ -20,12 +21,7 @@ async def model_of_kind(call: ProxyCall, kind: str) -> Model:
     model = await call.db(model_with_provider, workspace_id=call.session.scope.workspace_id, model_id=model_id)
     if model is None:
         raise not_found(f"model {model_id!r} is not configured on this host", model_id=model_id)
-    if model.kind != kind:
-        raise AgentAPIException.invalid_argument(
-            f"model {model_id!r} is a {model.kind} model; this call needs a model of kind {kind}",
-            model_id=model_id,
-            kind=model.kind,
-        )
+    model_kind_check(model_id, model.kind, kind)
     return model
 
 

@@ -9,6 +9,7 @@ only and ≤ 256 KiB (`invalid_argument` / `payload_too_large`, the same `state_
 
 from __future__ import annotations
 
+from langbot_sdk.authorization import state_scope_key
 from langbot_sdk.protocol import (
     Action,
     StateDeleteResult,
@@ -16,18 +17,12 @@ from langbot_sdk.protocol import (
     StateListResult,
     StateSetResult,
 )
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, not_found, unauthorized
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
 from transcripts.state import state_keys, state_read, state_remove, state_write
 
 
 def _scope_key(call: ProxyCall) -> str:
-    session, scope = call.session, call.request.scope
-    if not session.state_allows(scope):
-        raise unauthorized(f"state scope {scope!r} is not authorized for this run", scope=str(scope))
-    key = session.scope.state_key(scope)
-    if key is None:
-        raise not_found(f"this run has no {scope} to keep state for", scope=str(scope))
-    return key
+    return state_scope_key(call.session, call.request.scope)
 
 
 async def state_get(call: ProxyCall) -> HandlerResult:

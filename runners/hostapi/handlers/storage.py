@@ -11,29 +11,18 @@ from __future__ import annotations
 
 import base64
 
+from langbot_sdk.authorization import storage_owner_key
 from langbot_sdk.protocol import (
     Action,
-    StorageArea,
     StorageDeleteResult,
     StorageGetResult,
     StorageListResult,
     StorageSetResult,
     limits,
 )
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall, require, unauthorized
-from runners.hostapi.session import RunSession
+from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
 from transcripts.models import StorageEntry
 from transcripts.selectors import keys_page
-
-
-def storage_owner_key(session: RunSession, area: StorageArea | str) -> str:
-    match StorageArea(area):
-        case StorageArea.PLUGIN:
-            return f"plugin:{session.plugin_identity}"
-        case StorageArea.BINDING:
-            return f"binding:{session.scope.runner_id}:{session.scope.binding_id}"
-        case StorageArea.WORKSPACE:
-            return "workspace"
 
 
 def storage_read(*, workspace_id: int, owner_key: str, key: str) -> bytes | None:
@@ -76,11 +65,7 @@ def storage_keys(*, workspace_id: int, owner_key: str, prefix: str | None, limit
 
 
 def _owner(call: ProxyCall) -> str:
-    session, area = call.session, call.request.area
-    require(session.available_apis.storage, "storage")
-    if area not in session.resources.storage.areas:
-        raise unauthorized(f"storage area {area!r} is not authorized for this run", area=str(area))
-    return storage_owner_key(session, area)
+    return storage_owner_key(call.session, call.request.area)
 
 
 async def storage_get(call: ProxyCall) -> HandlerResult:

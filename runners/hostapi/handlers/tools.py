@@ -25,12 +25,10 @@ import contextlib
 import logging
 from typing import Any
 
-from jsonschema import Draft202012Validator, validators
-from jsonschema import exceptions as jsonschema_exceptions
-
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Workspace
+from langbot_sdk.authorization import tool_arguments_check
 from langbot_sdk.protocol import Action, AgentAPIException, CallToolResult, ToolDetail
 from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mcp_tool_call
 from resources.mcp.selectors import mcp_tool_for_call
@@ -95,23 +93,7 @@ async def tool_handle(call: ProxyCall) -> HandlerResult:
 
 
 def _arguments_check(tool: MCPTool, arguments: dict[str, Any]) -> None:
-    schema = tool.parameters or {}
-    validator_class = validators.validator_for(schema, default=Draft202012Validator)
-    try:
-        validator_class.check_schema(schema)
-    except jsonschema_exceptions.SchemaError:
-        # The server's schema is broken, not the runner's call: let the server judge the arguments.
-        logger.warning("MCP tool %s has an invalid JSON schema; arguments are passed unchecked", tool.tool_name)
-        return
-    error = jsonschema_exceptions.best_match(validator_class(schema).iter_errors(arguments))
-    if error is not None:
-        path = error.json_path
-        raise AgentAPIException.invalid_argument(
-            f"parameters of tool {tool.tool_name!r} do not match its schema at {path}: {error.message}",
-            tool_name=tool.tool_name,
-            path=path,
-            reason=error.message,
-        )
+    tool_arguments_check(tool.tool_name, tool.parameters or {}, arguments)
 
 
 def _call_failed(tool: MCPTool, exc: MCPClientError, *, timeout: float) -> AgentAPIException:
