@@ -20,6 +20,7 @@ JSON and are saved as they are.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, ClassVar
 
@@ -169,9 +170,11 @@ def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = 
     if kind is DynamicFormItemType.TEXT:
         return forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), **options)
     if kind is DynamicFormItemType.INTEGER:
-        return forms.IntegerField(**options)
+        low = None if item.minimum is None else math.ceil(item.minimum)
+        high = None if item.maximum is None else math.floor(item.maximum)
+        return forms.IntegerField(**options, min_value=low, max_value=high)
     if kind is DynamicFormItemType.NUMBER:
-        return forms.FloatField(**options)
+        return forms.FloatField(**options, min_value=item.minimum, max_value=item.maximum)
     if kind is DynamicFormItemType.BOOLEAN:
         # An unticked box is a valid `false`, never a missing value.
         return forms.BooleanField(**{**options, "required": False})

@@ -68,10 +68,10 @@ def _item_schema(item: DynamicFormItemSchema) -> dict[str, Any]:
     required = item.required
     if kind in (DynamicFormItemType.STRING, DynamicFormItemType.TEXT, DynamicFormItemType.SECRET):
         return _string_list(required) if item.multiple else _string(required)
-    if kind is DynamicFormItemType.INTEGER:
-        return {"type": "integer"}
-    if kind is DynamicFormItemType.NUMBER:
-        return {"type": "number"}
+    if kind in (DynamicFormItemType.INTEGER, DynamicFormItemType.NUMBER):
+        limits = (("minimum", item.minimum), ("maximum", item.maximum))
+        bounds = {key: value for key, value in limits if value is not None}
+        return {"type": "integer" if kind is DynamicFormItemType.INTEGER else "number", **bounds}
     if kind is DynamicFormItemType.BOOLEAN:
         return {"type": "boolean"}
     if kind is DynamicFormItemType.SELECT:
@@ -80,7 +80,7 @@ def _item_schema(item: DynamicFormItemSchema) -> dict[str, Any]:
             return {"type": "array", "items": choice, "uniqueItems": True, **({"minItems": 1} if required else {})}
         return choice
     if kind is DynamicFormItemType.JSON:
-        return {}
+        return {"type": item.json_type} if item.json_type else {}
     if kind is DynamicFormItemType.PROMPT_EDITOR:
         message = {
             "type": "object",
@@ -129,6 +129,13 @@ def _expected(item: DynamicFormItemSchema) -> str:
         choices = ", ".join(option.name for option in item.options)
         return f"a list of distinct values out of: {choices}" if item.multiple else f"one of: {choices}"
     word = _TYPE_WORDS[item.type]
+    if item.type is DynamicFormItemType.JSON and item.json_type:
+        return "a JSON list" if item.json_type == "array" else "a JSON object"
+    if item.minimum is not None or item.maximum is not None:
+        low, high = (_number_text(v) for v in (item.minimum, item.maximum))
+        if item.minimum is not None and item.maximum is not None:
+            return f"{word} from {low} to {high}"
+        return f"{word} of at least {low}" if item.minimum is not None else f"{word} of at most {high}"
     if item.multiple:
         return f"a list of non-empty strings ({word.removeprefix('a ').removeprefix('an ')} each)"
     if item.required and item.type not in (
@@ -140,6 +147,10 @@ def _expected(item: DynamicFormItemSchema) -> str:
     ):
         return f"{word}, not empty"
     return word
+
+
+def _number_text(value: float | None) -> str:
+    return "" if value is None else (str(int(value)) if float(value).is_integer() else str(value))
 
 
 def _messages(

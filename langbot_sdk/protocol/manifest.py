@@ -108,6 +108,12 @@ class DynamicFormItemSchema(RunnerModel):
     """The value is a list (of strings, knowledge base ids, ...)."""
     model_kind: ModelKind | None = None
     """Which models a ``model-selector`` offers."""
+    minimum: float | None = None
+    """Smallest value an ``integer`` or ``number`` item accepts (inclusive)."""
+    maximum: float | None = None
+    """Largest value an ``integer`` or ``number`` item accepts (inclusive)."""
+    json_type: Literal["object", "array"] | None = None
+    """What a ``json`` item must hold: a JSON object or a list (any JSON value when unset)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -127,6 +133,17 @@ class DynamicFormItemSchema(RunnerModel):
     def _select_has_options(self) -> Self:
         if self.type is DynamicFormItemType.SELECT and not self.options:
             raise ValueError(f"config item {self.name!r} is a select without options")
+        return self
+
+    @model_validator(mode="after")
+    def _bounds_fit_the_type(self) -> Self:
+        numeric = self.type in (DynamicFormItemType.INTEGER, DynamicFormItemType.NUMBER)
+        if (self.minimum is not None or self.maximum is not None) and not numeric:
+            raise ValueError(f"config item {self.name!r}: minimum/maximum apply to integer and number items only")
+        if self.minimum is not None and self.maximum is not None and self.minimum > self.maximum:
+            raise ValueError(f"config item {self.name!r}: minimum {self.minimum} is above maximum {self.maximum}")
+        if self.json_type is not None and self.type is not DynamicFormItemType.JSON:
+            raise ValueError(f"config item {self.name!r}: json_type applies to json items only")
         return self
 
 
@@ -244,9 +261,7 @@ def _strip_value(annotation: Any, value: Any, path: str, ignored: list[str]) -> 
     return value
 
 
-def _strip_unknown(
-    model: type[BaseModel], data: dict[Any, Any], path: str, ignored: list[str]
-) -> dict[Any, Any]:
+def _strip_unknown(model: type[BaseModel], data: dict[Any, Any], path: str, ignored: list[str]) -> dict[Any, Any]:
     fields: dict[str, FieldInfo] = {}
     for name, info in model.model_fields.items():
         fields[name] = info
