@@ -11,7 +11,10 @@ from django.utils.module_loading import import_string
 from bindings.models import Bot
 from platforms.interface import PlatformAdapter
 
-ADAPTER_PATHS: tuple[str, ...] = ("platforms.adapters.telegram.TelegramAdapter",)
+ADAPTER_PATHS: tuple[str, ...] = (
+    "platforms.adapters.telegram.TelegramAdapter",
+    "platforms.adapters.slack.SlackAdapter",
+)
 
 
 @cache

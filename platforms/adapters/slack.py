@@ -1,0 +1,306 @@
+"""Slack on slack-sdk: the Events API in (signed requests, URL verification), `chat.postMessage` /
+`chat.update` / `reactions.add` and the files upload v2 flow out, files in fetched with the bot token.
+
+Credentials: `bot_token` (`xoxb-...`), `signing_secret` (the app's Signing Secret, required: an unsigned
+request is refused), optional `api_base_url` (the Web API's base, default `https://slack.com/api`; a proxy
+or Slack's GovSlack host).
+
+The bot answers direct messages, and in channels the messages that mention it (`app_mention`); there it
+answers in the thread of the message that asked. Its own messages and other bots' are ignored, so it never
+answers itself. Slack redelivers an event it did not see acknowledged within 3 s (`X-Slack-Retry-Num`);
+the event's `event_id` makes a redelivery the same gateway event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+import httpx
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.signature import SignatureVerifier
+from slack_sdk.web.async_client import AsyncWebClient
+
+from platforms.interface import (
+    FetchedFile,
+    InboundBatch,
+    InboundRefusedError,
+    InboundRequest,
+    InboundUpdate,
+    OutboundFile,
+    PlatformAdapter,
+    PlatformAPIError,
+    PlatformCapabilities,
+    PlatformFileRef,
+    ReplyTarget,
+    SentMessage,
+)
+
+DEFAULT_API_BASE_URL = "https://slack.com/api"
+# Slack's own replay window: a request signed more than five minutes ago is refused.
+REPLAY_WINDOW_SECONDS = 5 * 60
+# Message subtypes that are still a person writing (a message with files arrives as `file_share`).
+USER_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
+FILE_DOWNLOAD_TIMEOUT = 60.0
+
+
+def _file_kind(mime_type: str) -> str:
+    head = mime_type.split("/", 1)[0]
+    return head if head in ("image", "audio", "video") else "file"
+
+
+class SlackAdapter(PlatformAdapter):
+    platform: ClassVar[str] = "slack"
+    # Slack truncates a message's text past 40,000 characters and asks apps to keep it within 4,000;
+    # chat.postMessage allows about one message a second per channel, chat.update is Tier 3 (50+/min).
+    capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
+        edit=True,
+        reaction=True,
+        files_in=True,
+        files_out=True,
+        threads=True,
+        max_message_chars=4000,
+        edit_interval_seconds=1.0,
+        max_file_bytes=1024 * 1024 * 1024,
+    )
+    credential_keys: ClassVar[tuple[str, ...]] = ("bot_token", "signing_secret", "api_base_url")
+
+    _client: AsyncWebClient | None = None
+
+    @property
+    def bot_token(self) -> str:
+        return str(self.credentials.get("bot_token") or "")
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.api_base_url or DEFAULT_API_BASE_URL}/"
+
+    def client(self) -> AsyncWebClient:
+        if self._client is None:
+            if not self.bot_token:
+                raise PlatformAPIError("the bot has no Slack bot token (credentials.bot_token)")
+            # No retry handlers beyond the SDK's connection-error one: the host's delivery retries 429s.
+            self._client = AsyncWebClient(token=self.bot_token, base_url=self.base_url)
+        return self._client
+
+    # -- inbound --------------------------------------------------------------------------------
+    def verify(self, request: InboundRequest) -> None:
+        secret = str(self.credentials.get("signing_secret") or "")
+        if not secret:
+            raise InboundRefusedError("forged", "the bot has no signing_secret; copy it from the Slack app's page")
+        timestamp = request.header("x-slack-request-timestamp")
+        signature = request.header("x-slack-signature")
+        if not timestamp or not signature:
+            raise InboundRefusedError("forged", "the request is not signed by Slack", status=401)
+        try:
+            age = abs(time.time() - int(timestamp))
+        except ValueError:
+            raise InboundRefusedError("forged", "the request timestamp is not a number", status=401) from None
+        if age > REPLAY_WINDOW_SECONDS:
+            raise InboundRefusedError("replayed", "the request was signed more than five minutes ago", status=401)
+        if not SignatureVerifier(secret).is_valid(body=request.body, timestamp=timestamp, signature=signature):
+            raise InboundRefusedError("forged", "the Slack signature does not match", status=401)
+
+    def parse(self, request: InboundRequest) -> InboundBatch:
+        try:
+            payload = json.loads(request.body)
+        except ValueError:
+            raise InboundRefusedError("malformed", "not a Slack Events API request", status=400) from None
+        if not isinstance(payload, dict):
+            raise InboundRefusedError("malformed", "not a Slack Events API request", status=400)
+        kind = payload.get("type")
+        if kind == "url_verification":
+            return InboundBatch(response={"challenge": str(payload.get("challenge") or "")})
+        if kind != "event_callback":
+            return InboundBatch()  # app rate-limit notices and the like: acknowledged
+        event = payload.get("event")
+        event_id = payload.get("event_id")
+        if not isinstance(event, dict) or not isinstance(event_id, str) or not event_id:
+            raise InboundRefusedError("malformed", "an event_callback without an event", status=400)
+        if not self._addressed(payload, event):
+            return InboundBatch()
+        text = self._text(payload, event)
+        files = self._files(event)
+        if not text and not files:
+            return InboundBatch()
+        return InboundBatch(updates=[InboundUpdate(envelope=self._envelope(payload, event, text), files=files)])
+
+    @staticmethod
+    def _bot_user_id(payload: dict[str, Any]) -> str:
+        for authorization in payload.get("authorizations") or ():
+            if isinstance(authorization, dict) and authorization.get("is_bot") and authorization.get("user_id"):
+                return str(authorization["user_id"])
+        return ""
+
+    def _addressed(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
+        if event.get("bot_id") or event.get("subtype") not in (None, *USER_SUBTYPES):
+            return False  # bots (this one included), edits, deletions, joins
+        user = event.get("user")
+        if not user or user == self._bot_user_id(payload) or not event.get("channel"):
+            return False
+        if event.get("type") == "app_mention":
+            return True
+        # A plain message in a channel also arrives as an app_mention when it mentions the bot; answering
+        # it here too would answer twice.
+        return event.get("type") == "message" and event.get("channel_type") == "im"
+
+    def _text(self, payload: dict[str, Any], event: dict[str, Any]) -> str:
+        text = str(event.get("text") or "")
+        bot_user = self._bot_user_id(payload)
+        if bot_user:
+            text = text.replace(f"<@{bot_user}>", "")
+        return text.strip()
+
+    @staticmethod
+    def _files(event: dict[str, Any]) -> list[PlatformFileRef]:
+        files: list[PlatformFileRef] = []
+        for item in event.get("files") or ():
+            if not isinstance(item, dict):
+                continue
+            url = item.get("url_private_download") or item.get("url_private")
+            if not url:
+                continue  # external files and tombstones carry nothing to fetch
+            mime_type = str(item.get("mimetype") or "")
+            size = item.get("size")
+            files.append(
+                PlatformFileRef(
+                    ref={"file_id": str(item.get("id") or ""), "url": str(url)},
+                    name=str(item.get("name") or item.get("title") or item.get("id") or "file"),
+                    mime_type=mime_type,
+                    size=size if isinstance(size, int) else None,
+                    kind=_file_kind(mime_type),
+                )
+            )
+        return files
+
+    def _envelope(self, payload: dict[str, Any], event: dict[str, Any], text: str) -> dict[str, Any]:
+        channel = str(event["channel"])
+        in_channel = event.get("channel_type") != "im"
+        thread = event.get("thread_ts") or (event.get("ts") if in_channel else None)
+        target = ReplyTarget(chat_id=channel, thread_id=str(thread) if thread else None)
+        ts = str(event.get("ts") or "")
+        try:
+            event_time: float = float(ts)
+        except ValueError:
+            event_time = float(payload.get("event_time") or time.time())
+        return {
+            "event_id": f"slack:{self.bot_id}:{payload['event_id']}",
+            "event_type": "message.received",
+            "source_event_type": str(event.get("type")),
+            "thread_id": target.thread_id,
+            "actor": {"actor_type": "user", "actor_id": str(event["user"]), "metadata": {}},
+            "subject": {
+                "subject_type": "message",
+                "subject_id": ts,
+                "data": {"channel_type": str(event.get("channel_type") or "channel"), "team": payload.get("team_id")},
+            },
+            "input": {"text": text or None},
+            "data": {
+                "chat_id": channel,
+                "chat_type": str(event.get("channel_type") or "channel"),
+                "reply_target": target.as_data(),
+                "raw": payload,
+            },
+            "event_time": event_time,
+        }
+
+    async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:
+        url = str(ref.ref.get("url") or "")
+        if not url:
+            raise PlatformAPIError("the file reference has no url")
+        if not self._may_carry_token(url):
+            raise PlatformAPIError(f"refusing to send the bot token to {urlsplit(url).hostname}")
+        try:
+            async with httpx.AsyncClient(timeout=FILE_DOWNLOAD_TIMEOUT, follow_redirects=False) as http:
+                response = await http.get(url, headers={"Authorization": f"Bearer {self.bot_token}"})
+        except httpx.HTTPError as exc:
+            raise PlatformAPIError(f"fetching a Slack file failed: {exc}", retryable=True) from exc
+        if response.status_code == 429:
+            raise PlatformAPIError("Slack rate-limited a file download", retry_after=_retry_after(response.headers))
+        if response.status_code != 200 or response.headers.get("content-type", "").startswith("text/html"):
+            # Without the files:read scope Slack answers its sign-in page instead of the file.
+            raise PlatformAPIError(f"Slack did not give the file (HTTP {response.status_code}); is files:read granted?")
+        return FetchedFile(data=response.content, name=ref.name, mime_type=ref.mime_type)
+
+    def _may_carry_token(self, url: str) -> bool:
+        """The bot token goes only to Slack's own hosts, or to the host `api_base_url` names."""
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        if self.api_base_url and host == (urlsplit(self.api_base_url).hostname or "").lower():
+            return True
+        return parts.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com"))
+
+    # -- outbound -------------------------------------------------------------------------------
+    async def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
+        """One Web API call by the SDK; Slack's errors (HTTP 200 with `ok: false`, or 429) as `PlatformAPIError`."""
+        try:
+            response = await getattr(self.client(), method)(**kwargs)
+        except SlackApiError as exc:
+            status = exc.response.status_code
+            error = exc.response.get("error") if isinstance(exc.response.data, dict) else None
+            message = f"Slack {method}: {error or f'HTTP {status}'}"
+            if status == 429 or error == "ratelimited":
+                raise PlatformAPIError(message, retry_after=_retry_after(exc.response.headers)) from exc
+            raise PlatformAPIError(
+                message, retryable=status >= 500 or error in ("internal_error", "fatal_error")
+            ) from exc
+        except (SlackClientError, OSError, TimeoutError) as exc:
+            raise PlatformAPIError(f"Slack {method}: {exc}", retryable=True) from exc
+        data = response.data
+        return data if isinstance(data, dict) else {}
+
+    async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
+        sent = await self._call(
+            "chat_postMessage", channel=target.chat_id, text=text, thread_ts=target.thread_id, unfurl_links=False
+        )
+        return SentMessage(chat_id=str(sent.get("channel") or target.chat_id), message_id=str(sent.get("ts")))
+
+    async def edit_text(self, message: SentMessage, text: str) -> None:
+        await self._call("chat_update", channel=message.chat_id, ts=message.message_id, text=text)
+
+    async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
+        uploaded = await self._call(
+            "files_upload_v2",
+            channel=target.chat_id,
+            thread_ts=target.thread_id,
+            file=file.data,
+            filename=file.name,
+            title=file.name,
+            initial_comment=file.caption or None,
+        )
+        files = uploaded.get("files") or [uploaded.get("file") or {}]
+        first = files[0] if files and isinstance(files[0], dict) else {}
+        return SentMessage(chat_id=target.chat_id, message_id=_shared_ts(first, target.chat_id) or str(first.get("id")))
+
+    async def add_reaction(self, message: SentMessage, reaction: str) -> None:
+        try:
+            await self._call(
+                "reactions_add", channel=message.chat_id, timestamp=message.message_id, name=reaction.strip(":")
+            )
+        except PlatformAPIError as exc:
+            if "already_reacted" not in str(exc):
+                raise
+
+    async def aclose(self) -> None:
+        self._client = None  # the SDK opens and closes an HTTP session per call
+
+
+def _retry_after(headers: Any) -> float:
+    try:
+        return max(0.0, float(headers.get("Retry-After") or headers.get("retry-after") or 1))
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _shared_ts(file: dict[str, Any], channel: str) -> str | None:
+    """The ts of the message that shares an uploaded file in `channel`, when Slack says it already."""
+    shares = file.get("shares")
+    if not isinstance(shares, dict):
+        return None
+    for scope in ("public", "private"):
+        posts = (shares.get(scope) or {}).get(channel)
+        if isinstance(posts, list) and posts and isinstance(posts[0], dict) and posts[0].get("ts"):
+            return str(posts[0]["ts"])
+    return None
