@@ -25,6 +25,7 @@ import asyncio
 import logging
 import re
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,42 +106,63 @@ class DeliveryFailedError(Exception):
     pass
 
 
+class ChatPace:
+    """When the bot last wrote to one chat. Shared by every run answering in that chat on this worker
+    process, so two replies at once still keep to the platform's pace; writes to a chat take turns."""
+
+    def __init__(self) -> None:
+        self.last_write = -float("inf")
+        self.turn = asyncio.Lock()
+
+
 class PlatformWriter:
     """The writes of one run to one chat: paced, retried, counted."""
 
-    def __init__(self, adapter: PlatformAdapter, *, interval: float) -> None:
+    def __init__(self, adapter: PlatformAdapter, *, interval: float, pace: ChatPace | None = None) -> None:
         self.adapter = adapter
         self.interval = interval
+        self.pace = pace or ChatPace()
         self.calls = 0
-        self._last_write = -float("inf")
+
+    def wait_seconds(self) -> float:
+        return self.pace.last_write + self.interval - time.monotonic()
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         delay = BACKOFF_FIRST_SECONDS
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            wait = self._last_write + self.interval - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            self.calls += 1
-            try:
-                return await fn(*args)
-            except PlatformAPIError as exc:
-                if not exc.retryable or attempt == MAX_ATTEMPTS:
-                    raise DeliveryFailedError(str(exc)) from exc
-                pause = exc.retry_after if exc.retry_after is not None else delay
-                delay *= 2
-                logger.info("platform call failed (%s); retrying in %.1fs", exc, pause)
-                await asyncio.sleep(pause)
-            finally:
-                self._last_write = time.monotonic()
+        async with self.pace.turn:
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                wait = self.wait_seconds()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self.calls += 1
+                try:
+                    return await fn(*args)
+                except PlatformAPIError as exc:
+                    if not exc.retryable or attempt == MAX_ATTEMPTS:
+                        raise DeliveryFailedError(str(exc)) from exc
+                    # The platform's own wait holds the chat's turn: nobody writes there until it is over.
+                    pause = exc.retry_after if exc.retry_after is not None else delay
+                    delay *= 2
+                    logger.info("platform call failed (%s); retrying in %.1fs", exc, pause)
+                    await asyncio.sleep(pause)
+                finally:
+                    self.pace.last_write = time.monotonic()
         raise DeliveryFailedError("unreachable")  # pragma: no cover
 
 
 class ReplyStream:
     """One platform run's reply: fed with committed results, writes them to the chat at the platform's pace."""
 
-    def __init__(self, run: Run, *, on_done: Callable[[ReplyStream], None]) -> None:
+    def __init__(
+        self,
+        run: Run,
+        *,
+        on_done: Callable[[ReplyStream], None],
+        pace_for: Callable[[int, str], ChatPace] | None = None,
+    ) -> None:
         self.run = run
         self.on_done = on_done
+        self.pace_for = pace_for
         self.inert = False
         """Set when the run's bot turned out to have nothing to deliver to (no adapter for its platform)."""
         self.streamed: list[str] = []
@@ -184,7 +206,9 @@ class ReplyStream:
         limit = min(caps.max_message_chars, policy.max_message_size or caps.max_message_chars)
         override = settings.LANGBOT_PLATFORM_EDIT_INTERVAL
         writer = PlatformWriter(
-            adapter, interval=float(override) if override is not None else caps.edit_interval_seconds
+            adapter,
+            interval=float(override) if override is not None else caps.edit_interval_seconds,
+            pace=self.pace_for(bot.pk, target.chat_id) if self.pace_for is not None else None,
         )
         streaming = policy.enable_streaming and caps.edit
         sent: list[SentMessage] = []
@@ -212,7 +236,7 @@ class ReplyStream:
                 if self.ended or not streaming:
                     continue
                 # Wait out the pace here, so everything that arrives meanwhile goes into one edit.
-                wait = writer._last_write + writer.interval - time.monotonic()
+                wait = writer.wait_seconds()
                 if wait > 0:
                     await asyncio.sleep(wait)
                 if self.ended:
@@ -263,6 +287,14 @@ class PlatformDeliveryPort:
         self._streams: dict[int, ReplyStream] = {}
         # Bots whose platform has no adapter (web UI bots, say): their runs cost no task.
         self._inert_bots: set[int] = set()
+        # A chat's pace lives as long as a reply to it is being written.
+        self._paces: weakref.WeakValueDictionary[tuple[int, str], ChatPace] = weakref.WeakValueDictionary()
+
+    def _pace_for(self, bot_pk: int, chat_id: str) -> ChatPace:
+        pace = self._paces.get((bot_pk, chat_id))
+        if pace is None:
+            pace = self._paces[(bot_pk, chat_id)] = ChatPace()
+        return pace
 
     def surface(self, surface: str) -> SurfaceDelivery | None:
         cls = adapter_class(surface)
@@ -287,7 +319,7 @@ class PlatformDeliveryPort:
             if platform is not None and adapter_class(platform) is None and run.bot_id is not None:
                 self._inert_bots.add(run.bot_id)
                 return
-            stream = ReplyStream(run, on_done=self._stream_done)
+            stream = ReplyStream(run, on_done=self._stream_done, pace_for=self._pace_for)
             self._streams[run.pk] = stream
         stream.feed(events, ended)
 

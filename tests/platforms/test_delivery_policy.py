@@ -183,3 +183,24 @@ async def test_a_stopping_worker_lets_a_reply_in_flight_end_with_its_final_text(
     await deliveries_drain(timeout=5)
 
     assert fake_telegram.texts(4242) == ["half of it and the rest"]
+
+
+async def test_two_replies_in_one_chat_at_once_keep_to_the_chats_pace_together(fake_telegram, telegram_bot_for):
+    first = await _platform_run(fake_telegram, telegram_bot_for)
+
+    @sync_to_async
+    def second_run() -> Run:
+        assert post_update(first.bot, fake_telegram.message_update("again", chat_id=4242)).status_code == 200
+        return Run.objects.exclude(pk=first.pk).get(bot=first.bot)
+
+    second = await second_run()
+    port = PlatformDeliveryPort()
+
+    await asyncio.gather(
+        _deliver(port, first, *[([_delta(f"a{i} ")], 0.03) for i in range(8)], ([_completed("first answer")], 0)),
+        _deliver(port, second, *[([_delta(f"b{i} ")], 0.03) for i in range(8)], ([_completed("second answer")], 0)),
+    )
+
+    assert sorted(fake_telegram.texts(4242)) == ["first answer", "second answer"]
+    writes = fake_telegram.calls_of("sendMessage", "editMessageText")
+    assert min(b.at - a.at for a, b in itertools.pairwise(writes)) >= INTERVAL * 0.95
