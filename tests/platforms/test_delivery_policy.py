@@ -190,6 +190,7 @@ async def test_two_replies_in_one_chat_at_once_keep_to_the_chats_pace_together(f
 
     @sync_to_async
     def second_run() -> Run:
+        assert first.bot is not None
         assert post_update(first.bot, fake_telegram.message_update("again", chat_id=4242)).status_code == 200
         return Run.objects.exclude(pk=first.pk).get(bot=first.bot)
 
