@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.conf import settings
 from django.db import transaction
 from pydantic import ValidationError
 
@@ -74,14 +75,17 @@ def _ingest(bot: Bot, envelope: dict[str, Any]) -> EventIngestResult | None:
 def platform_update_ingest(
     *, bot: Bot, envelope: dict[str, Any], files: list[dict[str, Any]]
 ) -> EventIngestResult | None:
-    """Fetch an update's files through the bot's adapter, store them as input artifacts, ingest the event."""
+    """Fetch an update's files through the bot's adapter, store them as input artifacts, ingest the event.
+    Raises `PlatformAPIError` when the platform could not give a file (the task tries again)."""
     event_id = envelope.get("event_id")
     if EventLog.objects.filter(workspace_id=bot.workspace_id, event_id=event_id).exists():
         return None
     adapter = adapter_for_bot(bot)
     if adapter is None:
         return None
-    refs = [PlatformFileRef(**f) for f in files]
+    limit = int(settings.LANGBOT_ARTIFACT_FETCH_MAX_BYTES)
+    # A file the platform says is too large is not downloaded; its handle stays in `data.platform_files`.
+    refs = [ref for ref in (PlatformFileRef(**f) for f in files) if ref.size is None or ref.size <= limit]
 
     async def fetch_all() -> list[Any]:
         try:
@@ -92,6 +96,8 @@ def platform_update_ingest(
     fetched = async_to_sync(fetch_all)()
     attachments = list((envelope.get("input") or {}).get("attachments") or [])
     for ref, file in zip(refs, fetched, strict=True):
+        if len(file.data) > limit:
+            continue
         artifact = artifact_create_from_bytes(
             workspace=bot.workspace,
             data=file.data,

@@ -6,8 +6,19 @@ from typing import Any
 
 from celery import shared_task
 
+from platforms.interface import PlatformAPIError
 
-@shared_task(acks_late=True, ignore_result=True)
+
+# A platform that is briefly unreachable gets a few more tries (about a minute and a half in all); the
+# update has been acknowledged to the platform, so nobody else will send it again.
+@shared_task(
+    acks_late=True,
+    ignore_result=True,
+    autoretry_for=(PlatformAPIError,),
+    retry_backoff=3,
+    retry_backoff_max=60,
+    max_retries=5,
+)
 def platform_update_ingest(bot_pk: int, envelope: dict[str, Any], files: list[dict[str, Any]]) -> None:
     """Fetch a platform update's files and record its event (a redelivery finds the event and stops)."""
     from bindings.models import Bot

@@ -167,3 +167,20 @@ def test_a_redelivered_photo_is_not_fetched_again(bot, fake_telegram, monkeypatc
     assert len(fake_telegram.calls_of("getFile")) == 1
     assert EventLog.objects.count() == 1
     assert Artifact.objects.count() == 1
+
+
+def test_a_file_above_the_fetch_limit_is_not_downloaded_and_the_text_still_arrives(
+    bot, fake_telegram, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    settings.LANGBOT_ARTIFACT_FETCH_MAX_BYTES = 1024  # the photo says it is 2048 bytes
+    monkeypatch.setattr(platform_update_ingest, "delay", platform_update_ingest)
+    fake_telegram.add_file("PHOTO-BIG", b"\xff" * 2048, "photos/big.jpg")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        post_update(bot, fake_telegram.message_update("look", photo_file_id="PHOTO-BIG"))
+
+    event = EventLog.objects.get()
+    assert event.input["text"] == "look"
+    assert event.input["attachments"] == []
+    assert event.data["platform_files"] == [{"file_id": "PHOTO-BIG", "file_unique_id": "b1"}]
+    assert not fake_telegram.calls_of("getFile")
