@@ -438,14 +438,15 @@ class FakeHost:
             ctx or self.ctx, plugin_identity=self.plugin_identity, runner_id=self.runner_id, binding_id=self.binding_id
         )
 
-    def add_message(self, role: str, content: str, *, thread_id: str | None = None) -> TranscriptItem:
+    def add_message(
+        self, role: str, content: str, *, thread_id: str | None = None, event_id: str | None = None
+    ) -> TranscriptItem:
         """Append an earlier message of the conversation (and its event, for a user's message)."""
         conversation = self.ctx.conversation
         conversation_id = (conversation.conversation_id if conversation else None) or ""
         item_id = str(next(self._ids))
-        event_id = None
         if role == "user":
-            event_id = f"evt-seeded-{item_id}"
+            event_id = event_id or f"evt-seeded-{item_id}"
             self._events.append(
                 AgentEventRecord(
                     event_id=event_id,
@@ -604,7 +605,7 @@ class FakeHost:
         if ctx.conversation is None or not ctx.conversation.conversation_id:
             return ctx
         latest = self._transcript[-1].cursor if self._transcript else None
-        current = self.add_message("user", ctx.input.text or "")
+        current = self.add_message("user", ctx.input.text or "", event_id=ctx.event.event_id)
         context = ctx.context.model_copy(
             update={
                 "latest_cursor": latest,
