@@ -7,7 +7,7 @@ Measured "host overhead" = from calling the gateway service to receiving the run
 EventLog + transcript + resolver + run row, broker, claim + context build, runtime round trip,
 result persistence and publication. The qa `ok` runner itself takes microseconds.
 
-Needs DATABASE_URL=postgres://... and Redis at REDIS_URL; prints a message and exits 0 otherwise.
+Needs DATABASE_URL=postgres://... and Redis at REDIS_URL; prints why and exits 1 otherwise (nothing measured).
 """
 
 from __future__ import annotations
@@ -33,19 +33,19 @@ WAIT_SECONDS = 60.0
 
 
 def environment_or_exit() -> dict[str, str]:
-    """The environment of the bench database; exits 0 with a message when services are missing."""
+    """The environment of the bench database; exits 1 with a message when services are missing."""
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
-        print("skipped: set DATABASE_URL=postgres://... (host benchmarks need PostgreSQL and Redis)")
-        sys.exit(0)
+        print("not measured: set DATABASE_URL=postgres://... (host benchmarks need PostgreSQL and Redis)")
+        sys.exit(1)
     import redis
 
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     try:
         redis.Redis.from_url(redis_url, socket_connect_timeout=1).ping()
     except redis.RedisError as exc:
-        print(f"skipped: Redis at {redis_url} is not reachable ({exc})")
-        sys.exit(0)
+        print(f"not measured: Redis at {redis_url} is not reachable ({exc})")
+        sys.exit(1)
     parts = urlsplit(url)
     bench_url = urlunsplit(parts._replace(path=f"{parts.path.rstrip('/') or '/langbot'}_bench"))
     return {
@@ -267,10 +267,6 @@ async def run_many(driver: Driver, count: int, concurrency: int, text: str) -> t
 
     await asyncio.gather(*(client() for _ in range(concurrency)))
     return latencies, statuses
-
-
-
-
 
 
 def ms(value: float) -> str:

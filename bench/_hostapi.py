@@ -2,7 +2,7 @@
 scratch PostgreSQL database of their own (`<name>_hostapi_bench`, recreated and migrated), Django set up
 in this process, and the table every benchmark prints.
 
-Needs DATABASE_URL=postgres://...; prints a message and exits 0 otherwise.
+Needs DATABASE_URL=postgres://...; prints why and exits 1 otherwise (nothing measured).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ sys.path.insert(0, str(REPO))
 def django_on_scratch_database(suffix: str) -> None:
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
-        print("skipped: set DATABASE_URL=postgres://... (host API benchmarks need PostgreSQL)")
-        sys.exit(0)
+        print("not measured: set DATABASE_URL=postgres://... (host API benchmarks need PostgreSQL)")
+        sys.exit(1)
     import psycopg
 
     parts = urlsplit(url)
@@ -33,8 +33,8 @@ def django_on_scratch_database(suffix: str) -> None:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError as exc:
-        print(f"skipped: PostgreSQL is not reachable ({exc})")
-        sys.exit(0)
+        print(f"not measured: PostgreSQL is not reachable ({exc})")
+        sys.exit(1)
     os.environ["DATABASE_URL"] = urlunsplit(parts._replace(path=f"/{name}"))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "langbot_host.settings")
     os.environ.setdefault("LOG_LEVEL", "WARNING")
@@ -59,9 +59,5 @@ def drop_scratch_database() -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-
-
 def median(values: list[float]) -> float:
     return statistics.median(values)
-
-

@@ -20,3 +20,12 @@ def print_table(rows: list[tuple[str, str, str]]) -> None:
     print("-|-".join("-" * w for w in widths))
     for row in rows:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def print_grid(header: list[str], rows: list[list[str]]) -> None:
+    """A table with any number of columns (e.g. one value column per database)."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("-|-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))

@@ -3,7 +3,7 @@ application, a Celery worker whose plugin runtime also loads `bench/plugins/stre
 with a binding to the probe runner and an API key; and a WebSocket client that authenticates with a
 one-time ticket (`POST /api/v1/ws-tickets`), exactly as an API client would.
 
-Needs DATABASE_URL=postgres://... and Redis at REDIS_URL; prints a message and exits 0 otherwise.
+Needs DATABASE_URL=postgres://... and Redis at REDIS_URL; prints why and exits 1 otherwise.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from bench._host import REPO, environment_or_exit, recreate_database
+from bench._stack import UserStack
 
 PROBE_DIR = REPO / "bench" / "plugins"
 PROBE_RUNNER_ID = "plugin:langbot-bench/stream-probe/probe"
@@ -123,7 +124,7 @@ def stack(*, worker_concurrency: int = 8) -> Iterator[Stack]:
 class ChatClient:
     """One WebSocket client of `/ws/v1/chat/`, authenticated by a one-time ticket."""
 
-    def __init__(self, stack: Stack, http: httpx.AsyncClient) -> None:
+    def __init__(self, stack: Stack | UserStack, http: httpx.AsyncClient) -> None:
         self.stack = stack
         self.http = http
         self.ws: Any = None
@@ -152,7 +153,3 @@ class ChatClient:
         if self.ws is not None:
             with contextlib.suppress(Exception):
                 await self.ws.close()
-
-
-
-
