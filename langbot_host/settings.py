@@ -230,6 +230,9 @@ LANGBOT_ENCRYPTION_KEYS = env.list("LANGBOT_ENCRYPTION_KEYS", default=[])
 
 # Plugin runtime: `stdio` spawns a child runtime per host process; `ws://host:port` connects to a
 # runtime started with `python -m langbot_sdk.runtime --listen host:port`.
+# Set by `make run`, which says once for all its processes that no key is set (and what to do): then
+# the processes do not each repeat it.
+LANGBOT_ENCRYPTION_KEYS_NOTED = env.bool("LANGBOT_ENCRYPTION_KEYS_NOTED", default=False)
 LANGBOT_PLUGIN_DIRS = [
     str(BASE_DIR / p) if not Path(p).is_absolute() else p
     for p in env.str("LANGBOT_PLUGIN_DIRS", default="plugins").split(os.pathsep)

@@ -119,8 +119,11 @@ class Stack:
     # -- environments --------------------------------------------------------------------------
 
     def host_env(self) -> dict[str, str]:
+        # `run` says it once (`note_encryption_keys`); the processes then keep quiet about it.
+        noted = {} if self.env.get("LANGBOT_ENCRYPTION_KEYS") else {"LANGBOT_ENCRYPTION_KEYS_NOTED": "1"}
         return {
             **self.env,
+            **noted,
             "DJANGO_SETTINGS_MODULE": self.env.get("DJANGO_SETTINGS_MODULE") or "langbot_host.settings",
             "PYTHONUNBUFFERED": "1",
             "HOST": self.host,
@@ -203,6 +206,16 @@ class Stack:
             raise StackError(f"`manage.py {' '.join(args)}` failed with status {process.returncode}")
         return lines
 
+    def note_encryption_keys(self) -> None:
+        """Once for every process (each would log it at start otherwise: langbot_host/core/crypto.py)."""
+        if not self.env.get("LANGBOT_ENCRYPTION_KEYS"):
+            self.say(
+                "note: LANGBOT_ENCRYPTION_KEYS is not set, so secrets are encrypted with a key derived from "
+                "DJANGO_SECRET_KEY (fine on your own machine). For a deployment, set it (in .env) to a key made "
+                'by `.venv/bin/python -c "from cryptography.fernet import Fernet; '
+                'print(Fernet.generate_key().decode())"` before storing secrets.'
+            )
+
     def metrics_reset(self) -> None:
         """Empty the metrics directory: its files are the counters of earlier processes (prometheus-client's
         multiprocess mode), which a new stack must not add to its own."""
@@ -242,6 +255,7 @@ class Stack:
         try:
             self.check_ports_free()
             with_redis = self.redis_must_start()
+            self.note_encryption_keys()
             login = self.prepare_database()
             manager = self.manager(with_redis=with_redis, login=login)
         except StackError as exc:

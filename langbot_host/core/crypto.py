@@ -27,6 +27,15 @@ logger = logging.getLogger(__name__)
 SECRET_MASK = "********"
 
 
+# `scripts/run_stack.py` prints the same advice once for all the processes of `make run`.
+ENCRYPTION_KEYS_MISSING = (
+    "LANGBOT_ENCRYPTION_KEYS is not set: secrets are encrypted with a key derived from DJANGO_SECRET_KEY "
+    "(fine on your own machine). For a deployment, set LANGBOT_ENCRYPTION_KEYS (in .env) to a key made by "
+    '`python -c "from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())"` before '
+    "storing secrets."
+)
+
+
 class SecretDecryptionError(Exception):
     """A stored secret cannot be decrypted with any configured key (a key was dropped too early)."""
 
@@ -39,10 +48,8 @@ def _derived_key(secret_key: str) -> bytes:
 @lru_cache(maxsize=4)
 def _multi_fernet(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
     if not keys:
-        logger.warning(
-            "LANGBOT_ENCRYPTION_KEYS is not set: secrets are encrypted with a key derived from "
-            "DJANGO_SECRET_KEY. Set LANGBOT_ENCRYPTION_KEYS (Fernet keys) for a deployment."
-        )
+        if not getattr(settings, "LANGBOT_ENCRYPTION_KEYS_NOTED", False):
+            logger.warning(ENCRYPTION_KEYS_MISSING)
         return MultiFernet([Fernet(_derived_key(secret_key))])
     fernets = []
     for index, key in enumerate(keys):

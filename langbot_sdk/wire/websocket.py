@@ -88,9 +88,12 @@ async def connect_websocket(
     except InvalidStatus as exc:
         status = exc.response.status_code
         if status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN):
-            raise WireError(
-                AgentAPIError(code=ErrorCode.UNAUTHORIZED, message=f"websocket handshake refused ({status})")
-            ) from exc
+            sent = "no token was sent" if token is None else "the token sent is not the runtime's"
+            message = (
+                f"the plugin runtime at {url} refused the connection ({status}): {sent}; set the same "
+                "LANGBOT_RUNTIME_TOKEN for the host and the runtime"
+            )
+            raise WireError(AgentAPIError(code=ErrorCode.UNAUTHORIZED, message=message)) from exc
         raise WireError(
             AgentAPIError(
                 code=ErrorCode.RUNTIME_ERROR, message=f"websocket handshake failed ({status})", retryable=True
@@ -133,6 +136,13 @@ class WebSocketServerHandle:
         await self.close()
 
 
+def _peer(connection: ServerConnection) -> str:
+    address = connection.remote_address
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address or "an unknown address")
+
+
 def _token_check(token: str) -> Callable[[ServerConnection, Request], Response | None]:
     expected = f"Bearer {token}".encode()
 
@@ -141,6 +151,8 @@ def _token_check(token: str) -> Callable[[ServerConnection, Request], Response |
         given = headers.get("Authorization", "")
         if hmac.compare_digest(given.encode(), expected):
             return None
+        # Says from where, so an operator can tell a host with a stale token from a stranger.
+        logger.warning("refused a connection from %s: %s", _peer(connection), "wrong token" if given else "no token")
         return connection.respond(HTTPStatus.UNAUTHORIZED, "unauthorized\n")
 
     return process_request
