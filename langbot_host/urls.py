@@ -2,13 +2,15 @@
 /healthz and /metrics."""
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
 from langbot_host.metrics_view import metrics
 from runners.usage_report import usage_report_view
-from runners.webchat.chat import chat_urlpatterns
+from runners.webchat.chat import chat_urlpatterns, home_page
 
 api_v1 = [
     path("", include("runners.urls")),
@@ -21,6 +23,9 @@ api_v1 = [
 ]
 
 urlpatterns = [
+    # Where the admin's "View site" lands; browsers ask for /favicon.ico on pages that name none.
+    path("", home_page, name="home"),
+    path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     # Before the admin site's own catch-all: a page of the admin that belongs to no model.
     path("admin/usage/", admin.site.admin_view(usage_report_view), name="admin-usage"),
     path("admin/", admin.site.urls),

@@ -272,6 +272,11 @@ def chat_page(request: HttpRequest) -> HttpResponse:
     return render(request, "chat/index.html", {"config": config})
 
 
+def home_page(request: HttpRequest) -> HttpResponse:
+    """`/`: where the admin's "View site" lands: links to the chat, the admin and the API docs."""
+    return render(request, "chat/home.html")
+
+
 @login_required(login_url=reverse_lazy("chat-login"))
 def chat_targets_view(request: HttpRequest) -> HttpResponse:
     """The "Send to" targets as JSON, read again by the page so a binding edited meanwhile (another

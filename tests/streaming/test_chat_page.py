@@ -85,3 +85,24 @@ def test_conversations_are_titled_by_their_first_message(signed_in, monkeypatch)
 
     assert (conversation["title"], conversation["preview"]) == ("Where is my parcel?", "and the invoice")
     assert conversation["started_at"]
+
+
+def test_view_site_lands_on_a_page_linking_chat_admin_and_api_docs(client):
+    page = client.get("/")
+
+    assert page.status_code == 200
+    html = page.content.decode()
+    for href in ('href="/chat/"', 'href="/admin/"', 'href="/api/docs/"'):
+        assert href in html
+    assert "favicon.svg" in html
+    assert client.get("/favicon.ico").status_code == 301
+
+
+def test_admin_pages_name_the_favicon(signed_in):
+    from django.contrib.auth import get_user_model
+
+    staff = get_user_model().objects.create_user("staff-fav", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(staff)
+
+    assert "favicon.svg" in client.get("/admin/").content.decode()
