@@ -1,9 +1,9 @@
-"""Sending webhook messages: claim due deliveries, sign and POST them concurrently, record each answer.
+"""Sending webhook messages: claim due deliveries, sign and POST them, record each answer.
 
 An attempt is a claim (a conditional UPDATE setting a fresh `claim_token`, counting the attempt and
 pushing `next_attempt_at` by `ATTEMPT_LEASE` — so a sender that dies mid-attempt leaves the delivery due
-again a minute later, and two senders never attempt it at once), the POSTs, then one write of the
-outcomes fenced by the token. A 2xx answer accepts the message; anything else (another status, a
+again five minutes later, and two senders never attempt it at once), the POSTs, then the outcomes written
+under the same token. A 2xx answer accepts the message; anything else (another status, a
 timeout, a refused connection) is retried on the Standard Webhooks schedule — 5 s, 5 min, 30 min, 2 h,
 5 h, 10 h after each failure — with a last attempt 24 h after the first; then the delivery has `failed`.
 Redirects are not followed (a 3xx is a failure), as the specification asks.
@@ -11,16 +11,18 @@ Redirects are not followed (a 3xx is a failure), as the specification asks.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+import threading
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from langbot_host.core.crypto import SecretDecryptionError
@@ -38,11 +40,16 @@ RETRY_DELAYS = (
     timedelta(hours=10),
 )
 RETRY_WINDOW = timedelta(hours=24)
-ATTEMPT_LEASE = timedelta(seconds=60)
 REQUEST_TIMEOUT_SECONDS = 15.0
 RESPONSE_EXCERPT_CHARS = 1000
-CONCURRENT_REQUESTS = 64
+# A batch stops attempting after this long (the rest is given back), and an endpoint that did not answer
+# gets no more attempts in that batch: one slow receiver cannot hold a sender for minutes.
+BATCH_BUDGET_SECONDS = 60.0
+# Longer than a batch can take (its budget plus one request), so a claimed delivery is never due again
+# while its attempt is in flight; after a sender died, the delivery is due again then.
+ATTEMPT_LEASE = timedelta(minutes=5)
 DUE_BATCH = 1000
+FIRST_SEND_GRACE = timedelta(seconds=30)
 USER_AGENT = "LangBot-Host-Webhooks/1"
 
 
@@ -61,6 +68,8 @@ class Answer:
     status_code: int | None
     body: str
     error: str
+    # No HTTP answer at all (refused, timed out): the endpoint's other messages in the batch wait.
+    unreachable: bool = False
 
 
 def endpoint_signing_secrets(endpoint: WebhookEndpoint, *, now: datetime) -> list[str]:
@@ -97,38 +106,43 @@ def _claim(delivery_ids: list[str], *, now: datetime) -> tuple[uuid.UUID, list[W
     )
     if not claimed:
         return token, []
-    rows = list(WebhookDelivery.objects.filter(claim_token=token).select_related("endpoint"))
+    rows = list(WebhookDelivery.objects.filter(claim_token=token))
+    endpoints = {e.pk: e for e in WebhookEndpoint.objects.filter(pk__in={row.endpoint_id for row in rows})}
+    for row in rows:
+        row.endpoint = endpoints[row.endpoint_id]
     return token, rows
 
 
-async def _post(
-    client: httpx.AsyncClient, limit: asyncio.Semaphore, url: str, body: str, headers: dict[str, str]
-) -> Answer:
-    async with limit:
+class _Sender(threading.local):
+    """One pooled HTTP client per sending thread, kept between batches (a client costs an SSL context to
+    make, and keep-alive connections to a receiver are worth reusing). A batch is sent one request after
+    another: the Celery worker's threads give the concurrency, and a synchronous client spends well under
+    half the CPU per request of an asynchronous one juggling several."""
+
+    client: httpx.Client | None = None
+
+    def post(self, url: str, body: str, headers: dict[str, str]) -> Answer:
+        if self.client is None:
+            self.client = httpx.Client(timeout=httpx.Timeout(REQUEST_TIMEOUT_SECONDS), follow_redirects=False)
         try:
-            response = await client.post(url, content=body.encode(), headers=headers)
+            response = self.client.post(url, content=body.encode(), headers=headers)
         except httpx.HTTPError as exc:
-            return Answer(None, "", f"{type(exc).__name__}: {exc}"[:500])
+            return Answer(None, "", f"{type(exc).__name__}: {exc}"[:500], unreachable=True)
         text = response.text[:RESPONSE_EXCERPT_CHARS].replace("\x00", "")
         return Answer(response.status_code, text, "")
 
 
-async def _post_all(requests: list[tuple[str, str, dict[str, str]]]) -> list[Answer]:
-    limit = asyncio.Semaphore(CONCURRENT_REQUESTS)
-    timeout = httpx.Timeout(REQUEST_TIMEOUT_SECONDS)
-    limits = httpx.Limits(max_connections=CONCURRENT_REQUESTS, max_keepalive_connections=CONCURRENT_REQUESTS)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as client:
-        return await asyncio.gather(*(_post(client, limit, url, body, headers) for url, body, headers in requests))
+_sender = _Sender()
 
 
-def _outcome(delivery: WebhookDelivery, answer: Answer, *, now: datetime) -> None:
+def _outcome(delivery: WebhookDelivery, answer: Answer, *, now: datetime, answered_at: datetime) -> None:
     delivery.last_status_code = answer.status_code
     delivery.last_response = answer.body
     delivery.last_error = answer.error
     delivery.claim_token = None
     if answer.status_code is not None and 200 <= answer.status_code < 300:
         delivery.status = WebhookDelivery.Status.SUCCEEDED
-        delivery.delivered_at = now
+        delivery.delivered_at = answered_at
         delivery.next_attempt_at = None
         return
     first = delivery.created_at
@@ -140,9 +154,29 @@ def _outcome(delivery: WebhookDelivery, answer: Answer, *, now: datetime) -> Non
         delivery.next_attempt_at = following
 
 
-_OUTCOME_FIELDS = [
-    "status", "last_status_code", "last_response", "last_error", "claim_token", "delivered_at", "next_attempt_at",
-]  # fmt: skip
+def _release(delivery: WebhookDelivery, *, now: datetime, why: str) -> None:
+    """Give a claimed delivery back without attempting it: its attempt is not counted, it is due again
+    after the first retry delay."""
+    delivery.attempts -= 1
+    delivery.last_error = why
+    delivery.next_attempt_at = now + RETRY_DELAYS[0]
+
+
+_OUTCOME_FIELDS = (
+    "status", "attempts", "last_status_code", "last_response", "last_error", "delivered_at", "next_attempt_at",
+)  # fmt: skip
+
+
+def _record(token: uuid.UUID, deliveries: list[WebhookDelivery]) -> None:
+    """Write the outcomes, fenced by the claim: one UPDATE per distinct outcome (usually one: all 2xx)."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for delivery in deliveries:
+        groups.setdefault(tuple(getattr(delivery, name) for name in _OUTCOME_FIELDS), []).append(delivery.pk)
+    with transaction.atomic():
+        for values, pks in groups.items():
+            WebhookDelivery.objects.filter(pk__in=pks, claim_token=token).update(
+                claim_token=None, **dict(zip(_OUTCOME_FIELDS, values, strict=True))
+            )
 
 
 def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) -> list[WebhookDelivery]:
@@ -155,33 +189,59 @@ def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) 
         return []
     requests: list[tuple[str, str, dict[str, str]]] = []
     sendable: list[WebhookDelivery] = []
+    signing: dict[int, list[str] | None] = {}
     for delivery in deliveries:
         endpoint = delivery.endpoint
-        try:
-            signing = endpoint_signing_secrets(endpoint, now=now)
-        except SecretDecryptionError:
-            _outcome(delivery, Answer(None, "", "the endpoint's secret cannot be decrypted"), now=now)
+        if endpoint.pk not in signing:
+            try:
+                signing[endpoint.pk] = endpoint_signing_secrets(endpoint, now=now)
+            except SecretDecryptionError:
+                signing[endpoint.pk] = None
+        secrets_ = signing[endpoint.pk]
+        if secrets_ is None:
+            error = Answer(None, "", "the endpoint's secret cannot be decrypted")
+            _outcome(delivery, error, now=now, answered_at=now)
             continue
         body = message_body(delivery)
-        headers = signed_headers(message_id=delivery.event_id, body=body, secrets_=signing)
+        headers = signed_headers(message_id=delivery.event_id, body=body, secrets_=secrets_)
         headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
         requests.append((endpoint.url, body, headers))
         sendable.append(delivery)
-    answers = asyncio.run(_post_all(requests)) if requests else []
-    for delivery, answer in zip(sendable, answers, strict=True):
-        _outcome(delivery, answer, now=now)
-    with transaction.atomic():
-        WebhookDelivery.objects.filter(claim_token=token).bulk_update(deliveries, _OUTCOME_FIELDS)
-    failed = [d for d in deliveries if d.status != WebhookDelivery.Status.SUCCEEDED]
+    started = time.perf_counter()
+    unreachable: set[int] = set()
+    answers: list[tuple[WebhookDelivery, Answer]] = []
+    for (url, body, headers), delivery in zip(requests, sendable, strict=True):
+        elapsed = time.perf_counter() - started
+        if delivery.endpoint_id in unreachable or elapsed > BATCH_BUDGET_SECONDS:
+            cause = (
+                "the endpoint did not answer" if delivery.endpoint_id in unreachable else "the batch ran out of time"
+            )
+            _release(delivery, now=now, why=f"not attempted: {cause} earlier in its batch")
+            continue
+        answer = _sender.post(url, body, headers)
+        if answer.unreachable:
+            unreachable.add(delivery.endpoint_id)
+        answers.append((delivery, answer))
+    # One time for the whole batch, so that its outcomes are one UPDATE (accepted is accepted).
+    answered_at = now + timedelta(seconds=time.perf_counter() - started)
+    for delivery, answer in answers:
+        _outcome(delivery, answer, now=now, answered_at=answered_at)
+    _record(token, deliveries)
+    failed = sum(1 for d in deliveries if d.status != WebhookDelivery.Status.SUCCEEDED)
     if failed:
-        logger.info("%d of %d webhook deliveries not accepted", len(failed), len(deliveries))
+        logger.info("%d of %d webhook deliveries not accepted", failed, len(deliveries))
     return deliveries
 
 
 def deliveries_due(*, now: datetime | None = None, limit: int = DUE_BATCH) -> list[str]:
-    """The ids of pending deliveries whose next attempt is due (oldest first)."""
+    """The ids of pending deliveries whose next attempt is due (oldest first). A message never attempted
+    counts only once `FIRST_SEND_GRACE` has passed: a sender was woken for it when it was recorded, and
+    under a backlog that message is merely still queued."""
     now = now or timezone.now()
     rows = WebhookDelivery.objects.filter(
-        status=WebhookDelivery.Status.PENDING, next_attempt_at__lte=now, endpoint__enabled=True
+        Q(attempts__gt=0) | Q(next_attempt_at__lte=now - FIRST_SEND_GRACE),
+        status=WebhookDelivery.Status.PENDING,
+        next_attempt_at__lte=now,
+        endpoint__enabled=True,
     ).order_by("next_attempt_at")
     return [str(key) for key in rows.values_list("delivery_id", flat=True)[:limit]]

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from platforms.webhooks.delivery import deliveries_due
 from platforms.webhooks.models import WebhookDelivery
 from platforms.webhooks.services import webhook_secret_rotate
 from runners.lifecycle.services import run_cancel_request
@@ -159,3 +160,20 @@ def test_a_disabled_endpoint_gets_nothing(workspace, receiver):
     assert not WebhookDelivery.objects.filter(endpoint=endpoint).exists()
     assert send_due(endpoint) == []
     assert receiver.requests == []
+
+
+def test_the_due_sweep_resends_retries_and_first_messages_whose_sender_was_never_woken(workspace, receiver):
+    # given a delivery whose first attempt failed, and a fresh one whose wake-up message was lost
+    receiver.script.append(500)
+    endpoint = WebhookEndpointFactory.create(workspace=workspace, url=receiver.url)
+    run_cancel_request(run=make_run(workspace), reason="one")
+    start = timezone.now()
+    [retried] = send_due(endpoint, now=start)
+    run_cancel_request(run=make_run(workspace), reason="two")
+    fresh = WebhookDelivery.objects.exclude(pk=retried.pk).get()
+    # when the beat's sweep looks 10 s, then a minute later
+    soon = deliveries_due(now=start + timedelta(seconds=10))
+    later = deliveries_due(now=start + timedelta(minutes=1))
+    # then the retry is due at once, the fresh message only after its grace (its sender may be busy)
+    assert soon == [str(retried.delivery_id)]
+    assert set(later) == {str(retried.delivery_id), str(fresh.delivery_id)}

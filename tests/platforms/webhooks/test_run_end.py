@@ -3,9 +3,12 @@ subscribed to it — and an observer that fails never undoes a run end."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
+from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
 from platforms.webhooks.models import WebhookDelivery
@@ -13,7 +16,10 @@ from platforms.webhooks.outbox import deliveries_record
 from runners.lifecycle import observers
 from runners.lifecycle.services import run_cancel_request, run_create, runs_sweep
 from runners.models import Run
+from runners.orchestrator import ledger
 from runners.orchestrator.admission import run_claim
+from runners.orchestrator.ledger import Batch
+from runners.orchestrator.normalizer import Outcome
 from tests.factories import AgentBindingFactory, WebhookEndpointFactory
 from tests.platforms.webhooks.conftest import make_run
 
@@ -98,3 +104,30 @@ def test_a_failing_observer_does_not_undo_the_run_end(workspace, monkeypatch):
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
     assert _messages() == [("run.cancelled", "stop", str(run.run_id))]
+
+
+@pytest.mark.parametrize(
+    ("status", "event_type"),
+    [("completed", "run.completed"), ("timeout", "run.failed"), ("cancelled", "run.cancelled")],
+)
+def test_a_run_the_worker_finishes_in_a_transaction_sends_its_end(workspace, monkeypatch, status, event_type):
+    # given a running run held by a worker's lease, and an endpoint
+    WebhookEndpointFactory.create(workspace=workspace)
+    run = make_run(workspace, status=Run.Status.RUNNING)
+    token = uuid.uuid4()
+    Run.objects.filter(pk=run.pk).update(lease_token=token)
+    run.lease_token = token
+    # when the worker writes its end through the transactional path (SQLite's, or a batch with state)
+    monkeypatch.setattr(ledger, "_fast_path", lambda batch: False)
+    statements = SimpleNamespace(executor=lambda fn, **kwargs: sync_to_async(fn)(**kwargs))
+    outcome = Outcome(status=status, status_reason="", error=None, usage={"host": {"calls": 0}})
+    async_to_sync(ledger.ledger_finish)(
+        statements, run=run, lease_token=str(token), last_seq=0, batch=Batch(events=[]), outcome=outcome,
+        output="the answer", reply=None,
+    )  # fmt: skip
+    # then its message carries the final status and output
+    [delivery] = WebhookDelivery.objects.all()
+    assert delivery.event_type == event_type
+    assert delivery.payload["data"]["status"] == status
+    assert delivery.payload["data"]["output"] == "the answer"
+    assert delivery.payload["data"]["finished_at"] is not None
