@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -119,7 +120,7 @@ def test_a_run_the_worker_finishes_in_a_transaction_sends_its_end(workspace, mon
     run.lease_token = token
     # when the worker writes its end through the transactional path (SQLite's, or a batch with state)
     monkeypatch.setattr(ledger, "_fast_path", lambda batch: False)
-    statements = SimpleNamespace(executor=lambda fn, **kwargs: sync_to_async(fn)(**kwargs))
+    statements: Any = SimpleNamespace(executor=lambda fn, **kwargs: sync_to_async(fn)(**kwargs))
     outcome = Outcome(status=status, status_reason="", error=None, usage={"host": {"calls": 0}})
     async_to_sync(ledger.ledger_finish)(
         statements, run=run, lease_token=str(token), last_seq=0, batch=Batch(events=[]), outcome=outcome,
