@@ -7,6 +7,7 @@ class WebhooksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "platforms.webhooks"
     label = "webhooks"
+    verbose_name = "Completion webhooks"
 
     def ready(self) -> None:
         from platforms.webhooks.outbox import runs_ended_record
