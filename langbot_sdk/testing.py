@@ -106,6 +106,7 @@ __all__ = [
     "RunOutcome",
     "load_runner",
     "make_context",
+    "manifest_ceiling",
 ]
 
 _STAMP_FIELDS = ("run_id", "caller_plugin_identity", "run_token")
@@ -559,6 +560,7 @@ class FakeHost:
             loaded = runner
             self.plugin_identity = loaded.plugin_identity
             self.runner_id = loaded.manifest.id
+            ctx = manifest_ceiling(ctx, loaded.manifest)
         else:
             manifest = AgentRunnerManifest(id=self.runner_id, name=self.runner_id.rsplit("/", 1)[-1], label="runner")
             loaded = LoadedRunner(
@@ -916,6 +918,59 @@ class FakeHost:
 
 
 _MISSING = object()
+
+
+def manifest_ceiling(ctx: AgentRunContext, manifest: AgentRunnerManifest) -> AgentRunContext:
+    """`ctx` with no more than the runner's manifest asks for, as a host grants it: resources are the
+    manifest's permissions ∩ the binding's policy, so a model, tool, area or API the test grants but the
+    manifest does not request is not granted on a host either (DESIGN §5)."""
+    permissions, policy = manifest.permissions, manifest.context
+    resources = ctx.resources
+    areas = [area for area in resources.storage.areas if area.value in permissions.storage]
+    history = resources.history.model_copy(
+        update={
+            "page": resources.history.page and "page" in permissions.history and policy.supports_history_pull,
+            "search": resources.history.search and "search" in permissions.history and policy.supports_history_search,
+            "event_get": resources.history.event_get and "get" in permissions.events,
+            "event_page": resources.history.event_page and "page" in permissions.events,
+        }
+    )
+    platform = dict(resources.platform_capabilities)
+    actions = [a for a in platform.get("actions") or [] if a in permissions.platform_api]
+    narrowed = resources.model_copy(
+        update={
+            "models": [m.model_copy(update={"operations": list(permissions.models)}) for m in resources.models]
+            if permissions.models
+            else [],
+            "tools": [t.model_copy(update={"operations": list(permissions.tools)}) for t in resources.tools]
+            if permissions.tools
+            else [],
+            "knowledge_bases": [
+                kb.model_copy(update={"operations": list(permissions.knowledge_bases)})
+                for kb in resources.knowledge_bases
+            ]
+            if permissions.knowledge_bases
+            else [],
+            "storage": StorageResource(areas=areas),
+            "history": history,
+            "platform_capabilities": {**platform, "actions": actions} if actions else {},
+        }
+    )
+    apis = ctx.context.available_apis
+    artifact_pull = policy.supports_artifact_pull
+    narrowed_apis = apis.model_copy(
+        update={
+            "history_page": apis.history_page and history.page,
+            "history_search": apis.history_search and history.search,
+            "event_get": apis.event_get and history.event_get,
+            "event_page": apis.event_page and history.event_page,
+            "artifact_metadata": apis.artifact_metadata and "metadata" in permissions.artifacts and artifact_pull,
+            "artifact_read": apis.artifact_read and "read" in permissions.artifacts and artifact_pull,
+            "storage": apis.storage and bool(areas),
+        }
+    )
+    context = ctx.context.model_copy(update={"available_apis": narrowed_apis})
+    return ctx.model_copy(update={"resources": narrowed, "context": context})
 
 
 # Shaped as the host's model handlers shape them: messages without their unset fields.

@@ -13,7 +13,7 @@ import pytest
 
 from langbot_sdk import AgentAPIException, AgentRunContext, AgentRunner, AgentRunResult
 from langbot_sdk.testing import FakeHost, load_runner, make_context
-from tests.sdk.conftest import PLUGINS_DIR
+from tests.sdk.conftest import PLUGINS_DIR, write_plugin
 
 
 class Chatty(AgentRunner):
@@ -231,3 +231,30 @@ def test_a_deadline_already_passed_is_refused_before_any_host_work():
     assert caught.value.code == "deadline_exceeded"
     assert ctx.runtime.deadline_at is not None
     assert time.time() > ctx.runtime.deadline_at
+
+
+ASKS_A_MODEL = """
+from langbot_sdk import AgentAPIException, AgentRunResult
+from langbot_sdk.runner import AgentRunner
+
+
+class Runner(AgentRunner):
+    async def run(self, ctx):
+        try:
+            answer = (await self.run_api(ctx).models.invoke("gpt", [{"role": "user", "content": "hi"}])).message.text()
+        except AgentAPIException as exc:
+            answer = exc.code
+        yield AgentRunResult.message_completed(ctx.run_id, answer)
+"""
+
+
+async def test_a_loaded_plugin_gets_no_more_than_its_manifest_asks_for(tmp_path):
+    # The manifest written by write_plugin asks for no permissions: a host would grant it no model.
+    plugin = write_plugin(tmp_path, "no-models", code=ASKS_A_MODEL)
+    host = FakeHost(make_context("x", models=["gpt"]))
+    host.models.reply("gpt", "hello")
+
+    outcome = await host.run(load_runner(plugin))
+
+    assert outcome.text == "unauthorized"
+    assert host.calls == []
