@@ -28,6 +28,7 @@ from transcripts.admin import (
     ReadOnlyWorkspaceAdmin,
     pretty_json,
     transcript_link,
+    transcript_url,
 )
 
 
@@ -208,7 +209,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         "status_display",
         "binding_key",
         "runner_short",
-        "conversation",
+        "conversation_short",
         "created_at",
         "duration",
     ]
@@ -281,7 +282,10 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
 
     @admin.display(description="runner", ordering="runner_id")
     def runner_short(self, obj: Run) -> SafeString:
-        return format_html('<span title="{}">{}</span>', obj.runner_id, obj.runner_id.removeprefix("plugin:"))
+        # `plugin:langbot/qa-runner/default` → `qa-runner`: the author and the usual `default` are noise here.
+        parts = obj.runner_id.removeprefix("plugin:").split("/")
+        short = parts[1] if len(parts) == 3 and parts[2] == "default" else "/".join(parts[1:]) or obj.runner_id
+        return format_html('<span title="{}">{}</span>', obj.runner_id, short)
 
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:
@@ -290,6 +294,16 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     @admin.display(description="conversation", ordering="conversation_id")
     def conversation(self, obj: Run) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id)
+
+    @admin.display(description="conversation", ordering="conversation_id")
+    def conversation_short(self, obj: Run) -> SafeString:
+        # The list's column: long platform ids cut to a readable head (the full id in the tooltip).
+        conversation_id = obj.conversation_id
+        if not conversation_id:
+            return format_html("{}", "—")
+        url = transcript_url(workspace_id=obj.workspace_id, conversation_id=conversation_id)
+        head = conversation_id if len(conversation_id) <= 22 else conversation_id[:20] + "…"
+        return format_html('<a href="{}" title="{}">{}</a>', url, conversation_id, head)
 
     @admin.display(description="event")
     def event_link(self, obj: Run) -> SafeString:

@@ -53,7 +53,7 @@ def test_the_runs_list_shows_short_ids_status_and_duration(admin_client, monkeyp
     assert f'title="{run_id}">{run_id[:8]}</code>' in page
     assert ">completed</span>" in page
     assert "2.5 s" in page
-    assert "langbot/qa-runner/default" in page
+    assert 'title="plugin:langbot/qa-runner/default">qa-runner</span>' in page
     detail = admin_client.get(f"/admin/runners/run/{run.pk}/change/").content.decode()
     assert "2.5 s" in detail
 
