@@ -2,7 +2,9 @@
 
 `AgentRunner` to subclass, `AgentRunAPIProxy` (from `self.run_api(ctx)`) to reach host capabilities, and
 every Protocol v1 model (`AgentRunContext`, `AgentRunResult`, `AgentAPIError`, `HistoryPage`, ...).
-The wire framing and the plugin runtime live in `langbot_sdk.wire` and `langbot_sdk.runtime`.
+The wire framing and the plugin runtime live in `langbot_sdk.wire` and `langbot_sdk.runtime`; the fake host
+for unit tests in `langbot_sdk.testing`; the checks both hosts apply to proxy calls in
+`langbot_sdk.authorization`; `python -m langbot_sdk new` scaffolds a plugin. The guide is `docs/`.
 """
 
 from langbot_sdk.protocol import *  # noqa: F403 — the protocol models are the SDK's public surface

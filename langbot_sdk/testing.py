@@ -27,6 +27,7 @@ import base64
 import contextlib
 import hashlib
 import itertools
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -156,6 +157,7 @@ def make_context(
         conversation = {"conversation_id": conversation_id, "thread_id": thread_id}
     actor = {"actor_type": "user", "actor_id": actor_id, "actor_name": actor_name} if actor_id else None
     has_conversation = conversation_id is not None
+    state_scopes, storage_areas = list(state), list(storage)
     apis = {
         "history_page": history and has_conversation,
         "history_search": history and has_conversation,
@@ -163,8 +165,8 @@ def make_context(
         "event_page": events and has_conversation,
         "artifact_metadata": history,
         "artifact_read": history,
-        "state": bool(list(state := list(state))),
-        "storage": bool(storage := list(storage)),
+        "state": bool(state_scopes),
+        "storage": bool(storage_areas),
     }
     data: dict[str, Any] = {
         "run_id": run_id,
@@ -184,8 +186,8 @@ def make_context(
             "tools": resources_of(tools, "tool_name"),
             "knowledge_bases": resources_of(knowledge_bases, "kb_id"),
             "artifacts": resources_of(artifacts, "artifact_id"),
-            "storage": {"areas": storage},
-            "state": {"enabled": bool(state), "scopes": state},
+            "storage": {"areas": storage_areas},
+            "state": {"enabled": bool(state_scopes), "scopes": state_scopes},
             "history": {
                 "page": apis["history_page"],
                 "search": apis["history_search"],
@@ -348,8 +350,6 @@ class FakeModels:
 
 
 def _tool_call(index: int, call: Mapping[str, Any]) -> dict[str, Any]:
-    import json
-
     arguments = call.get("arguments", {})
     return {
         "id": str(call.get("id") or f"call-{index + 1}"),
