@@ -9,6 +9,7 @@ from pathlib import Path
 
 import django_stubs_ext
 import environ
+from celery.schedules import crontab
 
 # Lets admin and form classes be subscripted at runtime the way the type stubs describe them.
 django_stubs_ext.monkeypatch()
@@ -199,6 +200,8 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (DESIGN §4).
     "runs-sweep": {"task": "runners.tasks.runs_sweep", "schedule": env.float("LANGBOT_SWEEP_SECONDS", default=5.0)},
+    # Daily at 03:17 UTC: what the retention settings below no longer keep (runners.lifecycle.retention).
+    "retention-sweep": {"task": "runners.tasks.retention_sweep", "schedule": crontab(minute=17, hour=3)},
     # Sends the completion webhook deliveries whose retry is due (platforms.webhooks.delivery).
     "webhook-deliveries-due": {
         "task": "platforms.webhooks.tasks.webhook_deliveries_due_send",
@@ -227,12 +230,12 @@ LANGBOT_GC_FREEZE = env.bool("LANGBOT_GC_FREEZE", default=True)
 
 # Secrets in runner config are encrypted with the first key; older keys still decrypt (rotation).
 LANGBOT_ENCRYPTION_KEYS = env.list("LANGBOT_ENCRYPTION_KEYS", default=[])
-
-# Plugin runtime: `stdio` spawns a child runtime per host process; `ws://host:port` connects to a
-# runtime started with `python -m langbot_sdk.runtime --listen host:port`.
 # Set by `make run`, which says once for all its processes that no key is set (and what to do): then
 # the processes do not each repeat it.
 LANGBOT_ENCRYPTION_KEYS_NOTED = env.bool("LANGBOT_ENCRYPTION_KEYS_NOTED", default=False)
+
+# Plugin runtime: `stdio` spawns a child runtime per host process; `ws://host:port` connects to a
+# runtime started with `python -m langbot_sdk.runtime --listen host:port`.
 LANGBOT_PLUGIN_DIRS = [
     str(BASE_DIR / p) if not Path(p).is_absolute() else p
     for p in env.str("LANGBOT_PLUGIN_DIRS", default="plugins").split(os.pathsep)
@@ -267,6 +270,17 @@ LANGBOT_WS_CLOSE_WAIT_SECONDS = env.float("LANGBOT_WS_CLOSE_WAIT_SECONDS", defau
 # cache; over it: 429 rate_limited with Retry-After (bindings/throttling.py). Generous by default (an
 # integration at the throughput target stays under it); empty or `off` disables.
 LANGBOT_API_THROTTLE_RATE = env.str("LANGBOT_API_THROTTLE_RATE", default="60000/minute")
+# Retention (runners.lifecycle.retention, the daily `retention-sweep`): days kept per kind, 0 = forever.
+# Expired artifacts always go; artifacts older than ARTIFACT_DAYS too (not those a live run or a knowledge
+# document uses); result events of runs finished RUN_EVENT_DAYS ago; proxy audit rows; blobs no artifact
+# names, older than ORPHAN_GRACE_HOURS. LANGBOT_RETENTION_WORKSPACES overrides the days per workspace
+# slug, as JSON: {"<slug>": {"artifact_days": 7, "run_event_days": 30, "proxy_audit_days": 30}}.
+LANGBOT_RETENTION_ARTIFACT_DAYS = env.int("LANGBOT_RETENTION_ARTIFACT_DAYS", default=0)
+LANGBOT_RETENTION_RUN_EVENT_DAYS = env.int("LANGBOT_RETENTION_RUN_EVENT_DAYS", default=90)
+LANGBOT_RETENTION_PROXY_AUDIT_DAYS = env.int("LANGBOT_RETENTION_PROXY_AUDIT_DAYS", default=90)
+LANGBOT_RETENTION_ORPHAN_GRACE_HOURS = env.int("LANGBOT_RETENTION_ORPHAN_GRACE_HOURS", default=24)
+LANGBOT_RETENTION_WORKSPACES: dict[str, dict[str, int]] = env.json("LANGBOT_RETENTION_WORKSPACES", default={})
+LANGBOT_RETENTION_BATCH = env.int("LANGBOT_RETENTION_BATCH", default=1000)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -23,3 +23,11 @@ def runs_sweep() -> None:
     from runners.lifecycle.services import runs_sweep as sweep
 
     sweep()
+
+
+@shared_task(ignore_result=True)
+def retention_sweep() -> None:
+    """Beat task, daily: purge what the retention settings no longer keep (runners.lifecycle.retention)."""
+    from runners.lifecycle.retention import retention_sweep as sweep
+
+    sweep()

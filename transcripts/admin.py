@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString
 
 from bindings.admin_scope import ScopedListFilters
 from bindings.models import Workspace
-from transcripts.models import EventLog, StateEntry, TranscriptItem
+from transcripts.models import EventLog, RetentionPurge, StateEntry, TranscriptItem
 
 ModelT = TypeVar("ModelT", bound=models.Model)
 
@@ -197,3 +197,14 @@ class StateEntryAdmin(ReadOnlyWorkspaceAdmin[StateEntry]):
     @admin.display(description="value")
     def value_display(self, obj: StateEntry) -> SafeString:
         return pretty_json(obj.value)
+
+
+@admin.register(RetentionPurge)
+class RetentionPurgeAdmin(ReadOnlyWorkspaceAdmin[RetentionPurge]):
+    """What the daily retention sweep removed, per kind and workspace (settings `LANGBOT_RETENTION_*`)."""
+
+    list_display = ["sweep_started_at", "kind", "count", "workspace", "cutoff"]
+    list_filter = ["kind", "workspace"]
+    list_select_related = ["workspace"]
+    date_hierarchy = "sweep_started_at"
+    fields = readonly_fields = ("sweep_started_at", "workspace", "kind", "count", "cutoff", "created_at")

@@ -150,3 +150,31 @@ class StorageEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.owner_key} {self.key}"
+
+
+class RetentionPurge(models.Model):
+    """What one retention sweep removed of one kind in one workspace (issue 22): the counts operators see in
+    admin. Written by the sweep (`runners.lifecycle.retention`) through `transcripts.retention`; only
+    kinds that lost something get a row. `workspace` is empty for what belongs to none (a blob outside
+    every workspace's prefix)."""
+
+    class Kind(models.TextChoices):
+        ARTIFACTS = "artifacts", "artifacts (expired or past their retention)"
+        ORPHAN_BLOBS = "orphan_blobs", "orphan blobs"
+        PROXY_AUDIT = "proxy_audit", "proxy audit rows"
+        RUN_EVENTS = "run_events", "run events of finished runs"
+
+    sweep_started_at = models.DateTimeField(db_index=True)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, null=True, blank=True, related_name="retention_purges"
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    count = models.PositiveIntegerField()
+    cutoff = models.DateTimeField(help_text="What was older than this (or expired by then) went.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-sweep_started_at", "kind"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.count} ({self.sweep_started_at:%Y-%m-%d %H:%M})"

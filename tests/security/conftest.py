@@ -30,7 +30,7 @@ from tests.factories import (
     UserFactory,
     WorkspaceFactory,
 )
-from transcripts.models import EventLog, StateEntry, StorageEntry, TranscriptItem
+from transcripts.models import EventLog, RetentionPurge, StateEntry, StorageEntry, TranscriptItem
 
 MARKER = "zz-their"
 """In every id and name of the other workspace's objects; never in the caller's own."""
@@ -114,6 +114,9 @@ def theirs(db: Any) -> Theirs:
         resource=_m("resource"), scope=conversation, outcome="ok", created_at=timezone.now(),
     )  # fmt: skip
     key, _ = api_key_create(workspace=workspace, name=_m("key"))
+    purge = RetentionPurge.objects.create(
+        sweep_started_at=timezone.now(), workspace=workspace, kind="artifacts", count=3, cutoff=timezone.now()
+    )
     ids = {
         "workspace_slug": workspace.slug, "bot_id": bot.bot_id, "binding_id": binding.binding_id,
         "provider_id": provider.provider_id, "model_id": model.model_id, "server_id": server.server_id,
@@ -124,7 +127,7 @@ def theirs(db: Any) -> Theirs:
     }  # fmt: skip
     rows: list[models.Model] = [
         workspace, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
-        storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit,
+        storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 
 SCOPED = [
     "bindings.Workspace", "bindings.ApiKey", "bindings.Bot", "bindings.AgentBinding",
-    "transcripts.EventLog", "transcripts.TranscriptItem", "transcripts.StateEntry",
+    "transcripts.EventLog", "transcripts.TranscriptItem", "transcripts.StateEntry", "transcripts.RetentionPurge",
     "runners.Run", "runners.ProxyCallAudit", "runners.PlatformActionRequest",
     "artifacts.Artifact",
     "resources.ModelProvider", "resources.Model", "resources.KnowledgeBase", "resources.MCPServer",

@@ -120,6 +120,9 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "chat/targets/": {"GET": (OWN | {302, 401, 403}, None)},
     "chat/login/": {"GET": (OWN, None)},
     "chat/logout/": {"POST": (OWN | {302}, None)},
+    # The home page (links to chat, admin, docs) and the favicon redirect: nothing of any workspace.
+    "": {"GET": (OWN | {302}, None)},
+    "favicon.ico": {method: ({301, 302}, None) for method in ("GET", "POST", "PUT", "PATCH", "DELETE")},
     # Their bot under my workspace's slug is no bot of mine.
     "platforms/<str:platform>/<slug:workspace_slug>/<slug:bot_id>/webhook": {"POST": (GONE, None)},
 }
