@@ -28,7 +28,6 @@ from transcripts.admin import (
     ReadOnlyWorkspaceAdmin,
     pretty_json,
     transcript_link,
-    transcript_url,
 )
 
 
@@ -297,13 +296,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
 
     @admin.display(description="conversation", ordering="conversation_id")
     def conversation_short(self, obj: Run) -> SafeString:
-        # The list's column: long platform ids cut to a readable head (the full id in the tooltip).
-        conversation_id = obj.conversation_id
-        if not conversation_id:
-            return format_html("{}", "—")
-        url = transcript_url(workspace_id=obj.workspace_id, conversation_id=conversation_id)
-        head = conversation_id if len(conversation_id) <= 22 else conversation_id[:20] + "…"
-        return format_html('<a href="{}" title="{}">{}</a>', url, conversation_id, head)
+        return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id, short=True)
 
     @admin.display(description="event")
     def event_link(self, obj: Run) -> SafeString:

@@ -38,11 +38,13 @@ def transcript_url(*, workspace_id: int, conversation_id: str) -> str:
     return f"{reverse('admin:transcripts_transcriptitem_changelist')}?{query}"
 
 
-def transcript_link(*, workspace_id: int, conversation_id: str) -> SafeString:
+def transcript_link(*, workspace_id: int, conversation_id: str, short: bool = False) -> SafeString:
+    """`short` (list columns): a long id is cut to its head, the full id in the tooltip."""
     if not conversation_id:
         return format_html("{}", "—")
     url = transcript_url(workspace_id=workspace_id, conversation_id=conversation_id)
-    return format_html('<a href="{}">{}</a>', url, conversation_id)
+    text = conversation_id[:20] + "…" if short and len(conversation_id) > 22 else conversation_id
+    return format_html('<a href="{}" title="{}">{}</a>', url, conversation_id, text)
 
 
 class ConversationFilter(admin.SimpleListFilter):
@@ -97,7 +99,9 @@ class ReadOnlyWorkspaceAdmin(ReadOnlyAdminMixin, ScopedListFilters[ModelT]):
 
 @admin.register(EventLog)
 class EventLogAdmin(ReadOnlyWorkspaceAdmin[EventLog]):
-    list_display = ["event_id", "event_type", "source", "status", "workspace", "conversation", "summary", "created_at"]
+    # Fits a laptop: ids cut to their head (full in the tooltip), the workspace as a filter only.
+    list_display = ["event_short", "event_type", "source", "status", "conversation_short", "summary", "created_at"]
+    list_display_links = ["event_short"]
     list_filter = ["status", "event_type", "source", "workspace"]
     search_fields = ["event_id", "conversation_id"]
     list_select_related = ["workspace"]
@@ -112,6 +116,16 @@ class EventLogAdmin(ReadOnlyWorkspaceAdmin[EventLog]):
     @admin.display(description="conversation", ordering="conversation_id")
     def conversation(self, obj: EventLog) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id)
+
+    @admin.display(description="conversation", ordering="conversation_id")
+    def conversation_short(self, obj: EventLog) -> SafeString:
+        return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id, short=True)
+
+    @admin.display(description="event", ordering="event_id")
+    def event_short(self, obj: EventLog) -> SafeString:
+        event_id = obj.event_id
+        head = event_id if len(event_id) <= 18 else event_id[:16] + "…"
+        return format_html('<span title="{}">{}</span>', event_id, head)
 
     @admin.display(description="input")
     def summary(self, obj: EventLog) -> str:

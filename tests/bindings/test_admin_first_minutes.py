@@ -99,3 +99,17 @@ def test_adding_an_api_key_shows_it_once_and_it_works(admin_client):
     plaintext = match[1]
     assert api_key_by_plaintext(key=plaintext) == key
     assert plaintext not in admin_client.get(f"/admin/bindings/apikey/{key.pk}/change/").content.decode()
+
+
+def test_the_events_list_shows_short_ids_with_the_full_ones_in_tooltips(admin_client, monkeypatch):
+    monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: None)
+    workspace = WorkspaceFactory.create()
+    AgentBindingFactory.create(workspace=workspace)
+    caller = ChatCaller(workspace_id=workspace.pk, principal="user:1", display_name="Ada")
+    conversation_id = "webui:" + "c" * 32
+    submission = chat_message_submit(caller=caller, conversation_id=conversation_id, text="hi", attachments=[])
+
+    page = admin_client.get("/admin/transcripts/eventlog/").content.decode()
+
+    assert f'title="{conversation_id}">{conversation_id[:20]}…</a>' in page
+    assert f'title="{submission.event_id}">' in page
