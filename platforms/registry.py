@@ -14,6 +14,7 @@ from platforms.interface import PlatformAdapter
 ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.telegram.TelegramAdapter",
     "platforms.adapters.slack.SlackAdapter",
+    "platforms.adapters.lark.LarkAdapter",
 )
 
 
