@@ -119,6 +119,11 @@ def test_a_new_user_walks_the_readme_first_steps(demo, worker, web_server, brows
     card = page.locator(".msg.assistant").last.locator(".tool-card")
     assert card.locator(".tool-name").inner_text() == "qa_lookup"
     assert card.locator(".tool-state").inner_text() == "done"
+    # the newest text is in view (on a phone the list already scrolls)
+    page.wait_for_function(
+        "(() => { const m = document.getElementById('messages');"
+        " return m.scrollHeight - m.scrollTop - m.clientHeight < 4; })()"
+    )
 
     # A slow run is cancelled from the reply itself (no drawer to open on a phone)
     _send(page, "qa:slow:30 wait")

@@ -12,7 +12,7 @@
     title: $("chat-title"), subtitle: $("chat-subtitle"), runInfo: $("run-info"), cancel: $("cancel"),
     state: $("state"), actions: $("actions"), artifacts: $("artifacts"), attach: $("attach"),
     attachments: $("attachments"), loadEarlier: $("load-earlier"), scrim: $("scrim"),
-    targetDetail: $("target-detail"),
+    targetDetail: $("target-detail"), newest: $("jump-newest"),
   };
   const ACTIVE = new Set(["queued", "running"]);
   const PING_SECONDS = 20;
@@ -68,6 +68,7 @@
     // Growing text fires no scroll event, so `stick` holds until the user scrolls away from the bottom.
     if (force) stick = true;
     if (stick) els.messages.scrollTop = els.messages.scrollHeight;
+    else els.newest.hidden = false; // newer text below where the user is reading
   }
   const shortId = (id) => String(id || "").slice(0, 8);
   const runnerName = (id) => String(id || "").replace(/^plugin:/, "");
@@ -862,7 +863,9 @@
   els.messages.addEventListener("scroll", () => {
     const m = els.messages;
     stick = m.scrollHeight - m.scrollTop - m.clientHeight < 48;
+    if (stick) els.newest.hidden = true;
   });
+  els.newest.addEventListener("click", () => { scrollDown(true); els.newest.hidden = true; });
   for (const c of config.conversations.slice().reverse()) addConversation(c.conversation_id, c.title || c.preview, c.started_at);
   const fromHash = new URLSearchParams(location.hash.slice(1)).get("c");
   if (fromHash) {
