@@ -207,6 +207,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "platforms.webhooks.tasks.webhook_deliveries_due_send",
         "schedule": env.float("LANGBOT_WEBHOOK_DUE_SECONDS", default=5.0),
     },
+    # Records the webhook messages of run ends no observer reported (a worker died in between).
+    "webhook-run-ends-reconcile": {"task": "platforms.webhooks.tasks.webhook_run_ends_reconcile", "schedule": 60.0},
 }
 
 # Run execution in workers (runners.orchestrator): in-flight runs per worker process, the database threads

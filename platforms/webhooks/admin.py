@@ -12,7 +12,7 @@ from django.http import HttpRequest
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
-from platforms.webhooks.outbox import subscribed_workspaces_forget
+from platforms.webhooks.outbox import runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.services import webhook_delivery_redeliver, webhook_secret_rotate
 from platforms.webhooks.signing import secret_generate
 from platforms.webhooks.specs import DEFAULT_GRACE_SECONDS
@@ -53,6 +53,7 @@ class WebhookEndpointAdmin(WorkspaceScopedAdmin[WebhookEndpoint]):
         if not change:
             secret = secret_generate()
             obj.secret = secret
+            obj.runs_checked_through = runs_mark()
         super().save_model(request, obj, form, change)
         subscribed_workspaces_forget()
         if secret is not None:

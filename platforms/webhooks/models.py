@@ -41,6 +41,9 @@ class WebhookEndpoint(models.Model):
     previous_secret = EncryptedJSONField(null=True, blank=True)
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
     enabled = models.BooleanField(default=True)
+    # Every run of the workspace up to this primary key has ended and had its messages checked
+    # (`outbox.run_ends_reconcile`); set to the newest run when the endpoint is made.
+    runs_checked_through = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -89,6 +92,7 @@ class WebhookDelivery(models.Model):
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["endpoint", "id"], name="webhook_delivery_log_idx"),
+            models.Index(fields=["run_id"], name="webhook_delivery_run_idx"),
             models.Index(fields=["next_attempt_at"], name="webhook_delivery_due_idx", condition=Q(status="pending")),
         ]
         constraints = [

@@ -3,8 +3,12 @@
 `runs_ended_record` runs in the transaction that ended the runs (see `runners.lifecycle.observers`): the
 delivery rows commit with the run end or not at all, and the senders are woken only after the commit. It
 must stay cheap — it is on every run's end — so a workspace without an enabled endpoint costs no query:
-the set of such workspaces is read at most once per `SUBSCRIBED_CACHE_SECONDS` per process. An endpoint
-created within that time may miss the runs that end meanwhile; that is the price of not querying per run.
+the set of such workspaces is read at most once per `SUBSCRIBED_CACHE_SECONDS` per process.
+
+Two gaps remain, and `run_ends_reconcile` (a beat task, every minute) closes both: the worker's
+one-statement run end on PostgreSQL commits by itself, so its messages are recorded just after it — a
+process that dies in between records nothing; and an endpoint made within a process's cache time misses
+the runs that end meanwhile there.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import Max
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from bindings.models import Bot
@@ -28,6 +34,8 @@ from transcripts.models import EventLog
 logger = logging.getLogger(__name__)
 
 SUBSCRIBED_CACHE_SECONDS = 2.0
+RECONCILE_SETTLE = timedelta(seconds=30)
+RECONCILE_BATCH = 5000
 SEND_BATCH = 50
 # Sent by name: the tasks module stands on the sender, which this module does not need.
 SEND_TASK = "platforms.webhooks.tasks.webhook_deliveries_send"
@@ -106,27 +114,32 @@ def _matches(endpoint: WebhookEndpoint, run: Run, event_type: str) -> bool:
     return endpoint.binding_id is None or endpoint.binding_id == run.binding_id
 
 
-def deliveries_record(*, runs: Sequence[Run]) -> list[WebhookDelivery]:
-    """Write the pending deliveries of these run ends for every endpoint subscribed to them, inside the
-    caller's transaction, and wake a sender once it commits. A run end recorded twice is recorded once
-    (unique endpoint + message id)."""
-    subscribed = _subscribed_workspaces()
+def _wanted(runs: Sequence[Run], *, workspaces: frozenset[int] | None) -> list[tuple[Run, str, WebhookEndpoint]]:
+    """(run, event type, endpoint) for every enabled endpoint subscribed to these run ends that existed
+    when the run ended."""
     ended: list[tuple[Run, str]] = []
     for run in runs:
-        event = event_type_of(run) if run.workspace_id in subscribed else None
+        event = event_type_of(run) if workspaces is None or run.workspace_id in workspaces else None
         if event is not None:
             ended.append((run, event))
     if not ended:
         return []
     endpoints = list(
         WebhookEndpoint.objects.filter(workspace_id__in={run.workspace_id for run, _ in ended}, enabled=True).only(
-            "pk", "workspace_id", "binding_id", "event_types"
+            "pk", "workspace_id", "binding_id", "event_types", "created_at"
         )
     )
-    wanted = [(run, event, e) for run, event in ended for e in endpoints if e.workspace_id == run.workspace_id]
-    wanted = [(run, event, e) for run, event, e in wanted if _matches(e, run, event)]
-    if not wanted:
-        return []
+    return [
+        (run, event, endpoint)
+        for run, event in ended
+        for endpoint in endpoints
+        if endpoint.workspace_id == run.workspace_id
+        and _matches(endpoint, run, event)
+        and (run.finished_at is None or run.finished_at >= endpoint.created_at)
+    ]
+
+
+def _deliveries_write(wanted: list[tuple[Run, str, WebhookEndpoint]]) -> list[WebhookDelivery]:
     event_ids = dict(
         EventLog.objects.filter(pk__in={run.event_id for run, _, _ in wanted}).values_list("pk", "event_id")
     )
@@ -151,9 +164,64 @@ def deliveries_record(*, runs: Sequence[Run]) -> list[WebhookDelivery]:
         for run, event, endpoint in wanted
     ]
     WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
-    keys = [row.delivery_id for row in rows]
-    deliveries_send_on_commit(delivery_ids=[str(k) for k in keys])
+    deliveries_send_on_commit(delivery_ids=[str(row.delivery_id) for row in rows])
     return rows
+
+
+def deliveries_record(*, runs: Sequence[Run]) -> list[WebhookDelivery]:
+    """Write the pending deliveries of these run ends for every endpoint subscribed to them, inside the
+    caller's transaction, and wake a sender once it commits. A run end recorded twice is recorded once
+    (unique endpoint + message id)."""
+    wanted = _wanted(runs, workspaces=_subscribed_workspaces())
+    return _deliveries_write(wanted) if wanted else []
+
+
+def runs_mark() -> int:
+    """The newest run's primary key: a new endpoint's reconciliation starts after it (no old runs)."""
+    return int(Run.objects.aggregate(newest=Max("pk"))["newest"] or 0)
+
+
+def run_ends_reconcile(*, now: datetime | None = None) -> int:
+    """Record the run ends no observer reported — a worker that died between its one-statement run end and
+    the record, an endpoint made while a process's cache did not know it yet — and return how many.
+
+    Each endpoint remembers the run (by primary key) up to which every run of its workspace has ended and
+    been checked; a pass reads at most `RECONCILE_BATCH` runs after the lowest such mark of a workspace,
+    and stops at the first run still active or ended less than `RECONCILE_SETTLE` ago (its observer may
+    still be at work), so a long run delays the check of later ones, never skips them.
+    """
+    now = now or timezone.now()
+    settled = now - RECONCILE_SETTLE
+    recorded = 0
+    workspaces = WebhookEndpoint.objects.values_list("workspace_id", flat=True).distinct()
+    for workspace_id in list(workspaces):
+        endpoints = list(WebhookEndpoint.objects.filter(workspace_id=workspace_id))
+        mark = min(e.runs_checked_through for e in endpoints)
+        runs = list(Run.objects.filter(workspace_id=workspace_id, pk__gt=mark).order_by("pk")[:RECONCILE_BATCH])
+        checked: list[Run] = []
+        for run in runs:
+            if run.status not in Run.TERMINAL_STATUSES or run.finished_at is None or run.finished_at > settled:
+                break
+            checked.append(run)
+        if not checked:
+            continue
+        wanted = _wanted(checked, workspaces=None)
+        existing = set(
+            WebhookDelivery.objects.filter(
+                endpoint__in=endpoints, run_id__in=[r.run_id for r in checked], redelivery_of__isnull=True
+            ).values_list("endpoint_id", "run_id")
+        )
+        missing = [(run, event, e) for run, event, e in wanted if (e.pk, run.run_id) not in existing]
+        with transaction.atomic():
+            if missing:
+                _deliveries_write(missing)
+            WebhookEndpoint.objects.filter(pk__in=[e.pk for e in endpoints]).update(
+                runs_checked_through=Greatest("runs_checked_through", checked[-1].pk)
+            )
+        if missing:
+            recorded += len(missing)
+            logger.warning("recorded %d webhook message(s) of run ends no observer reported", len(missing))
+    return recorded
 
 
 def deliveries_send_on_commit(*, delivery_ids: list[str]) -> None:

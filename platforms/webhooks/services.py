@@ -16,7 +16,7 @@ from django.utils import timezone
 from bindings.models import AgentBinding, Workspace
 from langbot_host.core.api_errors import FieldsRefusedError
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
-from platforms.webhooks.outbox import deliveries_send_on_commit, subscribed_workspaces_forget
+from platforms.webhooks.outbox import deliveries_send_on_commit, runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.signing import secret_generate
 from platforms.webhooks.specs import WebhookEndpointIn, WebhookEndpointPatchIn
 
@@ -43,6 +43,7 @@ def webhook_endpoint_create(*, workspace: Workspace, spec: WebhookEndpointIn) ->
         event_types=list(spec.event_types),
         secret=secret,
         enabled=spec.enabled,
+        runs_checked_through=runs_mark(),
     )
     transaction.on_commit(subscribed_workspaces_forget)
     logger.info("webhook endpoint %s created in workspace %s", endpoint.webhook_id, workspace.slug)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from platforms.webhooks.delivery import deliveries_attempt, deliveries_due
-from platforms.webhooks.outbox import SEND_BATCH
+from platforms.webhooks.outbox import SEND_BATCH, run_ends_reconcile
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -21,3 +21,9 @@ def webhook_deliveries_due_send() -> None:
     due = deliveries_due()
     for start in range(0, len(due), SEND_BATCH):
         webhook_deliveries_send.delay(due[start : start + SEND_BATCH])
+
+
+@shared_task(ignore_result=True)
+def webhook_run_ends_reconcile() -> None:
+    """Beat task: record the run ends no observer reported (a worker died between run end and record)."""
+    run_ends_reconcile()

@@ -12,8 +12,10 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
-from platforms.webhooks.models import WebhookDelivery
-from platforms.webhooks.outbox import deliveries_record
+from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
+from platforms.webhooks.outbox import deliveries_record, run_ends_reconcile
+from platforms.webhooks.services import webhook_endpoint_create
+from platforms.webhooks.specs import WebhookEndpointIn
 from runners.lifecycle import observers
 from runners.lifecycle.services import run_cancel_request, run_create, runs_sweep
 from runners.models import Run
@@ -132,3 +134,63 @@ def test_a_run_the_worker_finishes_in_a_transaction_sends_its_end(workspace, mon
     assert delivery.payload["data"]["status"] == status
     assert delivery.payload["data"]["output"] == "the answer"
     assert delivery.payload["data"]["finished_at"] is not None
+
+
+def _endpoint_made_earlier(workspace, event_types: list[str]) -> WebhookEndpoint:
+    """An endpoint made through the service (its reconciliation starts after the newest run), ten minutes ago."""
+    spec = WebhookEndpointIn(url="https://example.invalid/h", event_types=event_types)
+    endpoint, _ = webhook_endpoint_create(workspace=workspace, spec=spec)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(created_at=timezone.now() - timedelta(minutes=10))
+    return endpoint
+
+
+def _end_silently(run: Run, *, ago: timedelta = timedelta(minutes=1)) -> None:
+    """End a run as a worker that died right after its run-end statement would: no observer told."""
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.COMPLETED, finished_at=timezone.now() - ago)
+
+
+def test_a_run_end_no_observer_reported_is_recorded_by_the_reconciliation_once(workspace):
+    # given an endpoint, and a run that ended without its observers being told (the worker died)
+    endpoint = _endpoint_made_earlier(workspace, ["run.completed"])
+    run = make_run(workspace, status=Run.Status.RUNNING)
+    _end_silently(run)
+    # when the reconciliation runs twice
+    first, second = run_ends_reconcile(), run_ends_reconcile()
+    # then the message was recorded once
+    assert (first, second) == (1, 0)
+    assert _messages() == [("run.completed", "", str(run.run_id))]
+    endpoint.refresh_from_db()
+    assert endpoint.runs_checked_through == run.pk
+
+
+def test_the_reconciliation_waits_for_active_runs_and_skips_none_after_them(workspace):
+    # given an endpoint, a run still going and a later one that ended silently
+    _endpoint_made_earlier(workspace, ["run.completed"])
+    long_run = make_run(workspace, status=Run.Status.RUNNING)
+    later = make_run(workspace, status=Run.Status.RUNNING)
+    _end_silently(later)
+    # when it runs while the first run is active, and again once it has ended
+    while_active = run_ends_reconcile()
+    _end_silently(long_run)
+    after = run_ends_reconcile()
+    # then nothing was recorded at first, both afterwards
+    assert while_active == 0
+    assert after == 2
+    assert {run_id for _, _, run_id in _messages()} == {str(long_run.run_id), str(later.run_id)}
+
+
+def test_the_reconciliation_leaves_reported_runs_and_runs_older_than_the_endpoint_alone(workspace):
+    # given a run that ended before the endpoint existed, and one whose end was reported as usual
+    old = make_run(workspace, status=Run.Status.RUNNING)
+    _end_silently(old, ago=timedelta(hours=1))
+    webhook_endpoint_create(
+        workspace=workspace, spec=WebhookEndpointIn(url="https://example.invalid/h", event_types=["run.cancelled"])
+    )
+    reported = make_run(workspace)
+    run_cancel_request(run=reported, reason="stop")
+    Run.objects.filter(pk=reported.pk).update(finished_at=timezone.now() - timedelta(minutes=1))
+    # when the reconciliation runs
+    recorded = run_ends_reconcile()
+    # then it recorded nothing more
+    assert recorded == 0
+    assert _messages() == [("run.cancelled", "stop", str(reported.run_id))]
