@@ -19,7 +19,9 @@ from django.test import Client
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Bot
+from platforms.adapters.slack import SlackAdapter
 from platforms.delivery import PlatformDeliveryPort
+from platforms.interface import PlatformAPIError, PlatformFileRef
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.tasks import platform_update_ingest
 from runners.hostapi.delivery import surface_delivery
@@ -173,6 +175,18 @@ def test_a_shared_file_is_fetched_with_the_bot_token_after_the_answer_and_become
         len(b"%PDF-1.7 meeting notes"),
     )
     assert Run.objects.count() == 1
+
+
+async def test_the_bot_token_is_never_sent_to_a_file_url_off_slack(fake_slack):
+    adapter = SlackAdapter(bot_id="b", credentials={"bot_token": BOT_TOKEN, "api_base_url": f"{fake_slack.origin}/api"})
+    elsewhere = PlatformFileRef(
+        ref={"file_id": "F1", "url": "https://files.example.net/F1/notes.pdf"}, name="notes.pdf"
+    )
+    plain_http = PlatformFileRef(ref={"file_id": "F2", "url": "http://files.slack.com/F2/notes.pdf"}, name="notes.pdf")
+
+    for ref in (elsewhere, plain_http):
+        with pytest.raises(PlatformAPIError, match="refusing to send the bot token"):
+            await adapter.fetch_file(ref)
 
 
 def test_ctx_delivery_says_what_slack_supports():
