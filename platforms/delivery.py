@@ -22,6 +22,8 @@ platform supports, carries out platform actions, and takes committed results on 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import re
 import time
@@ -34,6 +36,7 @@ from django.conf import settings
 
 from artifacts.selectors import artifact_get
 from artifacts.services import artifact_read_bytes
+from bindings.models import Bot
 from bindings.policies import DeliveryPolicy
 from platforms.interface import (
     OutboundFile,
@@ -159,10 +162,13 @@ class ReplyStream:
         *,
         on_done: Callable[[ReplyStream], None],
         pace_for: Callable[[int, str], ChatPace] | None = None,
+        adapter_for: Callable[[Bot], PlatformAdapter | None] | None = None,
     ) -> None:
         self.run = run
         self.on_done = on_done
         self.pace_for = pace_for
+        self.adapter_for = adapter_for
+        """Where a kept adapter comes from (the port's); without it the stream makes and closes its own."""
         self.inert = False
         """Set when the run's bot turned out to have nothing to deliver to (no adapter for its platform)."""
         self.streamed: list[str] = []
@@ -194,7 +200,11 @@ class ReplyStream:
     async def _deliver_all(self) -> None:
         run = await Run.objects.select_related("bot", "event", "binding", "workspace").aget(pk=self.run.pk)
         bot = run.bot
-        adapter = adapter_for_bot(bot) if bot is not None else None
+        kept = self.adapter_for is not None
+        if bot is None:
+            adapter = None
+        else:
+            adapter = self.adapter_for(bot) if self.adapter_for is not None else adapter_for_bot(bot)
         target = ReplyTarget.from_event_data(run.event.data)
         policy = DeliveryPolicy.model_validate(run.binding.delivery_policy or {}) if run.binding else DeliveryPolicy()
         if adapter is None:
@@ -253,7 +263,8 @@ class ReplyStream:
             error = {"code": "platform_error", "message": str(exc)[:1000]}
             logger.warning("run %s: delivery to %s failed: %s", run.run_id, bot.platform, exc)
         finally:
-            await adapter.aclose()
+            if not kept:
+                await adapter.aclose()
         if sent or error:
             await PlatformDelivery.objects.acreate(
                 workspace_id=run.workspace_id,
@@ -287,8 +298,30 @@ class PlatformDeliveryPort:
         self._streams: dict[int, ReplyStream] = {}
         # Bots whose platform has no adapter (web UI bots, say): their runs cost no task.
         self._inert_bots: set[int] = set()
+        # Each bot's adapter for the loop it was made on, and the credentials it was made with.
+        self._adapters: dict[int, tuple[str, asyncio.AbstractEventLoop, PlatformAdapter]] = {}
+        self._retired: list[PlatformAdapter] = []
+        self._closing: set[asyncio.Task[None]] = set()
         # A chat's pace lives as long as a reply to it is being written.
         self._paces: weakref.WeakValueDictionary[tuple[int, str], ChatPace] = weakref.WeakValueDictionary()
+
+    def _adapter_for(self, bot: Bot) -> PlatformAdapter | None:
+        """The bot's adapter, kept while its credentials stay the same: one client per bot and process,
+        its connections reused by every reply (a new client costs a TLS context and a connection)."""
+        fingerprint = hashlib.sha256(json.dumps(bot.credentials, sort_keys=True, default=str).encode()).hexdigest()
+        loop = asyncio.get_running_loop()
+        held = self._adapters.get(bot.pk)
+        if held is not None and held[0] == fingerprint and held[1] is loop:
+            return held[2]
+        adapter = adapter_for_bot(bot)
+        if held is not None and held[1] is loop:
+            # Replies still using the old one keep it until they end; it is closed when dropped.
+            self._retired.append(held[2])
+        if adapter is None:
+            self._adapters.pop(bot.pk, None)
+        else:
+            self._adapters[bot.pk] = (fingerprint, loop, adapter)
+        return adapter
 
     def _pace_for(self, bot_pk: int, chat_id: str) -> ChatPace:
         pace = self._paces.get((bot_pk, chat_id))
@@ -319,9 +352,14 @@ class PlatformDeliveryPort:
             if platform is not None and adapter_class(platform) is None and run.bot_id is not None:
                 self._inert_bots.add(run.bot_id)
                 return
-            stream = ReplyStream(run, on_done=self._stream_done, pace_for=self._pace_for)
+            stream = ReplyStream(run, on_done=self._stream_done, pace_for=self._pace_for, adapter_for=self._adapter_for)
             self._streams[run.pk] = stream
         stream.feed(events, ended)
+
+    @staticmethod
+    async def _close(adapters: list[PlatformAdapter]) -> None:
+        for adapter in adapters:
+            await adapter.aclose()
 
     async def wait_idle(self) -> None:
         """Wait until every reply being delivered now is done (worker shutdown, tests)."""
@@ -330,6 +368,11 @@ class PlatformDeliveryPort:
 
     def _stream_done(self, stream: ReplyStream) -> None:
         self._streams.pop(stream.run.pk, None)
+        if self._retired and not self._streams:
+            retired, self._retired = self._retired, []
+            closing = asyncio.get_running_loop().create_task(self._close(retired))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         if stream.inert and stream.run.bot_id is not None:
             self._inert_bots.add(stream.run.bot_id)
 

@@ -91,7 +91,7 @@ class TelegramAdapter(PlatformAdapter):
                 self.token,
                 base_url=f"{base}/bot",
                 base_file_url=f"{base}/file/bot",
-                request=HTTPXRequest(connection_pool_size=4),
+                request=HTTPXRequest(connection_pool_size=32),
             )
         return self._client
 

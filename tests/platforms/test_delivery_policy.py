@@ -205,3 +205,24 @@ async def test_two_replies_in_one_chat_at_once_keep_to_the_chats_pace_together(f
     assert sorted(fake_telegram.texts(4242)) == ["first answer", "second answer"]
     writes = fake_telegram.calls_of("sendMessage", "editMessageText")
     assert min(b.at - a.at for a, b in itertools.pairwise(writes)) >= INTERVAL * 0.95
+
+
+async def test_a_change_of_the_bots_credentials_takes_effect_on_its_next_reply(fake_telegram, telegram_bot_for):
+    first = await _platform_run(fake_telegram, telegram_bot_for)
+    port = PlatformDeliveryPort()
+    await _deliver(port, first, ([_completed("with the first token")], 0))
+
+    @sync_to_async
+    def revoke_and_ask_again() -> Run:
+        bot = first.bot
+        assert bot is not None
+        bot.credentials = {**bot.credentials, "token": "1:revoked-token"}
+        bot.save(update_fields=["credentials"])
+        post_update(bot, fake_telegram.message_update("again", chat_id=4242))
+        return Run.objects.exclude(pk=first.pk).get(bot=bot)
+
+    second = await revoke_and_ask_again()
+    await _deliver(port, second, ([_completed("with the revoked token")], 0))
+
+    assert fake_telegram.texts(4242) == ["with the first token"]
+    assert (await _delivery(second)).status == "failed"
