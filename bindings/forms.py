@@ -197,7 +197,7 @@ def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = 
 def runner_choices(current: str | None) -> list[tuple[str, str]]:
     choices = [("", "---------")]
     for descriptor in RunnerDescriptor.objects.exclude(status=RunnerDescriptor.Status.MISSING).order_by("runner_id"):
-        choices.append((descriptor.runner_id, f"{descriptor.label_text()} — {descriptor.runner_id}"))
+        choices.append((descriptor.runner_id, f"{descriptor.label_text(manifest_locale())} — {descriptor.runner_id}"))
     if current and current not in {value for value, _ in choices}:
         choices.append((current, f"{current} (not available)"))
     return choices

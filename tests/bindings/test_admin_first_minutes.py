@@ -113,3 +113,17 @@ def test_the_events_list_shows_short_ids_with_the_full_ones_in_tooltips(admin_cl
 
     assert f'title="{conversation_id}">{conversation_id[:20]}…</a>' in page
     assert f'title="{submission.event_id}">' in page
+
+
+def test_runner_labels_follow_the_admins_language(admin_client):
+    from django.utils import translation
+
+    runner = RunnerDescriptorFactory.create(
+        label={"en_US": "QA Runner", "zh_Hans": "QA 测试运行器"}, config_schema=SCHEMA
+    )
+
+    with translation.override("zh-hans"):
+        page = admin_client.get(f"/admin/bindings/runnerdescriptor/{runner.pk}/change/").content.decode()
+
+    assert "QA 测试运行器" in page
+    assert "<td>行为</td>" in page  # the config item's label too
