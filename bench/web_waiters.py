@@ -72,7 +72,7 @@ async def _wait(http: httpx.AsyncClient, key: str, text: str, wait: float, delay
     await asyncio.sleep(delay)
     body = {"conversation_id": f"wait-{uuid.uuid4().hex}", "input": {"text": text}}
     response = await http.post(f"/api/v1/events?wait={wait:g}", json=body, headers=_auth(key))
-    if response.status_code != 202:
+    if response.status_code not in (200, 202):  # 200: the run ended within the wait
         return f"HTTP {response.status_code}"
     return str(response.json()["runs"][0]["status"])
 
