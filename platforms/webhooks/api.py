@@ -229,11 +229,16 @@ class WebhookRedeliverApi(APIView):
         operation_id="webhooks_deliveries_redeliver",
         parameters=[WORKSPACE_PARAMETER],
         request=None,
-        responses={202: WebhookDeliveryOut},
+        responses={
+            202: WebhookDeliveryOut,
+            409: OpenApiResponse(description="`failed_precondition`: the webhook is disabled"),
+        },
     )
     def post(self, request: Request, webhook_id: str, delivery_id: str) -> Response:
         endpoint = _endpoint_or_404(request_workspace(request), webhook_id)
         delivery = webhook_delivery_get(endpoint=endpoint, delivery_id=delivery_id)
         if delivery is None:
             raise ApiError(404, "not_found", f"No delivery {delivery_id!r} of this webhook.")
+        if not endpoint.enabled:
+            raise ApiError(409, "failed_precondition", "The webhook is disabled: enable it to redeliver.")
         return Response(delivery_out(webhook_delivery_redeliver(delivery=delivery)), status=status.HTTP_202_ACCEPTED)

@@ -197,3 +197,17 @@ def test_no_secret_appears_in_any_log(api_client, workspace, receiver, caplog):
     for secret in (created["secret"], rotated["secret"]):
         assert secret not in text
         assert secret.removeprefix("whsec_") not in text
+
+
+def test_redelivering_to_a_disabled_webhook_is_refused_with_409(api_client, workspace):
+    # given a delivery of an endpoint that was disabled since
+    webhook_id = _create(api_client, event_types=["run.cancelled"]).json()["webhook_id"]
+    run_cancel_request(run=make_run(workspace), reason="stop")
+    delivery = WebhookDelivery.objects.get()
+    api_client.patch(f"/api/v1/webhooks/{webhook_id}", {"enabled": False}, format="json")
+    # when it is redelivered
+    answer = api_client.post(f"/api/v1/webhooks/{webhook_id}/deliveries/{delivery.delivery_id}/redeliver")
+    # then the refusal says why, and nothing is queued
+    assert answer.status_code == 409
+    assert answer.json()["error"]["code"] == "failed_precondition"
+    assert WebhookDelivery.objects.count() == 1
