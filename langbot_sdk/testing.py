@@ -575,6 +575,7 @@ class FakeHost:
         serving = asyncio.create_task(service.serve(runtime_end, name="fake-host"))
         await connection.start()
         results: list[AgentRunResult] = []
+        canceller = None
         try:
             request = {
                 "runner_id": loaded.manifest.id,
@@ -582,16 +583,16 @@ class FakeHost:
                 "context": ctx.model_dump(mode="json"),
                 "run_token": run_token,
             }
-            canceller = None
             if cancel_after is not None:
                 canceller = asyncio.create_task(self._cancel_later(connection, ctx.run_id, cancel_after))
             async for item in connection.stream(Action.RUN_AGENT.value, request):
                 result = AgentRunResult.model_validate(item)
                 results.append(result)
                 self._persist(result, grant)
+        finally:
             if canceller is not None:
                 canceller.cancel()
-        finally:
+                await asyncio.gather(canceller, return_exceptions=True)
             await connection.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(serving, timeout=cancel_grace + 1)
@@ -600,7 +601,15 @@ class FakeHost:
     @staticmethod
     async def _cancel_later(connection: Connection, run_id: str, delay: float) -> None:
         await asyncio.sleep(delay)
-        await connection.call(Action.CANCEL_RUN.value, {"run_id": run_id, "reason": "cancelled by the test"})
+        # On a busy machine the run may not have started yet: ask again until the runtime has it to cancel
+        # (this task is itself cancelled when the run ends).
+        while True:
+            answer = await connection.call(
+                Action.CANCEL_RUN.value, {"run_id": run_id, "reason": "cancelled by the test"}
+            )
+            if answer.get("cancelled"):
+                return
+            await asyncio.sleep(0.01)
 
     def _admitted(self, ctx: AgentRunContext) -> AgentRunContext:
         """Append the current input to the transcript and point the context's handles at it."""
