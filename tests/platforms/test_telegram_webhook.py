@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from artifacts.models import Artifact
+from bindings.models import Bot
 from platforms.models import InboundRefusal
 from platforms.tasks import platform_update_ingest
 from runners.models import Run
@@ -184,3 +185,31 @@ def test_a_file_above_the_fetch_limit_is_not_downloaded_and_the_text_still_arriv
     assert event.input["attachments"] == []
     assert event.data["platform_files"] == [{"file_id": "PHOTO-BIG", "file_unique_id": "b1"}]
     assert not fake_telegram.calls_of("getFile")
+
+
+def test_a_bot_created_over_rest_answers_on_its_webhook_and_its_secrets_are_not_echoed(
+    workspace, api_client, fake_telegram
+):
+    AgentBindingFactory.create(workspace=workspace)
+    created = api_client.post(
+        "/api/v1/bots",
+        {
+            "bot_id": "tg-support",
+            "platform": "telegram",
+            "name": "Support",
+            "credentials": {
+                "token": "777000111:AAtest-token",
+                "secret_token": "s3cret",
+                "api_base_url": fake_telegram.origin,
+            },
+        },
+        format="json",
+    )
+    assert created.status_code == 201
+    assert "s3cret" not in created.content.decode()
+    bot = Bot.objects.get(bot_id="tg-support")
+
+    answer = post_update(bot, fake_telegram.message_update("hi from REST"), secret="s3cret")
+
+    assert answer.status_code == 200
+    assert EventLog.objects.get().input["text"] == "hi from REST"
