@@ -283,6 +283,14 @@ class SlackAdapter(PlatformAdapter):
             if "already_reacted" not in str(exc):
                 raise
 
+    async def webhook_register(self, url: str) -> str:
+        """Slack takes the request URL only on the app's page; this checks the token and says what to paste."""
+        me = await self._call("auth_test")
+        return (
+            f"{me.get('user') or 'the bot'} in {me.get('team') or 'the workspace'}: paste {url} as the Request URL "
+            "under Event Subscriptions on the Slack app's page and subscribe to message.im and app_mention"
+        )
+
     async def aclose(self) -> None:
         self._client = None  # the SDK opens and closes an HTTP session per call
 

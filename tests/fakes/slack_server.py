@@ -212,6 +212,9 @@ class FakeSlack(FakePlatformServer):
                     message.text = str(params.get("text") or "")
                     return {"ok": True, "channel": message.channel, "ts": message.ts, "text": message.text}
             return {"ok": False, "error": "message_not_found"}
+        if method == "auth.test":
+            return {"ok": True, "url": "https://acme.slack.com/", "team": "Acme", "user": "langbot",
+                    "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": "B0BOT"}  # fmt: skip
         if method == "reactions.add":
             return {"ok": True}
         if method == "files.getUploadURLExternal":

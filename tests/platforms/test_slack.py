@@ -23,6 +23,7 @@ from platforms.adapters.slack import SlackAdapter
 from platforms.delivery import PlatformDeliveryPort
 from platforms.interface import PlatformAPIError, PlatformFileRef
 from platforms.models import InboundRefusal, PlatformDelivery
+from platforms.services import bot_webhook_register
 from platforms.tasks import platform_update_ingest
 from runners.hostapi.delivery import surface_delivery
 from runners.models import Run, RunEvent
@@ -187,6 +188,14 @@ async def test_the_bot_token_is_never_sent_to_a_file_url_off_slack(fake_slack):
     for ref in (elsewhere, plain_http):
         with pytest.raises(PlatformAPIError, match="refusing to send the bot token"):
             await adapter.fetch_file(ref)
+
+
+@pytest.mark.django_db
+def test_setting_the_webhook_checks_the_token_and_says_where_to_paste_the_url(bot):
+    note = bot_webhook_register(bot=bot, url="https://host.example/platforms/slack/x/y/webhook")
+
+    assert "https://host.example/platforms/slack/x/y/webhook" in note
+    assert "langbot in Acme" in note
 
 
 def test_ctx_delivery_says_what_slack_supports():
