@@ -253,12 +253,16 @@ class SlackAdapter(PlatformAdapter):
 
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
         sent = await self._call(
-            "chat_postMessage", channel=target.chat_id, text=text, thread_ts=target.thread_id, unfurl_links=False
+            "chat_postMessage",
+            channel=target.chat_id,
+            text=_escape(text),
+            thread_ts=target.thread_id,
+            unfurl_links=False,
         )
         return SentMessage(chat_id=str(sent.get("channel") or target.chat_id), message_id=str(sent.get("ts")))
 
     async def edit_text(self, message: SentMessage, text: str) -> None:
-        await self._call("chat_update", channel=message.chat_id, ts=message.message_id, text=text)
+        await self._call("chat_update", channel=message.chat_id, ts=message.message_id, text=_escape(text))
 
     async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
         uploaded = await self._call(
@@ -293,6 +297,12 @@ class SlackAdapter(PlatformAdapter):
 
     async def aclose(self) -> None:
         self._client = None  # the SDK opens and closes an HTTP session per call
+
+
+def _escape(text: str) -> str:
+    """Slack reads `<...>` in a message as a link or mention and `&` as an entity: the three are escaped
+    (and nothing else), as its message formatting guide asks."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _retry_after(headers: Any) -> float:

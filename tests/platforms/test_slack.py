@@ -254,12 +254,13 @@ async def test_a_429_is_waited_out_for_retry_after_and_the_reply_still_arrives(f
     run = await _platform_run(fake_slack, slack_bot_for)
     fake_slack.rate_limit_next("chat.postMessage", retry_after=1)
 
-    await _deliver(PlatformDeliveryPort(), run, ([_completed("after the flood")], 0))
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("after the flood: 1 < 2 & 3 > 2")], 0))
 
     refused, accepted = fake_slack.calls_of("chat.postMessage")
     assert (refused.status, refused.error) == (429, "ratelimited")
     assert accepted.at - refused.at >= 1.0
-    assert fake_slack.texts("D0DIRECT") == ["after the flood"]
+    # Slack's control characters are escaped, so the text shows as written rather than as a link.
+    assert fake_slack.texts("D0DIRECT") == ["after the flood: 1 &lt; 2 &amp; 3 &gt; 2"]
     delivery = await PlatformDelivery.objects.aget(run=run)
     assert (delivery.status, delivery.calls) == ("delivered", 2)
 
