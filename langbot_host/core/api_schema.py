@@ -29,6 +29,8 @@ class ApiErrorResponseSerializer(serializers.Serializer[Any]):
 _ANY_OPERATION = {
     "401": "`unauthenticated`: no valid API key or session",
     "403": "`forbidden`",
+    "429": "`rate_limited`: over the API key's request rate (`LANGBOT_API_THROTTLE_RATE`); retry after `Retry-After` "
+    "seconds",
     "503": "`unavailable`: no database connection became free in time; retry after `Retry-After` seconds",
 }
 _WITH_INPUT = {"400": "`invalid_argument` (the fields are named in `details.fields`), or `invalid_json`"}

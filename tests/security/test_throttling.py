@@ -56,3 +56,10 @@ def test_an_unreachable_cache_lets_requests_through(settings, api_client):
     statuses = [api_client.get("/api/v1/runners").status_code for _ in range(3)]
 
     assert statuses == [200, 200, 200]
+
+
+def test_the_schema_documents_the_429_answer(api_client):
+    schema = api_client.get("/api/schema/", {"format": "json"}).json()
+
+    assert "429" in schema["paths"]["/api/v1/bots"]["post"]["responses"]
+    assert "429" in schema["paths"]["/api/v1/runs/{run_id}"]["get"]["responses"]
