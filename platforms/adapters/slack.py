@@ -201,7 +201,8 @@ class SlackAdapter(PlatformAdapter):
                 "chat_id": channel,
                 "chat_type": str(event.get("channel_type") or "channel"),
                 "reply_target": target.as_data(),
-                "raw": payload,
+                # Without the app's legacy verification token: a secret has no place in the event log.
+                "raw": {k: v for k, v in payload.items() if k != "token"},
             },
             "event_time": event_time,
         }

@@ -130,6 +130,7 @@ def test_a_direct_message_becomes_one_event_however_often_slack_retries_it(bot, 
     assert (event.actor or {}).get("actor_id") == "U0ADA"
     assert event.conversation_id == f"bot:{bot.bot_id}:D0DIRECT"
     assert event.data["reply_target"] == {"chat_id": "D0DIRECT"}
+    assert "token" not in event.data["raw"]
     assert Run.objects.count() == 1
 
 
