@@ -31,7 +31,7 @@ class ScheduleAdminForm(forms.ModelForm[Schedule]):
         model = Schedule
         fields = [
             "workspace", "schedule_id", "name", "cron", "timezone", "enabled", "bot", "binding", "event_type",
-            "input_text", "conversation_id",
+            "input_text", "chat_id", "conversation_id",
         ]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -52,6 +52,7 @@ class ScheduleAdminForm(forms.ModelForm[Schedule]):
             "binding_id": binding.binding_id if binding else None,
             "event_type": cleaned.get("event_type") or "",
             "input_text": cleaned.get("input_text") or "",
+            "chat_id": cleaned.get("chat_id") or None,
             "conversation_id": cleaned.get("conversation_id") or None,
         }
         try:

@@ -47,7 +47,8 @@ class ScheduleOut(BaseModel):
     binding_id: str | None
     event_type: str
     input_text: str
-    conversation_id: str = Field(description="Where the events go; `schedule:<schedule_id>` unless one was given.")
+    chat_id: str | None
+    conversation_id: str = Field(description="The conversation of the events (the one given, or its default).")
     last_fired_at: datetime | None = Field(description="The tick last posted (the scheduled time, not the send time).")
     last_event_id: str | None = Field(description="The event of that tick: `GET /api/v1/events/{event_id}`.")
     last_error: str | None = Field(description="Why the last tick posted nothing, if it did; cleared by a good tick.")

@@ -30,8 +30,16 @@ class Schedule(models.Model):
     binding = models.ForeignKey(AgentBinding, on_delete=models.CASCADE, null=True, blank=True, related_name="schedules")
     event_type = models.CharField(max_length=100, default="message.received")
     input_text = models.TextField(blank=True)
+    chat_id = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="The bot's chat the reply goes to on its platform (the event's `data.chat_id`).",
+    )
     conversation_id = models.CharField(
-        max_length=255, blank=True, help_text="Empty: the schedule's own conversation, `schedule:<schedule_id>`."
+        max_length=255,
+        blank=True,
+        help_text="Empty: the chat's conversation (`bot:<bot_id>:<chat_id>`) with a bot and a chat, else the "
+        "schedule's own, `schedule:<schedule_id>`.",
     )
     # Beat's row; null only while it is being (re)made. A deleted schedule's row is deleted with it.
     periodic_task = models.OneToOneField(

@@ -31,7 +31,7 @@ from platforms.schedules.cron import cron_parse, cron_tick_at_or_before, timezon
 from platforms.schedules.models import Schedule
 from platforms.schedules.specs import ScheduleIn, SchedulePatchIn
 from runners.gateway.envelope import EventEnvelopeIn, EventSource
-from runners.gateway.services import EventRefusedError, event_ingest
+from runners.gateway.services import EventRefusedError, conversation_id_derive, event_ingest
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ FIRE_TASK = "platforms.schedules.tasks.schedule_fire"
 # A firing belongs to the latest tick at or before now plus this much: beat sends a tick when its clock
 # reaches it, and a worker whose clock runs a little behind must still see that tick, not the one before.
 TICK_LOOKAHEAD = timedelta(seconds=2)
-PATCH_NULLABLE = frozenset({"bot_id", "binding_id", "conversation_id"})
+PATCH_NULLABLE = frozenset({"bot_id", "binding_id", "chat_id", "conversation_id"})
 
 
 class ScheduleValidationError(FieldsRefusedError):
@@ -65,7 +65,24 @@ def schedule_event_id(*, schedule: Schedule, tick: datetime) -> str:
 
 
 def schedule_conversation_id(schedule: Schedule) -> str:
-    return schedule.conversation_id or f"schedule:{schedule.schedule_id}"
+    """The conversation of the schedule's events: as given; else, posting to a bot's chat, that chat's
+    conversation as the gateway names it (the scheduled message joins the chat's history); else its own."""
+    if schedule.conversation_id:
+        return schedule.conversation_id
+    bot_id = _bot_id_of(schedule)
+    if bot_id and schedule.chat_id:
+        return conversation_id_derive(event_id="", bot_id=bot_id, data={"chat_id": schedule.chat_id}, actor_id=None)
+    return f"schedule:{schedule.schedule_id}"
+
+
+def _bot_id_of(schedule: Schedule) -> str | None:
+    """The bot the events name: the schedule's, else the one its bot-scoped binding belongs to."""
+    if schedule.bot is not None:
+        return schedule.bot.bot_id
+    binding = schedule.binding
+    if binding is not None and binding.scope_type == AgentBinding.ScopeType.BOT:
+        return binding.scope_id
+    return None
 
 
 # --- create, update, delete ----------------------------------------------------------------------------
@@ -120,6 +137,7 @@ def schedule_apply(*, schedule: Schedule, spec: ScheduleIn) -> Schedule:
     schedule.binding = binding
     schedule.event_type = spec.event_type
     schedule.input_text = spec.input_text
+    schedule.chat_id = spec.chat_id or ""
     schedule.conversation_id = spec.conversation_id or ""
     with transaction.atomic():
         try:
@@ -185,6 +203,7 @@ def schedule_fields(schedule: Schedule) -> dict[str, Any]:
         "binding_id": schedule.binding.binding_id if schedule.binding else None,
         "event_type": schedule.event_type,
         "input_text": schedule.input_text,
+        "chat_id": schedule.chat_id or None,
         "conversation_id": schedule.conversation_id or None,
     }
 
@@ -267,14 +286,12 @@ def schedule_fire(*, schedule_pk: int, now: datetime | None = None) -> ScheduleF
 
 def _post(schedule: Schedule, *, tick: datetime, event_id: str) -> str:
     """Post one tick's event through the gateway; the error text, or "" once it is in."""
-    bot_id = schedule.bot.bot_id if schedule.bot else None
+    bot_id = _bot_id_of(schedule)
     resolution = None
     binding = schedule.binding
     if binding is not None:
         if not binding.enabled:
             return f"Binding {binding.binding_id!r} is disabled."
-        if binding.scope_type == AgentBinding.ScopeType.BOT and bot_id is None:
-            bot_id = binding.scope_id
         # The schedule names its binding: it runs, whatever the binding's event types say.
         resolution = BindingResolution(replying=binding) if binding.replies else BindingResolution(observers=[binding])
     try:
@@ -292,7 +309,12 @@ def _post(schedule: Schedule, *, tick: datetime, event_id: str) -> str:
                     "data": {"name": schedule.name, "cron": schedule.cron, "timezone": schedule.timezone},
                 },
                 "input": {"text": schedule.input_text or None},
-                "data": {"schedule_id": schedule.schedule_id, "scheduled_at": tick.isoformat()},
+                "data": {
+                    "schedule_id": schedule.schedule_id,
+                    "scheduled_at": tick.isoformat(),
+                    # Where a platform adapter delivers the reply (platforms.interface.ReplyTarget).
+                    **({"chat_id": schedule.chat_id} if schedule.chat_id else {}),
+                },
                 "event_time": tick,
             }
         )

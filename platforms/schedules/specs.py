@@ -56,8 +56,13 @@ class ScheduleIn(_Input):
     )
     event_type: EventType = "message.received"
     input_text: str = Field(default="", max_length=INPUT_TEXT_MAX, description="The event's `input.text`.")
+    chat_id: ConversationId | None = Field(
+        default=None, description="The bot's chat the reply goes to on its platform (the event's `data.chat_id`)."
+    )
     conversation_id: ConversationId | None = Field(
-        default=None, description="The conversation the events belong to; default `schedule:<schedule_id>`."
+        default=None,
+        description="The conversation the events belong to; default: the chat's (`bot:<bot_id>:<chat_id>`) with "
+        "a bot and a chat, else `schedule:<schedule_id>`.",
     )
 
     @field_validator("cron")
@@ -72,7 +77,8 @@ class ScheduleIn(_Input):
 
 
 class SchedulePatchIn(_Input):
-    """Any subset of `ScheduleIn`'s keys; `bot_id`, `binding_id` and `conversation_id` may be set to null."""
+    """Any subset of `ScheduleIn`'s keys; `bot_id`, `binding_id`, `chat_id` and `conversation_id` may be set to
+    null."""
 
     schedule_id: Slug | None = None
     name: str | None = Field(default=None, max_length=200)
@@ -83,4 +89,5 @@ class SchedulePatchIn(_Input):
     binding_id: Slug | None = None
     event_type: EventType | None = None
     input_text: str | None = Field(default=None, max_length=INPUT_TEXT_MAX)
+    chat_id: ConversationId | None = None
     conversation_id: ConversationId | None = None

@@ -76,6 +76,18 @@ def test_a_fired_tick_posts_a_scheduler_event_and_a_run_of_the_bots_binding(work
     assert (schedule.last_fired_at, schedule.last_event_id, schedule.last_error) == (at(10, 1), event.event_id, "")
 
 
+def test_a_schedule_to_a_bots_chat_joins_that_chats_conversation_and_names_the_chat(workspace, binding, clock):
+    # The platform adapters deliver the reply to `data.chat_id`.
+    schedule = every_minute(workspace, chat_id="-100123")
+
+    clock.move_to(at(10, 1, 0))
+    schedule_fire(schedule_pk=schedule.pk)
+
+    [event] = scheduler_events(workspace)
+    assert event.data["chat_id"] == "-100123"
+    assert event.conversation_id == "bot:news-bot:-100123"
+
+
 def test_the_same_tick_fired_twice_posts_one_event_and_one_run(workspace, binding, clock):
     schedule = every_minute(workspace)
 

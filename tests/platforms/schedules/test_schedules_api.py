@@ -43,7 +43,7 @@ def test_create_a_schedule_and_beat_gets_a_cron_entry_in_its_time_zone(api_clien
     assert body["schedule_id"] == "morning-news"
     assert (body["cron"], body["timezone"], body["enabled"]) == ("0 9 * * mon-fri", "Europe/Berlin", True)
     assert (body["bot_id"], body["binding_id"], body["event_type"]) == ("news-bot", None, "message.received")
-    assert body["conversation_id"] == "schedule:morning-news"
+    assert (body["chat_id"], body["conversation_id"]) == (None, "schedule:morning-news")
     assert body["last_fired_at"] is None
     task = beat_task("morning-news")
     assert task.task == "platforms.schedules.tasks.schedule_fire"
