@@ -175,6 +175,21 @@ def test_in_a_group_the_bot_answers_mentions_of_itself_as_replies_and_never_apps
 
 
 @pytest.mark.django_db
+def test_a_rich_text_post_reaches_the_runner_as_its_title_and_lines(bot, fake_lark):
+    post = {
+        "title": "Weekly",
+        "content": [
+            [{"tag": "text", "text": "numbers for "}, {"tag": "a", "text": "the board", "href": "https://x.example"}],
+            [{"tag": "text", "text": "thanks "}, {"tag": "at", "user_id": "ou_bob", "user_name": "Bob"}],
+        ],
+    }
+
+    assert post_push(bot, fake_lark.message_event(message_type="post", content=post)).status_code == 200
+
+    assert (EventLog.objects.get().input or {}).get("text") == "Weekly\nnumbers for the board\nthanks @Bob"
+
+
+@pytest.mark.django_db
 def test_an_image_and_a_file_are_fetched_after_the_answer_and_become_input_artifacts(
     bot, fake_lark, monkeypatch, django_capture_on_commit_callbacks
 ):
