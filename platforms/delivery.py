@@ -2,7 +2,8 @@
 came from, whatever the platform.
 
 - Streaming: while a run streams, its text is shown by sending one message and editing it, no more often
-  than the platform's `edit_interval_seconds` per chat (`LANGBOT_PLATFORM_EDIT_INTERVAL` may override it);
+  than the adapter's `write_interval_seconds(chat)` (by default the platform's `edit_interval_seconds`;
+  `LANGBOT_PLATFORM_EDIT_INTERVAL` may override it);
   the deltas that arrive in between are coalesced into the next edit. Every platform write waits for that
   interval, so bursts never exceed it. The last write always shows the final text (the runner's
   `message.completed`, else every delta joined).
@@ -217,7 +218,7 @@ class ReplyStream:
         override = settings.LANGBOT_PLATFORM_EDIT_INTERVAL
         writer = PlatformWriter(
             adapter,
-            interval=float(override) if override is not None else caps.edit_interval_seconds,
+            interval=float(override) if override is not None else adapter.write_interval_seconds(target),
             pace=self.pace_for(bot.pk, target.chat_id) if self.pace_for is not None else None,
         )
         streaming = policy.enable_streaming and caps.edit

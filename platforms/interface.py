@@ -212,6 +212,11 @@ class PlatformAdapter(abc.ABC):
         """The length the platform's `max_message_chars` counts (Telegram counts UTF-16 code units)."""
         return len(text)
 
+    def write_interval_seconds(self, target: ReplyTarget) -> float:
+        """The least time between two writes to this chat while a reply streams (platforms that allow
+        less in groups than in private chats say so here)."""
+        return self.capabilities.edit_interval_seconds
+
     @property
     def api_base_url(self) -> str | None:
         value = self.credentials.get("api_base_url")

@@ -41,6 +41,7 @@ from platforms.interface import (
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 GROUP_CHATS = frozenset({"group", "supergroup"})
+GROUP_WRITE_INTERVAL_SECONDS = 3.0
 
 
 def _retry_seconds(error: RetryAfter) -> float:
@@ -72,6 +73,13 @@ class TelegramAdapter(PlatformAdapter):
     @staticmethod
     def text_length(text: str) -> int:
         return len(text.encode("utf-16-le")) // 2
+
+    def write_interval_seconds(self, target: ReplyTarget) -> float:
+        # Telegram lets a bot write about 20 messages a minute to one group (its FAQ on broadcasting);
+        # group and channel chat ids are negative.
+        if target.chat_id.startswith("-"):
+            return GROUP_WRITE_INTERVAL_SECONDS
+        return self.capabilities.edit_interval_seconds
 
     @property
     def token(self) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from platforms.adapters.telegram import TelegramAdapter
 from platforms.delivery import text_split
+from platforms.interface import ReplyTarget
 from runners.hostapi.delivery import surface_delivery
 
 
@@ -39,3 +40,9 @@ def test_ctx_delivery_says_what_telegram_supports():
     assert telegram.max_message_size == 4096
     assert set(telegram.actions) == {"message.send", "message.edit", "reaction.add"}
     assert surface_delivery("dingtalk").supports_edit is False
+
+
+def test_telegram_streams_to_a_group_at_a_third_of_the_private_chat_pace():
+    adapter = TelegramAdapter(bot_id="b", credentials={})
+    assert adapter.write_interval_seconds(ReplyTarget(chat_id="4242")) == 1.0
+    assert adapter.write_interval_seconds(ReplyTarget(chat_id="-1001234")) == 3.0
