@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from bindings.services import api_key_create
+from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookEndpoint
 from resources.models import KnowledgeBase
+from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory
 from tests.security.conftest import MARKER, Mine, Theirs, snapshot
 
 pytestmark = pytest.mark.django_db
@@ -130,6 +133,15 @@ EXTRA_ATTEMPTS: list[tuple[str, str, str]] = [
     # The other reference a schedule can make.
     ("api/v1/schedules", "POST", "schedule_binding"),
 ]
+# My own objects changed to refer to theirs: refused like a create naming theirs.
+OWN_OBJECT_REFERENCES: list[tuple[str, str]] = [
+    ("api/v1/bindings/<slug:binding_id>", "binding"),
+    ("api/v1/models/<slug:model_id>", "model"),
+    ("api/v1/knowledge-bases/<slug:kb_id>", "kb"),
+    ("api/v1/schedules/<slug:schedule_id>", "schedule_bot"),
+    ("api/v1/schedules/<slug:schedule_id>", "schedule_binding"),
+    ("api/v1/webhooks/<str:webhook_id>", "webhook"),
+]
 
 
 def served_routes() -> dict[str, set[str]]:
@@ -170,7 +182,9 @@ def _path(route: str, ids: dict[str, str]) -> str:
     return "/" + re.sub(r"<(?:\w+:)?(\w+)>", fill, route)
 
 
-def _attempts(ids: dict[str, str], own_parents: dict[str, str]) -> list[tuple[str, str, str, set[int], Any]]:
+def _attempts(
+    ids: dict[str, str], own_parents: dict[str, str], own: dict[str, str]
+) -> list[tuple[str, str, str, set[int], Any]]:
     refs = _refs(ids)
     tries: list[tuple[str, str, str, set[int], Any]] = []
     for route, methods in ROUTES.items():
@@ -181,6 +195,9 @@ def _attempts(ids: dict[str, str], own_parents: dict[str, str]) -> list[tuple[st
                 tries.append((route, method, _path(route, {**ids, **own_parents}), attempt.expected, attempt.body))
     for route, method, ref in EXTRA_ATTEMPTS:
         tries.append((route, method, _path(route, ids), REFUSED_REFERENCE, refs[ref]))
+    for route, ref in OWN_OBJECT_REFERENCES:
+        body = {key: value for key, value in refs[ref].items() if key not in {"cron", "url", "event_types"}}
+        tries.append((route, "PATCH", _path(route, {**ids, **own}), REFUSED_REFERENCE, body))
     # Logging out ends the staff member's session: last.
     return sorted(tries, key=lambda attempt: attempt[0] == "chat/logout/")
 
@@ -194,6 +211,7 @@ def test_no_route_reaches_another_workspaces_objects(caller: str, theirs: Theirs
         workspace=mine.workspace, url="https://example.com/mine", event_types=["run.completed"], secret="whsec_x"
     )
     own_parents = {"kb_id": kb.kb_id, "webhook_id": str(webhook.webhook_id), "workspace_slug": mine.workspace.slug}
+    own = _own_objects(mine, kb=kb, webhook=webhook)
     client = APIClient()
     if caller == "api key":
         _, key = api_key_create(workspace=mine.workspace)
@@ -205,7 +223,7 @@ def test_no_route_reaches_another_workspaces_objects(caller: str, theirs: Theirs
     before = snapshot(theirs.workspace)
 
     wrong: list[str] = []
-    for _route, method, path, expected, body in _attempts(ids, own_parents):
+    for _route, method, path, expected, body in _attempts(ids, own_parents, own):
         response = client.generic(method, path, data=_json(body), content_type="application/json")
         # The ids the caller sent may be echoed (`No bot 'x' in this workspace.`); anything else of theirs not.
         text = _text(response)
@@ -219,6 +237,39 @@ def test_no_route_reaches_another_workspaces_objects(caller: str, theirs: Theirs
 
     assert wrong == [], "\n".join(wrong)
     assert snapshot(theirs.workspace) == before
+    assert _references_to_theirs(mine) == []
+
+
+def _own_objects(mine: Mine, *, kb: KnowledgeBase, webhook: WebhookEndpoint) -> dict[str, str]:
+    binding = AgentBindingFactory.create(workspace=mine.workspace, binding_id="mine-binding")
+    provider = ModelProviderFactory.create(workspace=mine.workspace, provider_id="mine-provider")
+    model = ModelFactory.create(workspace=mine.workspace, provider=provider, model_id="mine-model")
+    schedule = Schedule.objects.create(workspace=mine.workspace, schedule_id="mine-schedule", cron="0 9 * * *")
+    return {
+        "binding_id": binding.binding_id, "model_id": model.model_id, "kb_id": kb.kb_id,
+        "schedule_id": schedule.schedule_id, "webhook_id": str(webhook.webhook_id),
+    }  # fmt: skip
+
+
+def _references_to_theirs(mine: Mine) -> list[str]:
+    """Foreign keys from my workspace's rows to another workspace's rows."""
+    found = []
+    for model in apps.get_models():
+        if "workspace" not in {f.name for f in model._meta.get_fields()}:
+            continue
+        for field in model._meta.get_fields():
+            if not (field.many_to_one and field.concrete) or field.name == "workspace":
+                continue
+            related = field.related_model
+            if related is None or "workspace" not in {f.name for f in related._meta.get_fields()}:  # type: ignore[union-attr]
+                continue
+            crossing = (
+                model._default_manager.filter(workspace=mine.workspace)
+                .exclude(**{f"{field.name}__isnull": True})
+                .exclude(**{f"{field.name}__workspace": mine.workspace})
+            )
+            found += [f"{model._meta.label}.{field.name} of {row.pk}" for row in crossing]
+    return found
 
 
 def _json(body: Any) -> str:
