@@ -9,8 +9,12 @@ Implementing a platform (see `platforms/adapters/telegram.py` for a complete one
    value), `capabilities` (a `PlatformCapabilities`: what the platform can do and its limits — this is what
    a runner sees as `ctx.delivery.supports_edit` / `supports_reaction` / `max_message_size`) and
    `credential_keys` (the platform's own names; `api_base_url` is always accepted too).
-2. An instance is made per use from the bot's decrypted credentials: `Adapter(bot_id=..., credentials=...)`.
-   Outbound methods are coroutines and may keep a client open until `aclose()`.
+2. Instances are made from the bot's decrypted credentials: `Adapter(bot_id=..., credentials=...)`. The
+   webhook view, the file-fetching task and platform actions make short-lived ones (then `aclose()`); the
+   reply delivery keeps one per bot on the worker's loop until the bot's credentials change and shares it
+   between replies written at once, so outbound coroutines must be safe to run concurrently. Override
+   `text_length` when the platform counts its limit otherwise than in characters (Telegram: UTF-16 units)
+   and `write_interval_seconds(target)` when its pace depends on the chat (Telegram groups).
 3. Inbound webhook (`POST /platforms/<platform>/<workspace slug>/<bot_id>/webhook`): `verify(request)`
    raises `InboundRefusedError` for a forged or stale request (the host records it and answers the error's
    status); `parse(request)` turns the body into an `InboundBatch` of `InboundUpdate`s, each a gateway
@@ -30,7 +34,10 @@ Implementing a platform (see `platforms/adapters/telegram.py` for a complete one
 6. Register the class: add its dotted path to `ADAPTER_PATHS` in `platforms/registry.py`.
 
 Tests drive an adapter against a local fake of the platform's API (credentials' `api_base_url` pointing at
-it) and post real-shaped updates to the webhook URL; see `tests/platforms/test_telegram*.py`.
+it; `tests/fakes/telegram_server.py` on `tests/fakes/platform_http.py`) and post real-shaped updates to the
+webhook URL (`tests/platforms/conftest.py`); the delivery policy is driven by handing a run's results to a
+`PlatformDeliveryPort` as the worker does (`tests/platforms/test_delivery_policy.py`), end to end with a real
+worker and the qa-runner in `tests/platforms/test_telegram_e2e.py`.
 """
 
 from __future__ import annotations
