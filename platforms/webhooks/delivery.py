@@ -42,9 +42,11 @@ RETRY_DELAYS = (
 RETRY_WINDOW = timedelta(hours=24)
 REQUEST_TIMEOUT_SECONDS = 15.0
 RESPONSE_EXCERPT_CHARS = 1000
-# A batch stops attempting after this long (the rest is given back), and an endpoint that did not answer
-# gets no more attempts in that batch: one slow receiver cannot hold a sender for minutes.
-BATCH_BUDGET_SECONDS = 60.0
+# A batch stops attempting after this long (the rest is given back), and an endpoint that did not answer,
+# or answered slower than SLOW_ANSWER_SECONDS, gets no more attempts in that batch: slow receivers cannot
+# hold a worker's threads (which also admit runs) for minutes.
+BATCH_BUDGET_SECONDS = 30.0
+SLOW_ANSWER_SECONDS = 2.0
 # Longer than a batch can take (its budget plus one request), so a claimed delivery is never due again
 # while its attempt is in flight; after a sender died, the delivery is due again then.
 ATTEMPT_LEASE = timedelta(minutes=5)
@@ -106,7 +108,7 @@ def _claim(delivery_ids: list[str], *, now: datetime) -> tuple[uuid.UUID, list[W
     )
     if not claimed:
         return token, []
-    rows = list(WebhookDelivery.objects.filter(claim_token=token))
+    rows = list(WebhookDelivery.objects.filter(claim_token=token).order_by("id"))
     endpoints = {e.pk: e for e in WebhookEndpoint.objects.filter(pk__in={row.endpoint_id for row in rows})}
     for row in rows:
         row.endpoint = endpoints[row.endpoint_id]
@@ -208,19 +210,17 @@ def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) 
         requests.append((endpoint.url, body, headers))
         sendable.append(delivery)
     started = time.perf_counter()
-    unreachable: set[int] = set()
+    stalled: set[int] = set()
     answers: list[tuple[WebhookDelivery, Answer]] = []
     for (url, body, headers), delivery in zip(requests, sendable, strict=True):
-        elapsed = time.perf_counter() - started
-        if delivery.endpoint_id in unreachable or elapsed > BATCH_BUDGET_SECONDS:
-            cause = (
-                "the endpoint did not answer" if delivery.endpoint_id in unreachable else "the batch ran out of time"
-            )
+        sent_at = time.perf_counter()
+        if delivery.endpoint_id in stalled or sent_at - started > BATCH_BUDGET_SECONDS:
+            cause = "the endpoint was slow or did not answer" if delivery.endpoint_id in stalled else "time ran out"
             _release(delivery, now=now, why=f"not attempted: {cause} earlier in its batch")
             continue
         answer = _sender.post(url, body, headers)
-        if answer.unreachable:
-            unreachable.add(delivery.endpoint_id)
+        if answer.unreachable or time.perf_counter() - sent_at > SLOW_ANSWER_SECONDS:
+            stalled.add(delivery.endpoint_id)
         answers.append((delivery, answer))
     # One time for the whole batch, so that its outcomes are one UPDATE (accepted is accepted).
     answered_at = now + timedelta(seconds=time.perf_counter() - started)

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from platforms.webhooks import delivery as delivery_module
 from platforms.webhooks.delivery import deliveries_due
 from platforms.webhooks.models import WebhookDelivery
 from platforms.webhooks.services import webhook_secret_rotate
@@ -177,3 +178,24 @@ def test_the_due_sweep_resends_retries_and_first_messages_whose_sender_was_never
     # then the retry is due at once, the fresh message only after its grace (its sender may be busy)
     assert soon == [str(retried.delivery_id)]
     assert set(later) == {str(retried.delivery_id), str(fresh.delivery_id)}
+
+
+def test_a_slow_receiver_holds_up_only_its_first_message_of_a_batch(workspace, receiver, monkeypatch):
+    # given a receiver that answers its first message late, and two messages for it in one batch
+    monkeypatch.setattr(delivery_module, "SLOW_ANSWER_SECONDS", 0.2)
+    receiver.script.append((204, 0.4))
+    endpoint = WebhookEndpointFactory.create(workspace=workspace, url=receiver.url)
+    run_cancel_request(run=make_run(workspace), reason="one")
+    run_cancel_request(run=make_run(workspace), reason="two")
+    start = timezone.now()
+    # when the sender takes the batch, and again when the held-back message is due
+    first = send_due(endpoint, now=start)
+    later = send_due(endpoint, now=start + timedelta(seconds=5))
+    # then the first was accepted, the second given back unattempted and sent on the next pass
+    assert sorted(d.status for d in first) == ["pending", "succeeded"]
+    [held] = [d for d in first if d.status == "pending"]
+    assert held.attempts == 0
+    assert "slow" in held.last_error
+    assert [d.delivery_id for d in later] == [held.delivery_id]
+    assert later[0].status == WebhookDelivery.Status.SUCCEEDED
+    assert len(receiver.accepted()) == 2
