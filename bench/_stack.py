@@ -68,6 +68,12 @@ class UserStack:
                 times = process.cpu_times()
                 children = sum(c.cpu_times().user + c.cpu_times().system for c in process.children(recursive=True))
                 used[role] = times.user + times.system + children
+                if role == "web":
+                    # daphne's event loop thread (HTTP, ASGI, channel layer, waits); the rest is the views'
+                    # threads (Django's sync views run one thread per request).
+                    loop = next((t for t in process.threads() if t.id == process.pid), None)
+                    if loop is not None:
+                        used["web loop thread"] = loop.user_time + loop.system_time
         return used
 
 
@@ -92,7 +98,9 @@ def database_url(kind: str) -> str:
         path = REPO / "var" / "bench-stack.sqlite3"
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        return f"sqlite:///{path}"
+        # BENCH_SQLITE_QUERY (e.g. `conn_max_age=600`) tries database settings without editing them.
+        query = os.environ.get("BENCH_SQLITE_QUERY", "")
+        return f"sqlite:///{path}" + (f"?{query}" if query else "")
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres://", "postgresql://")):
         raise NotMeasuredError("set DATABASE_URL=postgres://... to measure on PostgreSQL")
@@ -320,6 +328,8 @@ def print_by_database(results: dict[str, list[tuple[str, str, str]] | str], labe
     targets: dict[str, str] = {}
     values: dict[tuple[str, str], str] = {}
     for kind, rows in measured.items():
+        if len({metric for metric, _, _ in rows}) != len(rows):
+            raise ValueError(f"metric names repeat in the rows of {kind}; each must be unique")
         for metric, value, target in rows:
             if metric not in targets:
                 metrics.append(metric)
