@@ -10,9 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from bindings.models import AgentBinding, Bot
+from bindings.services import bot_delete
 from langbot_host.celery import app as celery_app
 from platforms.schedules.models import Schedule
 from platforms.schedules.services import schedule_create, schedule_fire
@@ -251,3 +253,17 @@ def test_every_minute_fires_once_per_tick_across_two_beat_restarts(workspace, bi
     assert Run.objects.filter(workspace=workspace).count() == 3
     # and beat's own entry from the settings (the sweeper) ran beside them under the database scheduler
     assert any(task == "runners.tasks.runs_sweep" for task, _ in sent)
+
+
+def test_deleting_the_bot_deletes_its_schedules_and_beat_drops_their_entry_at_the_next_send(workspace, clock):
+    BotFactory.create(workspace=workspace, bot_id="news-bot")
+    schedule = every_minute(workspace)
+    task_pk = schedule.periodic_task_id
+
+    bot_delete(bot=Bot.objects.get(bot_id="news-bot"))
+    clock.move_to(at(10, 1, 0))
+    schedule_fire_task(schedule.pk)  # beat had not reloaded yet
+
+    assert not Schedule.objects.filter(pk=schedule.pk).exists()
+    assert not PeriodicTask.objects.filter(pk=task_pk).exists()
+    assert scheduler_events(workspace) == []
