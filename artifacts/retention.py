@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 from functools import partial
 
@@ -35,22 +35,22 @@ def artifacts_purge(
     workspace: Workspace,
     now: datetime,
     created_before: datetime | None,
-    keep_run_ids: Collection[uuid.UUID],
-    keep_event_ids: Collection[int],
-    keep_artifact_ids: Collection[int],
+    keep_run_ids: Iterable[uuid.UUID | None],
+    keep_event_ids: Iterable[int | None],
+    keep_artifact_ids: Iterable[int | None],
     batch_size: int,
 ) -> int:
     """Delete the workspace's expired artifacts, and those created before `created_before` when given,
-    except those of the given (live) runs and events and the given rows (e.g. a knowledge document's file);
-    returns how many rows went."""
+    except those of the given (live) runs and events and the given rows (e.g. a knowledge document's file;
+    each may be a subquery); returns how many rows went."""
     due = Q(expires_at__lte=now)
     if created_before is not None:
         due |= Q(created_at__lt=created_before)
     candidates = (
         Artifact.objects.filter(due, workspace=workspace)
-        .exclude(run_id__in=list(keep_run_ids))
-        .exclude(event_id__in=list(keep_event_ids))
-        .exclude(pk__in=list(keep_artifact_ids))
+        .exclude(run_id__in=keep_run_ids)
+        .exclude(event_id__in=keep_event_ids)
+        .exclude(pk__in=keep_artifact_ids)
         .order_by("pk")
     )
     deleted = 0

@@ -19,7 +19,6 @@ Each app removes its own data (`artifacts.retention`, this module for the run le
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -90,12 +89,11 @@ def retention_sweep(*, now: datetime | None = None) -> list[RetentionPurge]:
     started = now or timezone.now()
     batch = settings.LANGBOT_RETENTION_BATCH
     counts: dict[tuple[int | None, str], tuple[int, datetime]] = {}
+    # Subqueries, not lists: a busy host has thousands of runs in flight.
     live = Run.objects.exclude(status__in=Run.TERMINAL_STATUSES)
-    keep_run_ids: set[uuid.UUID] = set(live.values_list("run_id", flat=True))
-    keep_event_ids: set[int] = set(live.values_list("event_id", flat=True))
-    keep_artifact_ids: set[int] = set(
-        KnowledgeDocument.objects.filter(artifact__isnull=False).values_list("artifact_id", flat=True)
-    )
+    keep_run_ids = live.values_list("run_id", flat=True)
+    keep_event_ids = live.values_list("event_id", flat=True)
+    keep_artifact_ids = KnowledgeDocument.objects.filter(artifact__isnull=False).values_list("artifact_id", flat=True)
     for workspace in Workspace.objects.order_by("pk").iterator():
         policy = retention_policy(workspace=workspace)
         artifacts_before = _days_before(started, policy.artifact_days)
