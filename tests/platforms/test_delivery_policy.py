@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
@@ -28,6 +30,13 @@ INTERVAL = 0.1
 @pytest.fixture(autouse=True)
 def fast_pace(settings: Any) -> None:
     settings.LANGBOT_PLATFORM_EDIT_INTERVAL = INTERVAL
+
+
+@pytest.fixture(autouse=True)
+async def _close_thread_connections() -> AsyncIterator[None]:
+    yield
+    # The async ORM's thread keeps a connection, which would hold the test database open at its teardown.
+    await sync_to_async(connections.close_all)()
 
 
 def _delta(text: str) -> RunEvent:
