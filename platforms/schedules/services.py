@@ -155,7 +155,8 @@ def _beat_rows_sync(schedule: Schedule, *, restart: bool) -> None:
     """Write the schedule's `CrontabSchedule` (its own row, never shared) and `PeriodicTask`. Saving them
     marks beat's schedule changed (django-celery-beat's `PeriodicTasks`), so a running beat reloads it."""
     fields = cron_parse(schedule.cron)
-    task = schedule.periodic_task
+    # Found by name too: a row whose link was cut (its schedule's reference set null) is taken back.
+    task = schedule.periodic_task or PeriodicTask.objects.filter(name=periodic_task_name(schedule.pk)).first()
     crontab = task.crontab if task is not None and task.crontab is not None else CrontabSchedule()
     crontab.minute = fields.minute
     crontab.hour = fields.hour
