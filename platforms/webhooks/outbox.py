@@ -35,7 +35,8 @@ logger = logging.getLogger(__name__)
 
 SUBSCRIBED_CACHE_SECONDS = 2.0
 RECONCILE_SETTLE = timedelta(seconds=30)
-RECONCILE_BATCH = 5000
+RECONCILE_BATCH = 2000
+RECONCILE_BUDGET_SECONDS = 30.0
 SEND_BATCH = 50
 # Sent by name: the tasks module stands on the sender, which this module does not need.
 SEND_TASK = "platforms.webhooks.tasks.webhook_deliveries_send"
@@ -186,42 +187,59 @@ def run_ends_reconcile(*, now: datetime | None = None) -> int:
     the record, an endpoint made while a process's cache did not know it yet — and return how many.
 
     Each endpoint remembers the run (by primary key) up to which every run of its workspace has ended and
-    been checked; a pass reads at most `RECONCILE_BATCH` runs after the lowest such mark of a workspace,
-    and stops at the first run still active or ended less than `RECONCILE_SETTLE` ago (its observer may
-    still be at work), so a long run delays the check of later ones, never skips them.
+    been checked. A pass reads the runs after the lowest such mark of each workspace, `RECONCILE_BATCH` at
+    a time (only the columns the check needs), until it is caught up or has spent `RECONCILE_BUDGET`, and
+    stops at the first run still active or ended less than `RECONCILE_SETTLE` ago (its observer may still
+    be at work): a long run delays the check of later ones, never skips them.
     """
     now = now or timezone.now()
-    settled = now - RECONCILE_SETTLE
+    deadline = time.monotonic() + RECONCILE_BUDGET_SECONDS
     recorded = 0
-    workspaces = WebhookEndpoint.objects.values_list("workspace_id", flat=True).distinct()
-    for workspace_id in list(workspaces):
+    for workspace_id in list(WebhookEndpoint.objects.values_list("workspace_id", flat=True).distinct()):
         endpoints = list(WebhookEndpoint.objects.filter(workspace_id=workspace_id))
         mark = min(e.runs_checked_through for e in endpoints)
-        runs = list(Run.objects.filter(workspace_id=workspace_id, pk__gt=mark).order_by("pk")[:RECONCILE_BATCH])
-        checked: list[Run] = []
-        for run in runs:
-            if run.status not in Run.TERMINAL_STATUSES or run.finished_at is None or run.finished_at > settled:
+        while time.monotonic() < deadline:
+            checked, complete = _settled_runs(workspace_id=workspace_id, after=mark, settled=now - RECONCILE_SETTLE)
+            if checked:
+                recorded += _missing_record(endpoints, checked)
+                mark = checked[-1].pk
+            if not complete:
                 break
-            checked.append(run)
-        if not checked:
-            continue
-        wanted = _wanted(checked, workspaces=None)
-        existing = set(
-            WebhookDelivery.objects.filter(
-                endpoint__in=endpoints, run_id__in=[r.run_id for r in checked], redelivery_of__isnull=True
-            ).values_list("endpoint_id", "run_id")
-        )
-        missing = [(run, event, e) for run, event, e in wanted if (e.pk, run.run_id) not in existing]
-        with transaction.atomic():
-            if missing:
-                _deliveries_write(missing)
-            WebhookEndpoint.objects.filter(pk__in=[e.pk for e in endpoints]).update(
-                runs_checked_through=Greatest("runs_checked_through", checked[-1].pk)
-            )
-        if missing:
-            recorded += len(missing)
-            logger.warning("recorded %d webhook message(s) of run ends no observer reported", len(missing))
     return recorded
+
+
+def _settled_runs(*, workspace_id: int, after: int, settled: datetime) -> tuple[list[Run], bool]:
+    """The runs after `after` up to the first one not yet ended and settled; and whether the whole batch was."""
+    fields = ("pk", "run_id", "workspace_id", "binding_id", "status", "finished_at")
+    runs = Run.objects.filter(workspace_id=workspace_id, pk__gt=after).order_by("pk").only(*fields)
+    batch = list(runs[:RECONCILE_BATCH])
+    checked: list[Run] = []
+    for run in batch:
+        if run.status not in Run.TERMINAL_STATUSES or run.finished_at is None or run.finished_at > settled:
+            return checked, False
+        checked.append(run)
+    return checked, len(batch) == RECONCILE_BATCH
+
+
+def _missing_record(endpoints: list[WebhookEndpoint], checked: list[Run]) -> int:
+    wanted = _wanted(checked, workspaces=None)
+    existing = set(
+        WebhookDelivery.objects.filter(
+            endpoint__in=endpoints, run_id__in=[r.run_id for r, _, _ in wanted], redelivery_of__isnull=True
+        ).values_list("endpoint_id", "run_id")
+    ) if wanted else set()  # fmt: skip
+    missing = [(run, event, e) for run, event, e in wanted if (e.pk, run.run_id) not in existing]
+    with transaction.atomic():
+        if missing:
+            # The whole rows (output, usage, error) only for the runs whose message is missing.
+            full = Run.objects.defer("authorization").in_bulk([run.pk for run, _, _ in missing])
+            _deliveries_write([(full[run.pk], event, e) for run, event, e in missing])
+        WebhookEndpoint.objects.filter(pk__in=[e.pk for e in endpoints]).update(
+            runs_checked_through=Greatest("runs_checked_through", checked[-1].pk)
+        )
+    if missing:
+        logger.warning("recorded %d webhook message(s) of run ends no observer reported", len(missing))
+    return len(missing)
 
 
 def deliveries_send_on_commit(*, delivery_ids: list[str]) -> None:

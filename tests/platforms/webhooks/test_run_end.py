@@ -12,6 +12,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
+from platforms.webhooks import outbox
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.outbox import deliveries_record, run_ends_reconcile
 from platforms.webhooks.services import webhook_endpoint_create
@@ -194,3 +195,17 @@ def test_the_reconciliation_leaves_reported_runs_and_runs_older_than_the_endpoin
     # then it recorded nothing more
     assert recorded == 0
     assert _messages() == [("run.cancelled", "stop", str(reported.run_id))]
+
+
+def test_one_reconciliation_pass_catches_up_over_several_batches(workspace, monkeypatch):
+    # given five runs that ended silently, checked two at a time
+    monkeypatch.setattr(outbox, "RECONCILE_BATCH", 2)
+    _endpoint_made_earlier(workspace, ["run.completed"])
+    runs = [make_run(workspace, status=Run.Status.RUNNING) for _ in range(5)]
+    for run in runs:
+        _end_silently(run)
+    # when the reconciliation runs once
+    recorded = run_ends_reconcile()
+    # then every one of them has its message
+    assert recorded == 5
+    assert {run_id for _, _, run_id in _messages()} == {str(r.run_id) for r in runs}
