@@ -22,12 +22,13 @@ FUZZ_FACTOR ?= 10
 FUZZ_TESTS := tests/host/test_api_fuzz.py tests/streaming/test_chat_socket_fuzz.py tests/handlers/test_proxy_fuzz.py
 CELERY_LOGLEVEL ?= INFO
 
-.PHONY: help venv run test fuzz lint docs bench web worker migrate static clean
+.PHONY: help venv run test fuzz chaos lint docs bench web worker migrate static clean
 
 help:
 	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
 	@echo "make test     run the test suite (extra pytest options: PYTEST_ARGS='-k name -x')"
 	@echo "make fuzz     the fuzz tests randomized and FUZZ_FACTOR (default 10) times longer, before a release"
+	@echo "make chaos    fault tests against real processes (runtime/worker killed, ...), printing a table"
 	@echo "make lint     ruff, mypy, import-linter, the plugin import check and the docs build"
 	@echo "make docs     build the runner author's guide (docs/) into var/site, warnings as errors"
 	@echo "make bench    run every benchmark under bench/ and print their tables"
@@ -59,6 +60,12 @@ test: venv
 # The schemathesis, chat socket and proxy fuzz tests with fresh random draws (CI keeps derandomized ones).
 fuzz: venv
 	LANGBOT_FUZZ=$(FUZZ_FACTOR) $(VENV)/bin/pytest -p no:randomly $(FUZZ_TESTS) $(PYTEST_ARGS)
+
+# Faults injected into real processes (tests/chaos/), collected only with LANGBOT_CHAOS set; the table of
+# faults and outcomes is printed at the end. CHAOS_LOOPS: how many times the looping faults repeat.
+CHAOS_LOOPS ?= 3
+chaos: venv
+	LANGBOT_CHAOS=1 CHAOS_LOOPS=$(CHAOS_LOOPS) $(VENV)/bin/pytest -p no:randomly tests/chaos $(PYTEST_ARGS)
 
 # Runs every check even when an earlier one fails, so one CI run shows all findings.
 LINT_CHECKS := "$(VENV)/bin/ruff check ." "$(VENV)/bin/mypy ." "$(VENV)/bin/lint-imports" \

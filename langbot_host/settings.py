@@ -246,6 +246,9 @@ LANGBOT_PLUGIN_DIRS = [
 LANGBOT_RUNTIME_URL = env.str("LANGBOT_RUNTIME_URL", default="stdio")
 LANGBOT_RUNTIME_TOKEN = env.str("LANGBOT_RUNTIME_TOKEN", default="")
 LANGBOT_RUNTIME_CALL_TIMEOUT = env.float("LANGBOT_RUNTIME_CALL_TIMEOUT", default=30.0)
+# A run (or call) that finds the runtime gone waits this long for it to come back (`make run` restarts it,
+# a stdio runtime is respawned) before failing with a retryable `runtime_error`.
+LANGBOT_RUNTIME_RECONNECT_WAIT = env.float("LANGBOT_RUNTIME_RECONNECT_WAIT", default=10.0)
 
 # Event Gateway: bodies above LANGBOT_MAX_EVENT_BYTES answer 413; a raw platform payload (`data.raw`) above
 # LANGBOT_RAW_INLINE_MAX_BYTES is moved out of the event into an artifact (`raw_ref`).

@@ -5,8 +5,11 @@ Preparation, in the foreground: check that the web and runtime ports are free, d
 be started (nothing answers on a local REDIS_URL and `redis-server` is installed; otherwise say how to get
 it), migrate, seed the demo, collect static files and generate the runtime token. Then honcho's manager
 starts the Procfile's processes (the plugin runtime over WebSocket, daphne, a Celery worker, Celery beat,
-Redis when needed, and `ready`) and prefixes and colours their output. On Ctrl-C or SIGTERM, or when one
-process exits, it stops them all with SIGTERM (the runtime and Redis last) and kills what is left
+Redis when needed, and `ready`) and prefixes and colours their output. The plugin runtime runs third-party
+runner code, so when it dies (crash, OOM kill) it is started again after a backoff (0.5 s doubling to 10 s;
+reset once it stayed up 30 s) while the rest keeps running: runs in flight fail with a retryable
+`runtime_error`, later runs wait for it (LANGBOT_RUNTIME_RECONNECT_WAIT). On Ctrl-C or SIGTERM, or when any
+other process exits, it stops them all with SIGTERM (the runtime and Redis last) and kills what is left
 LANGBOT_STOP_GRACE seconds after the first one stopped. `ready` is this script again (`run_stack.py
 ready`): it waits for /healthz, syncs the runner registry from the runtime, prints where things are and
 the demo login, then waits to be stopped.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import multiprocessing
 import os
 import re
 import secrets
@@ -38,6 +42,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import honcho.manager  # type: ignore[import-untyped]
 from honcho.environ import parse_procfile  # type: ignore[import-untyped]
@@ -65,16 +70,79 @@ class StackError(Exception):
     """A preparation step failed; the message says what and how to fix it."""
 
 
+class _RestartingEvents:
+    """The queue honcho's loop reads process events from, except that the exit of a restartable process
+    (while the stack is not stopping) becomes a line saying so and a restart, instead of the `stop` event
+    that would make honcho stop everything. The processes themselves write to the real queue."""
+
+    def __init__(self, manager: ServicesLastManager, queue: Any) -> None:
+        self._manager = manager
+        self._queue = queue
+
+    def put(self, message: Message) -> None:
+        self._queue.put(message)
+
+    def get(self, timeout: float | None = None) -> Message:
+        message = self._queue.get(timeout=timeout)
+        if message.type == "stop" and message.name in self._manager.RESTARTED:
+            return self._manager.restart_later(message)
+        return message
+
+
 class ServicesLastManager(honcho.manager.Manager):
     """honcho's manager, except that a stop sends SIGTERM to the runtime and Redis only once the other
     processes have exited: runs in flight then finish during the worker's shutdown grace instead of losing
-    the runtime under them (measured: a run 1 s into a 3 s runner completed; stopped all at once, it failed)."""
+    the runtime under them (measured: a run 1 s into a 3 s runner completed; stopped all at once, it failed);
+    and that the plugin runtime is restarted when it exits on its own instead of stopping the stack."""
 
     SERVICES = ("runtime", "redis")
+    RESTARTED = ("runtime",)
+    RESTART_BACKOFF_FIRST = 0.5
+    RESTART_BACKOFF_MAX = 10.0
+    # A process that stayed up this long was not crash-looping: its next restart starts from the first delay.
+    RESTART_STABLE_SECONDS = 30.0
 
     def __init__(self, printer: Printer) -> None:
         super().__init__(printer)
         self._stopping = False
+        self._queue: Any = self.events
+        self.events: Any = _RestartingEvents(self, self._queue)
+        self._backoff: dict[str, float] = {}
+        self._started_at: dict[str, float] = {}
+
+    def _start(self) -> None:
+        # As honcho's, but the processes get the real queue (the wrapper only filters what the loop reads).
+        for name, process in self._processes.items():
+            self._spawn(name, process)
+
+    def _spawn(self, name: str, process: dict[str, Any]) -> None:
+        process["process"] = multiprocessing.Process(name=name, target=process["obj"].run, args=(self._queue, True))
+        self._started_at[name] = time.monotonic()
+        process["process"].start()
+
+    def restart_later(self, stop: Message) -> Message:
+        """Called by the loop's read for the exit of a restartable process: pass the exit through when the
+        stack is stopping, otherwise start the process again after the backoff and say so."""
+        name, returncode = stop.name, stop.data["returncode"]
+        if self._stopping:
+            return stop
+        delay = self._backoff.get(name, self.RESTART_BACKOFF_FIRST)
+        if time.monotonic() - self._started_at.get(name, 0.0) >= self.RESTART_STABLE_SECONDS:
+            delay = self.RESTART_BACKOFF_FIRST
+        self._backoff[name] = min(delay * 2, self.RESTART_BACKOFF_MAX)
+        threading.Thread(target=self._restart, args=(stop, delay), name=f"restart-{name}", daemon=True).start()
+        text = f"{name} exited with status {returncode}; restarting it in {delay:.1f} s\n"
+        return Message("line", text, datetime.datetime.now(), honcho.manager.SYSTEM_PRINTER_NAME, None)
+
+    def _restart(self, stop: Message, delay: float) -> None:
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and not self._stopping:
+            time.sleep(0.05)
+        if self._stopping:
+            # Stopped meanwhile: report the exit, so that the loop sees every process ended.
+            self._queue.put(stop)
+            return
+        self._spawn(stop.name, self._processes[stop.name])
 
     def terminate(self) -> None:
         # Called by honcho's loop (from its signal handler too) on SIGINT/SIGTERM and when a process exits.
