@@ -164,6 +164,7 @@ class PlatformActionRequest(models.Model):
         REFUSED = "refused", "refused (not authorized)"
         REJECTED = "rejected", "rejected by an operator"
         FAILED = "failed", "failed"
+        EXPIRED = "expired", "expired (not decided in time, or its run ended)"
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_actions")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_actions")
@@ -180,6 +181,9 @@ class PlatformActionRequest(models.Model):
     decided_by = models.CharField(max_length=150, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
     executed_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    """A pending request not decided by then expires; without `may_outlive_run` never later than its run."""
+    may_outlive_run = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
