@@ -15,6 +15,8 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.telegram.TelegramAdapter",
     "platforms.adapters.slack.SlackAdapter",
     "platforms.adapters.lark.LarkAdapter",
+    "platforms.adapters.discord.DiscordAdapter",
+    "platforms.adapters.onebot.OneBotAdapter",
 )
 
 
