@@ -82,6 +82,18 @@ def runtime_plugins(settings) -> Iterator[Callable[..., None]]:
     runtime_link_reset()
 
 
+@pytest.fixture
+def runtime_unreachable(settings) -> Iterator[None]:
+    """The host's runtime link pointed where nothing listens, for a test that needs no runtime; the link is
+    dropped afterwards so later tests do not keep dialling the dead address."""
+    from runners.runtime.link import runtime_link_reset
+
+    settings.LANGBOT_RUNTIME_URL = "ws://127.0.0.1:9"
+    runtime_link_reset()
+    yield
+    runtime_link_reset()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_runtime_link() -> Iterator[None]:
     yield

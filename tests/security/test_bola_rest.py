@@ -203,9 +203,10 @@ def _attempts(
 
 
 @pytest.mark.parametrize("caller", ["api key", "staff session"])
-def test_no_route_reaches_another_workspaces_objects(caller: str, theirs: Theirs, mine: Mine, settings: Any) -> None:
+def test_no_route_reaches_another_workspaces_objects(
+    caller: str, theirs: Theirs, mine: Mine, settings: Any, runtime_unreachable: None
+) -> None:
     settings.LANGBOT_API_THROTTLE_RATE = "off"
-    settings.LANGBOT_RUNTIME_URL = "ws://127.0.0.1:9"  # nothing listens: no runtime is started for this test
     kb = KnowledgeBase.objects.create(workspace=mine.workspace, kb_id="mine-kb", name="mine")
     webhook = WebhookEndpoint.objects.create(
         workspace=mine.workspace, url="https://example.com/mine", event_types=["run.completed"], secret="whsec_x"
