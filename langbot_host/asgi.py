@@ -12,14 +12,20 @@ django_asgi_app = get_asgi_application()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import re_path  # noqa: E402
 
 from langbot_host.core.process import startup_objects_freeze  # noqa: E402
-from langbot_host.routing import websocket_urlpatterns  # noqa: E402
+from langbot_host.routing import platform_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": URLRouter(
+            [
+                *platform_websocket_urlpatterns,
+                re_path(r"^", AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
+            ]
+        ),
     }
 )
 

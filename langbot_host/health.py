@@ -12,6 +12,7 @@ from django.http import HttpRequest, JsonResponse
 from kombu import Connection as BrokerConnection
 
 from langbot_sdk.protocol import Action
+from platforms.connectors import connection_bots, connection_label, connection_statuses
 from runners.runtime.link import runtime_link
 
 logger = logging.getLogger(__name__)
@@ -70,4 +71,20 @@ def healthz(request: HttpRequest) -> JsonResponse:
         else:
             checks[name] = "ok"
     healthy = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ok" if healthy else "degraded", "checks": checks}, status=200 if healthy else 503)
+    body: dict[str, object] = {"status": "ok" if healthy else "degraded", "checks": checks}
+    # Each bot's long-lived platform connection (Discord's gateway, OneBot's reverse WebSocket), for people
+    # to read: a bot with a revoked token does not make the host unhealthy.
+    try:
+        try:
+            bots = connection_bots(using=HEALTH_DATABASE)
+        finally:
+            connections[HEALTH_DATABASE].close()
+        statuses = connection_statuses(bots)
+        if bots:
+            body["connections"] = {
+                f"{bot.platform}/{bot.workspace.slug}/{bot.bot_id}": connection_label(statuses.get(bot.pk))
+                for bot in bots
+            }
+    except Exception as exc:  # the database or Redis is down: the checks above say so already
+        logger.warning("platform connections could not be read: %s", exc)
+    return JsonResponse(body, status=200 if healthy else 503)

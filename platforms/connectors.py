@@ -71,12 +71,12 @@ def connected_platforms() -> tuple[str, ...]:
     return tuple(name for name, cls in adapter_classes().items() if cls.connector_class is not None)
 
 
-def connection_bots() -> list[Bot]:
+def connection_bots(*, using: str = "default") -> list[Bot]:
     """Bots whose status is reported (the connector process's, and OneBot's reverse WebSocket ones)."""
     from platforms.adapters.onebot import OneBotAdapter
 
     platforms = (*connected_platforms(), OneBotAdapter.platform)
-    return list(Bot.objects.filter(platform__in=platforms, enabled=True).select_related("workspace"))
+    return list(Bot.objects.using(using).filter(platform__in=platforms, enabled=True).select_related("workspace"))
 
 
 @dataclass

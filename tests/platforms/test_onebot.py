@@ -1,0 +1,250 @@
+"""QQ through OneBot v11: a client connecting to the reverse WebSocket as NapCat does (its headers, its
+event JSON, its responses with `echo`). A wrong or missing token is refused and recorded; private messages
+and group messages that @ the bot become events (segments text, at, image, reply), others not; the reply
+goes back over the same socket as a `send_msg` call that waits for its echo, whole (OneBot cannot edit);
+the connection's status shows in /healthz; and end to end with real daphne, a real worker and the
+qa-runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.core.cache import cache
+
+from bindings.models import Bot
+from langbot_host.asgi import application
+from platforms.connectors import connection_label, connection_statuses
+from platforms.delivery import PlatformDeliveryPort
+from platforms.models import InboundRefusal, PlatformDelivery
+from runners.hostapi.delivery import surface_delivery
+from runners.models import Run
+from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
+from tests.platforms.test_delivery_policy import _completed, _deliver, _delta, fast_pace  # noqa: F401
+from tests.platforms.test_telegram_e2e import _delivery as _delivery_of
+from tests.platforms.test_telegram_e2e import _run_of
+from transcripts.models import EventLog
+
+ACCESS_TOKEN = "onebot-access-token-1"
+SELF_ID = 10001
+USER_ID = 20002
+GROUP_ID = 30003
+_message_ids = iter(range(1000, 10**9))
+
+
+def ws_path(bot: Bot) -> str:
+    return f"/platforms/onebot/{bot.workspace.slug}/{bot.bot_id}/ws"
+
+
+def napcat_headers(token: str | None = ACCESS_TOKEN) -> list[tuple[bytes, bytes]]:
+    headers = [(b"x-self-id", str(SELF_ID).encode()), (b"x-client-role", b"Universal")]
+    if token is not None:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    return headers
+
+
+def message_event(*segments: dict[str, Any], group: bool = False, user_id: int = USER_ID) -> dict[str, Any]:
+    """A message event as NapCat pushes it (array message format)."""
+    event: dict[str, Any] = {
+        "time": int(time.time()),
+        "self_id": SELF_ID,
+        "post_type": "message",
+        "message_type": "group" if group else "private",
+        "sub_type": "normal" if group else "friend",
+        "message_id": next(_message_ids),
+        "user_id": user_id,
+        "message": list(segments),
+        "raw_message": "".join(str(s["data"].get("text") or "") for s in segments),
+        "font": 14,
+        "sender": {"user_id": user_id, "nickname": "Ada", "card": ""},
+    }
+    if group:
+        event["group_id"] = GROUP_ID
+    return event
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "data": {"text": value}}
+
+
+def at(qq: int) -> dict[str, Any]:
+    return {"type": "at", "data": {"qq": str(qq)}}
+
+
+@pytest.fixture
+def onebot_bot_for() -> Callable[..., Bot]:
+    def make(workspace: Any, **credentials: Any) -> Bot:
+        return BotFactory.create(
+            workspace=workspace, platform="qq", credentials={"access_token": ACCESS_TOKEN, **credentials}
+        )
+
+    return make
+
+
+@sync_to_async
+def _bot(onebot_bot_for: Callable[..., Bot]) -> Bot:
+    cache.clear()  # channel names and statuses of earlier test databases' bots
+    workspace = WorkspaceFactory.create()
+    AgentBindingFactory.create(workspace=workspace, delivery_policy={"enable_reply": True})
+    return onebot_bot_for(workspace)
+
+
+async def _until(check: Callable[[], Any], timeout: float = 10) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := await sync_to_async(check)()):
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_wrong_or_missing_access_token_is_refused_and_recorded(onebot_bot_for):
+    bot = await _bot(onebot_bot_for)
+
+    wrong = WebsocketCommunicator(application, ws_path(bot), headers=napcat_headers("not-the-token"))
+    missing = WebsocketCommunicator(application, ws_path(bot), headers=napcat_headers(None))
+    by_query = WebsocketCommunicator(application, f"{ws_path(bot)}?access_token={ACCESS_TOKEN}")
+
+    assert (await wrong.connect())[0] is False
+    assert (await missing.connect())[0] is False
+    assert (await by_query.connect())[0] is True  # OneBot v11's other way to give the token
+    await by_query.disconnect()
+    reasons = [r.reason async for r in InboundRefusal.objects.filter(bot=bot).order_by("id")]
+    assert reasons == ["forged", "forged"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_private_and_mentioning_group_messages_become_events_and_the_reply_is_a_send_msg_call(
+    onebot_bot_for,
+):
+    bot = await _bot(onebot_bot_for)
+    client = WebsocketCommunicator(application, ws_path(bot), headers=napcat_headers())
+    assert (await client.connect())[0] is True
+    await client.send_json_to(
+        {"time": 1, "self_id": SELF_ID, "post_type": "meta_event", "meta_event_type": "lifecycle"}
+    )
+    await _until(lambda: connection_statuses([bot]).get(bot.pk, {}).get("state") == "connected")
+
+    chatter = message_event(text("people talking"), group=True)
+    mention = message_event(
+        {"type": "reply", "data": {"id": "999"}},
+        at(SELF_ID),
+        text(" summarise "),
+        at(40004),
+        {"type": "image", "data": {"file": "abc.png", "url": "http://127.0.0.1:9/abc.png"}},
+        group=True,
+    )
+    own = message_event(text("my own words"), user_id=SELF_ID)
+    private = message_event(text("hello there"))
+    for event in (chatter, mention, own, private):
+        await client.send_json_to(event)
+
+    private_event = await _until(lambda: EventLog.objects.filter(input__text="hello there").first())
+    assert private_event.data["reply_target"] == {"chat_id": f"private:{USER_ID}"}
+    assert private_event.actor["actor_id"] == str(USER_ID)
+    assert await EventLog.objects.acount() == 1  # the mention carries an image: it is fetched by a task first
+    run = await Run.objects.aget(event__event_id=private_event.event_id)
+
+    async def napcat_answers() -> dict[str, Any]:
+        call = await client.receive_json_from(timeout=10)
+        await client.send_json_to({"status": "ok", "retcode": 0, "data": {"message_id": 555}, "echo": call["echo"]})
+        return call
+
+    answering = asyncio.create_task(napcat_answers())
+    await _deliver(PlatformDeliveryPort(), run, ([_delta("hello ")], 0), ([_completed("hello back")], 0.05))
+    call = await answering
+
+    assert call["action"] == "send_msg"
+    assert call["params"] == {
+        "message_type": "private",
+        "user_id": USER_ID,
+        "message": [{"type": "text", "data": {"text": "hello back"}}],
+    }
+    delivery = await PlatformDelivery.objects.aget(run=run)
+    assert (delivery.status, delivery.message_ids, delivery.calls) == ("delivered", ["555"], 1)
+    await client.disconnect()
+    await _until(lambda: connection_statuses([bot]).get(bot.pk, {}).get("state") == "disconnected")
+
+
+@pytest.mark.django_db
+def test_a_group_mention_with_an_image_and_a_reply_is_read_from_its_segments(onebot_bot_for, workspace):
+    from platforms.adapters.onebot import OneBotAdapter
+
+    adapter = OneBotAdapter(bot_id="qq", credentials={"access_token": ACCESS_TOKEN})
+    event = message_event(
+        {"type": "reply", "data": {"id": "999"}},
+        at(SELF_ID),
+        text(" what is this "),
+        at(40004),
+        {"type": "image", "data": {"file": "abc.png", "url": "http://qq.example/abc.png", "file_size": "10"}},
+        group=True,
+    )
+
+    update = adapter.event_update(event)
+
+    assert update is not None
+    assert update.envelope["input"]["text"] == "what is this @40004"
+    assert update.envelope["data"]["reply_target"] == {
+        "chat_id": f"group:{GROUP_ID}",
+        "reply_to_message_id": str(event["message_id"]),
+    }
+    assert update.envelope["subject"]["data"]["quoted_message_id"] == "999"
+    (image,) = update.files
+    assert (image.name, image.mime_type, image.size, image.ref["url"]) == (
+        "abc.png",
+        "image/png",
+        10,
+        "http://qq.example/abc.png",
+    )
+
+
+def test_ctx_delivery_says_onebot_sends_whole_replies():
+    qq = surface_delivery("qq")
+    assert (qq.supports_streaming, qq.supports_edit, qq.supports_reaction) == (False, False, False)
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_napcat_connected_to_daphne_gets_the_qa_runners_answer_as_a_send_msg_call(
+    worker, start_web, qa_binding, onebot_bot_for
+):
+    cache.clear()
+    bot = onebot_bot_for(qa_binding().workspace)
+    web = start_web()
+    url = web.url.replace("http://", "ws://") + ws_path(bot)
+    headers = {"Authorization": f"Bearer {ACCESS_TOKEN}", "X-Self-ID": str(SELF_ID), "X-Client-Role": "Universal"}
+
+    async def napcat() -> dict[str, Any]:
+        async with websockets.connect(url, additional_headers=headers) as socket:
+            await socket.send(json.dumps(message_event(at(SELF_ID), text(" qa:ok hi there"), group=True)))
+            call = json.loads(await asyncio.wait_for(socket.recv(), timeout=30))
+            await socket.send(
+                json.dumps({"status": "ok", "retcode": 0, "data": {"message_id": 7}, "echo": call["echo"]})
+            )
+            async with httpx.AsyncClient() as http:
+                call["healthz"] = (await http.get(f"{web.url}/healthz", timeout=10)).json()
+            await asyncio.sleep(0.5)  # the worker records the delivery after the answer
+            return call
+
+    call = asyncio.run(napcat())
+
+    run = _run_of(bot)
+    assert run.status == Run.Status.COMPLETED
+    assert call["action"] == "send_msg"
+    params = call["params"]
+    assert (params["message_type"], params["group_id"]) == ("group", GROUP_ID)
+    reply, answer = params["message"]
+    assert reply["type"] == "reply"
+    assert answer == {"type": "text", "data": {"text": run.output}}
+    assert _delivery_of(run).status == "delivered"
+    connection = call["healthz"]["connections"][f"qq/{bot.workspace.slug}/{bot.bot_id}"]
+    assert connection == "connected: QQ 10001"
+    assert connection_label(connection_statuses([bot]).get(bot.pk)).startswith("disconnected")
