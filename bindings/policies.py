@@ -9,9 +9,9 @@ these policies and the runner config's selections (DESIGN §5); these models are
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, StringConstraints, model_serializer
 
 from langbot_sdk.protocol.state import StateScope, StorageArea
 
@@ -60,13 +60,33 @@ class StatePolicy(_Policy):
     state_scopes: list[StateScope] = Field(default_factory=lambda: list(StateScope))
 
 
+class RetryPolicy(_Policy):
+    """An automatic new attempt for a run that failed with a retryable host-side fault (the runtime died,
+    the worker was lost or shut down): at most `max_attempts` runs per event in all, the next one started
+    `backoff_seconds` after the failure, doubling each time. A runner's own failure is never retried."""
+
+    max_attempts: int = Field(default=1, ge=1, le=5)
+    backoff_seconds: float = Field(default=2.0, ge=0, le=300)
+
+
 class DeliveryPolicy(_Policy):
-    """How results reach the user. `enable_reply: false` makes the binding an observer (DESIGN §4)."""
+    """How results reach the user. `enable_reply: false` makes the binding an observer (DESIGN §4).
+    `retry` (opt-in, absent by default) retries runs lost to a host-side fault, so the user still gets an
+    answer."""
 
     enable_streaming: bool = True
     enable_reply: bool = True
     max_message_size: int | None = Field(default=None, ge=1, le=1024 * 1024)
     """Longest reply text (characters) delivered to the platform; None leaves it to the platform adapter."""
+    retry: RetryPolicy | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_retry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A binding that did not opt in reads back exactly as it was written.
+        data: dict[str, Any] = handler(self)
+        if self.retry is None:
+            data.pop("retry", None)
+        return data
 
 
 class ConcurrencyPolicy(StrEnum):

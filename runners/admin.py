@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from bindings.forms import inline_code_html, manifest_locale
 from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException
+from runners.lifecycle.retry import run_attempt
 from runners.lifecycle.services import run_cancel_request
 from runners.models import Run, RunEvent
 from runners.runtime.catalog import runner_descriptors_refresh
@@ -243,6 +244,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         "deadline_at",
         "cancel_requested_at",
         "cancel_reason",
+        "retry_display",
         "attempts",
         "last_seq",
         "lease_owner",
@@ -285,6 +287,17 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         parts = obj.runner_id.removeprefix("plugin:").split("/")
         short = parts[1] if len(parts) == 3 and parts[2] == "default" else "/".join(parts[1:]) or obj.runner_id
         return format_html('<span title="{}">{}</span>', obj.runner_id, short)
+
+    @admin.display(description="attempt")
+    def retry_display(self, obj: Run) -> SafeString:
+        """Which attempt of its event this run is (the binding's `delivery_policy.retry`), and the run it retried."""
+        attempt = run_attempt(run=obj)
+        if attempt.retry_of is None:
+            return format_html("{}", attempt.number)
+        retried = Run.objects.filter(run_id=attempt.retry_of).only("pk").first()
+        url = reverse("admin:runners_run_change", args=[retried.pk]) if retried is not None else ""
+        return format_html('{} — automatic retry of <a href="{}"><code>{}</code></a>', attempt.number, url,
+                           attempt.retry_of[:8])  # fmt: skip
 
     @admin.display(description="duration")
     def duration(self, obj: Run) -> str:

@@ -4,3 +4,10 @@ from django.apps import AppConfig
 class RunnersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "runners"
+
+    def ready(self) -> None:
+        from runners.lifecycle.observers import run_end_observer_register
+        from runners.lifecycle.retry import runs_retry
+
+        # Bindings that opt in (`delivery_policy.retry`) get a new attempt of runs lost to a host fault.
+        run_end_observer_register(runs_retry)

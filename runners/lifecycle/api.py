@@ -25,6 +25,7 @@ from bindings.selectors import runner_descriptor_list
 from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields, query_int
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle import services as run_services
+from runners.lifecycle.retry import run_attempt
 from runners.models import Run
 from runners.runtime.catalog import runner_descriptors_refresh
 from runners.selectors import RUN_PAGE_LIMIT_MAX, run_events_page, run_get, run_page
@@ -124,6 +125,14 @@ class RunOut(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     deadline_at: datetime | None
+
+
+class RunDetailOut(RunOut):
+    attempt: int = Field(
+        description="1 for the event's first run of the binding; 2, 3, ... for automatic retries "
+        "(the binding's delivery_policy.retry)."
+    )
+    retry_of: str | None = Field(description="The run this one retried, if it is a retry.")
 
 
 class RunPageOut(BaseModel):
@@ -227,9 +236,11 @@ class RunListApi(APIView):
 
 
 class RunDetailApi(APIView):
-    @extend_schema(operation_id="runs_retrieve", parameters=[WORKSPACE_PARAMETER], responses=RunOut)
+    @extend_schema(operation_id="runs_retrieve", parameters=[WORKSPACE_PARAMETER], responses=RunDetailOut)
     def get(self, request: Request, run_id: str) -> Response:
-        return Response(run_out(_run_or_404(request, run_id)))
+        run = _run_or_404(request, run_id)
+        attempt = run_attempt(run=run)
+        return Response({**run_out(run), "attempt": attempt.number, "retry_of": attempt.retry_of})
 
 
 class RunEventListApi(APIView):
