@@ -33,7 +33,7 @@ help:
 	@echo "make docs     build the runner author's guide (docs/) into var/site, warnings as errors"
 	@echo "make bench    run every benchmark under bench/ and print their tables"
 	@echo "make web      daphne (HTTP + WebSocket) on 0.0.0.0:\$$PORT (default 8000)"
-	@echo "make worker   a Celery worker with its beat schedule and its own plugin runtime"
+	@echo "make worker   a Celery worker with its beat schedule and its own plugin runtime, and the connector process"
 	@echo "make migrate  apply database migrations"
 	@echo "make venv     create .venv and install requirements-dev.txt when it changed"
 	@echo "make clean    remove caches and collected static files (keeps var/db.sqlite3 and .venv)"
@@ -92,8 +92,11 @@ static: venv
 web: venv static
 	$(VENV)/bin/daphne -b 0.0.0.0 -p $(PORT) langbot_host.asgi:application
 
+# The connector process (Discord's gateway, manage.py run_connectors) runs beside the worker and stops with it.
 worker: venv
 	@mkdir -p var
+	$(PY) manage.py run_connectors & connectors=$$!; \
+	trap 'kill $$connectors 2>/dev/null; wait $$connectors' EXIT; \
 	$(VENV)/bin/celery -A langbot_host worker --pool threads --concurrency 8 -B --scheduler django_celery_beat.schedulers:DatabaseScheduler --loglevel $(CELERY_LOGLEVEL)
 
 clean:

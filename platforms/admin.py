@@ -16,6 +16,7 @@ from django.urls import reverse
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.models import Bot
+from platforms.connectors import connected_platforms, connection_label, connection_statuses
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.services import WebhookRegisterError, bot_webhook_register
 from runners.models import Run
@@ -78,6 +79,16 @@ def platform_webhook_set(modeladmin: admin.ModelAdmin[Bot], request: HttpRequest
             modeladmin.message_user(request, f"{bot}: {note}", messages.SUCCESS)
 
 
+@admin.display(description="connection")
+def bot_connection(obj: Bot) -> str:
+    """The bot's long-lived platform connection (Discord's gateway, OneBot's socket) as last reported."""
+    from platforms.adapters.onebot import OneBotAdapter
+
+    if obj.pk is None or obj.platform not in (*connected_platforms(), OneBotAdapter.platform):
+        return "-"
+    return connection_label(connection_statuses([obj]).get(obj.pk))
+
+
 def _extend_lower_admins() -> None:
     run_admin = admin.site.get_model_admin(Run)
     if PlatformDeliveryInline not in run_admin.inlines:
@@ -86,6 +97,10 @@ def _extend_lower_admins() -> None:
     actions = list(bot_admin.actions or [])
     if platform_webhook_set not in actions:
         bot_admin.actions = [*actions, platform_webhook_set]
+    if bot_connection not in bot_admin.list_display:
+        bot_admin.list_display = [*bot_admin.list_display, bot_connection]
+        # django-stubs types readonly_fields as names only; Django takes callables as list_display does.
+        type(bot_admin).readonly_fields = [*bot_admin.readonly_fields, bot_connection]  # type: ignore[list-item]
 
 
 _extend_lower_admins()

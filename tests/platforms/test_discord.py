@@ -162,6 +162,25 @@ async def test_a_refused_token_shows_as_an_error_and_a_new_token_connects(fake_d
     assert await _until(lambda: _status(bot) == "connected")
 
 
+@pytest.mark.django_db
+def test_the_bots_admin_page_and_list_show_its_connection(discord_bot_for, workspace):
+    from django.test import Client
+
+    from platforms.connectors import connection_status_set
+    from tests.factories import UserFactory
+
+    bot = discord_bot_for(workspace)
+    connection_status_set(bot_pk=bot.pk, state="backoff", detail="the connection closed (1006)")
+    admin = Client()
+    admin.force_login(UserFactory.create(is_staff=True, is_superuser=True))
+
+    page = admin.get(f"/admin/bindings/bot/{bot.pk}/change/").content.decode()
+    listing = admin.get("/admin/bindings/bot/").content.decode()
+
+    assert "reconnecting: the connection closed (1006)" in page
+    assert "reconnecting: the connection closed (1006)" in listing
+
+
 # -- delivery -----------------------------------------------------------------------------------------
 
 
