@@ -258,6 +258,9 @@ LANGBOT_RAW_INLINE_MAX_BYTES = env.int("LANGBOT_RAW_INLINE_MAX_BYTES", default=6
 # Chat platforms (platforms/delivery.py): the least seconds between two writes to one chat while a reply
 # streams; unset, each platform's own (Telegram: 1 s). Only lower it for a fake or a self-hosted API.
 LANGBOT_PLATFORM_EDIT_INTERVAL = env.float("LANGBOT_PLATFORM_EDIT_INTERVAL", default=None)
+# The connector process (platforms/connectors.py): seconds between its looks at the bots (new, changed,
+# disabled or deleted ones get their connection started, restarted or stopped).
+LANGBOT_CONNECTORS_RESCAN_SECONDS = env.float("LANGBOT_CONNECTORS_RESCAN_SECONDS", default=10.0)
 
 # API request limits (langbot_host/core/limits.py): JSON bodies above LANGBOT_API_BODY_MAX_BYTES answer 413
 # (`/events` and the uploads keep their own caps above); JSON nested deeper than LANGBOT_API_JSON_MAX_DEPTH
@@ -275,6 +278,10 @@ LANGBOT_WS_CLOSE_WAIT_SECONDS = env.float("LANGBOT_WS_CLOSE_WAIT_SECONDS", defau
 # cache; over it: 429 rate_limited with Retry-After (bindings/throttling.py). Generous by default (an
 # integration at the throughput target stays under it); empty or `off` disables.
 LANGBOT_API_THROTTLE_RATE = env.str("LANGBOT_API_THROTTLE_RATE", default="60000/minute")
+# Platform actions waiting for an operator's approval expire after this long, and never after their run
+# ends unless the runner asked that the action may outlive it (runners.hostapi.platform_actions).
+LANGBOT_ACTION_APPROVAL_SECONDS = env.float("LANGBOT_ACTION_APPROVAL_SECONDS", default=600.0)
+
 # Retention (runners.lifecycle.retention, the daily `retention-sweep`): days kept per kind, 0 = forever.
 # Expired artifacts always go; artifacts older than ARTIFACT_DAYS too (not those a live run or a knowledge
 # document uses); result events of runs finished RUN_EVENT_DAYS ago; proxy audit rows; blobs no artifact

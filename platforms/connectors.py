@@ -155,7 +155,7 @@ class ConnectorSupervisor:
 async def connectors_serve(*, stop: asyncio.Event | None = None, rescan_seconds: float | None = None) -> None:
     """Hold the connections until `stop` is set (or the task is cancelled)."""
     stop = stop or asyncio.Event()
-    rescan = rescan_seconds or float(getattr(settings, "LANGBOT_CONNECTORS_RESCAN_SECONDS", None) or 10.0)
+    rescan = rescan_seconds or float(settings.LANGBOT_CONNECTORS_RESCAN_SECONDS)
     supervisor = ConnectorSupervisor()
     next_sync = 0.0
     try:
