@@ -20,6 +20,7 @@ from jsonschema import exceptions as jsonschema_exceptions
 from pydantic import ValidationError
 
 from langbot_sdk.protocol import (
+    PLATFORM_ACTION_OUTLIVE_KEY,
     PROXY_REQUEST_MODELS,
     Action,
     AgentAPIException,
@@ -27,6 +28,8 @@ from langbot_sdk.protocol import (
     AgentRunContext,
     ContextAPICapabilities,
     ErrorCode,
+    PlatformActionResult,
+    PlatformActionStatus,
     ProxyRequest,
     StateScope,
     StorageArea,
@@ -52,6 +55,9 @@ __all__ = [
     "own_thread",
     "page_cursors",
     "platform_action_decision",
+    "platform_action_lookup_id",
+    "platform_action_outlive_split",
+    "platform_action_status_answer",
     "request_parse",
     "state_scope_key",
     "storage_owner_key",
@@ -396,3 +402,27 @@ def platform_action_decision(*, capabilities: dict[str, Any], action: str) -> Ac
     actions = capabilities.get("actions")
     allowed = isinstance(actions, list) and action in actions
     return ActionDecision(allowed=allowed, needs_approval=bool(capabilities.get("require_action_approval", True)))
+
+
+def platform_action_outlive_split(payload: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The payload to deliver and whether the request may outlive its run (the host's own key, removed so
+    no platform ever sees it)."""
+    delivered = {k: v for k, v in payload.items() if k != PLATFORM_ACTION_OUTLIVE_KEY}
+    return delivered, payload.get(PLATFORM_ACTION_OUTLIVE_KEY) is True
+
+
+def platform_action_lookup_id(target: dict[str, Any]) -> int:
+    """The request id an `action.get` names (`target.request_id`, an integer or its digits)."""
+    value = target.get("request_id")
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise AgentAPIException.invalid_argument(
+            "action.get needs target.request_id: the request_id an earlier request answered with"
+        )
+    return value
+
+
+def platform_action_status_answer(status: PlatformActionStatus) -> dict[str, Any]:
+    """The answer to `action.get`: the lookup itself is accepted; `result` is the request's status."""
+    return PlatformActionResult(accepted=True, result=status.model_dump(mode="json")).model_dump(mode="json")

@@ -18,6 +18,8 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from langbot_sdk.protocol import (
+    PLATFORM_ACTION_GET,
+    PLATFORM_ACTION_OUTLIVE_KEY,
     PROXY_REQUEST_MODELS,
     Action,
     AgentAPIError,
@@ -37,6 +39,7 @@ from langbot_sdk.protocol import (
     LLMStreamChunk,
     Message,
     PlatformActionResult,
+    PlatformActionStatus,
     RerankResult,
     RetrieveKnowledgeBaseResult,
     StateDeleteResult,
@@ -629,11 +632,29 @@ class PlatformAPI(_Namespace):
     """`api.platform`: ask the host to perform a platform action (off unless explicitly authorized)."""
 
     async def request_action(
-        self, action: str, target: dict[str, Any] | None = None, payload: dict[str, Any] | None = None
+        self,
+        action: str,
+        target: dict[str, Any] | None = None,
+        payload: dict[str, Any] | None = None,
+        *,
+        may_outlive_run: bool = False,
     ) -> PlatformActionResult:
+        """Ask for `action`. One waiting for an operator raises `unauthorized` with `details.status:
+        pending_approval` and `details.request_id` (read its outcome with `get_action`); it expires with the
+        run unless `may_outlive_run`, which lets an approval after the run ended still execute it."""
         self._proxy._require_platform_action(action)
-        fields = {"action": action, "target": target or {}, "payload": payload or {}}
+        payload = dict(payload or {})
+        if may_outlive_run:
+            payload[PLATFORM_ACTION_OUTLIVE_KEY] = True
+        fields = {"action": action, "target": target or {}, "payload": payload}
         return await self._proxy._call(Action.PLATFORM_REQUEST_ACTION, fields, PlatformActionResult)
+
+    async def get_action(self, request_id: int) -> PlatformActionStatus:
+        """What became of an earlier request of this runner and binding in this conversation: `status` is
+        `pending_approval`, `executed` (with `result`), `rejected`, `expired`, `failed` or `refused`."""
+        fields = {"action": PLATFORM_ACTION_GET, "target": {"request_id": request_id}, "payload": {}}
+        answer = await self._proxy._call(Action.PLATFORM_REQUEST_ACTION, fields, PlatformActionResult)
+        return _parse(PlatformActionStatus, answer.result, Action.PLATFORM_REQUEST_ACTION)
 
 
 def _set_optional(fields: dict[str, Any], **values: Any) -> None:

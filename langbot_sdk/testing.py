@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,9 @@ from langbot_sdk.authorization import (
     own_thread,
     page_cursors,
     platform_action_decision,
+    platform_action_lookup_id,
+    platform_action_outlive_split,
+    platform_action_status_answer,
     request_parse,
     state_scope_key,
     storage_owner_key,
@@ -56,6 +59,7 @@ from langbot_sdk.authorization import (
     tool_authorize,
 )
 from langbot_sdk.protocol import (
+    PLATFORM_ACTION_GET,
     PROXY_REQUEST_MODELS,
     Action,
     AgentAPIError,
@@ -78,6 +82,7 @@ from langbot_sdk.protocol import (
     KnowledgeEntry,
     Message,
     PlatformActionResult,
+    PlatformActionStatus,
     RerankItem,
     RerankResult,
     ResultType,
@@ -394,6 +399,22 @@ class FakePlatform:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.results: dict[str, dict[str, Any]] = {}
+        self.approval_seconds = 600.0
+        """How long a pending request is shown to wait (`expires_at`); the fake never expires one by itself."""
+
+    def find(self, request_id: int) -> dict[str, Any] | None:
+        return next((r for r in self.requests if r["request_id"] == request_id), None)
+
+    def decide(self, request_id: int, status: str, *, error: dict[str, Any] | None = None) -> None:
+        """Settle a pending request as an operator (or the clock) would on a host: `executed` (answering
+        `results[action]`), `rejected` or `expired` (`error` e.g. `{"code": "run_ended"}`); `api.platform.
+        get_action` then reports it."""
+        found = self.find(request_id)
+        if found is None or found["status"] != "pending_approval":
+            raise ValueError(f"request {request_id} is not pending")
+        found["status"] = status
+        found["result"] = self.results.get(found["action"], {}) if status == "executed" else {}
+        found["error"] = error if error is not None else {"code": "expired"} if status == "expired" else None
 
 
 # --- the fake host ----------------------------------------------------------------------------------
@@ -720,6 +741,8 @@ class FakeHost:
                 return self._state_call(action, grant, request)
             case Action.STORAGE_GET | Action.STORAGE_SET | Action.STORAGE_DELETE | Action.STORAGE_LIST:
                 return self._storage_call(action, grant, request)
+            case Action.PLATFORM_REQUEST_ACTION if request.action == PLATFORM_ACTION_GET:
+                return self._platform_lookup(request.target)
             case Action.PLATFORM_REQUEST_ACTION:
                 return self._platform_request(grant, request.action, request.target, request.payload)
         raise AgentAPIException.runtime_error(f"the fake host does not serve {action.value}")
@@ -907,11 +930,25 @@ class FakeHost:
     def _platform_request(
         self, grant: RunGrant, action: str, target: dict[str, Any], payload: dict[str, Any]
     ) -> dict[str, Any]:
+        payload, may_outlive_run = platform_action_outlive_split(payload)
         decision = platform_action_decision(capabilities=grant.resources.platform_capabilities, action=action)
         status = "refused" if not decision.allowed else "pending_approval" if decision.needs_approval else "executed"
         request_id = len(self.platform.requests) + 1
+        result = self.platform.results.get(action, {}) if status == "executed" else {}
         self.platform.requests.append(
-            {"request_id": request_id, "action": action, "target": target, "payload": payload, "status": status}
+            {
+                "request_id": request_id,
+                "action": action,
+                "target": target,
+                "payload": payload,
+                "status": status,
+                "may_outlive_run": may_outlive_run,
+                "result": result,
+                "error": None,
+                "expires_at": datetime.now(UTC) + timedelta(seconds=self.platform.approval_seconds)
+                if status == "pending_approval"
+                else None,
+            }
         )
         details = {"request_id": request_id, "status": status, "action": action}
         if status == "refused":
@@ -924,6 +961,16 @@ class FakeHost:
             )
         result = self.platform.results.get(action, {})
         return PlatformActionResult(accepted=True, result=result).model_dump(mode="json")
+
+    def _platform_lookup(self, target: dict[str, Any]) -> dict[str, Any]:
+        request_id = platform_action_lookup_id(target)
+        found = self.platform.find(request_id)
+        if found is None:
+            raise AgentAPIException.not_found(
+                f"no platform action request {request_id} of this runner in this conversation", request_id=request_id
+            )
+        status = PlatformActionStatus.model_validate({k: v for k, v in found.items() if k not in {"target", "payload"}})
+        return platform_action_status_answer(status)
 
 
 _MISSING = object()

@@ -1,5 +1,5 @@
 """Routes of the runners app under `/api/v1/`: events in (the gateway), runners, runs and their streams,
-WebSocket tickets.
+WebSocket tickets, platform action requests and their approval.
 
 Run ids are matched as plain strings and parsed in the view, so a malformed id answers the API's JSON 404
 rather than the URL resolver's HTML one.
@@ -8,6 +8,7 @@ rather than the URL resolver's HTML one.
 from django.urls import path
 
 from runners.gateway.api import EventDetailApi, EventIngestApi
+from runners.hostapi.api import ActionApproveApi, ActionDetailApi, ActionListApi, ActionRejectApi
 from runners.lifecycle.api import (
     RunCancelApi,
     RunDetailApi,
@@ -30,4 +31,8 @@ urlpatterns = [
     path("runs/<str:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("runs/<str:run_id>/stream", run_stream, name="run-stream"),
     path("ws-tickets", WsTicketApi.as_view(), name="ws-ticket-create"),
+    path("actions", ActionListApi.as_view(), name="action-list"),
+    path("actions/<str:action_id>", ActionDetailApi.as_view(), name="action-detail"),
+    path("actions/<str:action_id>/approve", ActionApproveApi.as_view(), name="action-approve"),
+    path("actions/<str:action_id>/reject", ActionRejectApi.as_view(), name="action-reject"),
 ]

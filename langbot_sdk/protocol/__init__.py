@@ -65,6 +65,8 @@ from langbot_sdk.protocol.errors import (
     RunFailureCode,
 )
 from langbot_sdk.protocol.invoke import (
+    PLATFORM_ACTION_GET,
+    PLATFORM_ACTION_OUTLIVE_KEY,
     CallToolRequest,
     CallToolResult,
     CountTokensRequest,
@@ -77,6 +79,7 @@ from langbot_sdk.protocol.invoke import (
     KnowledgeEntry,
     LLMStreamChunk,
     PlatformActionResult,
+    PlatformActionStatus,
     PlatformRequestActionRequest,
     RerankItem,
     RerankResult,
@@ -226,6 +229,8 @@ __all__ = [
     "KNOWLEDGE_TOP_K_MAX",
     "MANIFEST_API_VERSION",
     "MIB",
+    "PLATFORM_ACTION_GET",
+    "PLATFORM_ACTION_OUTLIVE_KEY",
     "PROTOCOL_VERSION",
     "PROXY_REQUEST_MODELS",
     "RESULT_EVENT_MAX_BYTES",
@@ -326,6 +331,7 @@ __all__ = [
     "ModelResource",
     "PingResult",
     "PlatformActionResult",
+    "PlatformActionStatus",
     "PlatformRequestActionRequest",
     "PluginComponents",
     "PluginLoadReport",

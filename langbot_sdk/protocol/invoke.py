@@ -4,7 +4,8 @@ knowledge bases and platform actions — requests (runner → host, strict) and 
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -122,3 +123,30 @@ class PlatformActionResult(HostModel):
     accepted: bool
     """Whether the host executed (or queued) the action; a refused action raises ``unauthorized``."""
     result: dict[str, Any] = Field(default_factory=dict)
+
+
+PLATFORM_ACTION_GET = "action.get"
+"""The platform action the host answers itself: what became of an earlier request of the same runner and
+binding in the run's conversation. Target ``{"request_id": <id>}``; needs no grant and records nothing."""
+PLATFORM_ACTION_OUTLIVE_KEY = "may_outlive_run"
+"""A payload key the host takes (and removes before delivery): ``true`` lets an approval that comes after
+the run ended still execute the action (otherwise the request expires with its run)."""
+
+PlatformActionStatusName = Literal["pending_approval", "executed", "refused", "rejected", "failed", "expired"]
+
+
+class PlatformActionStatus(HostModel):
+    """What became of a platform action request (``api.platform.get_action``)."""
+
+    request_id: int
+    action: str
+    status: PlatformActionStatusName
+    result: dict[str, Any] = Field(default_factory=dict)
+    """What the platform answered, once executed."""
+    error: dict[str, Any] | None = None
+    """``{code, message}`` when it failed, or why it expired: ``expired`` (not decided in time) or
+    ``run_ended`` (an operator approved it after its run ended)."""
+    may_outlive_run: bool = False
+    expires_at: datetime | None = None
+    decided_at: datetime | None = None
+    executed_at: datetime | None = None

@@ -10,11 +10,11 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from bindings.models import Workspace
-from runners.hostapi.platform_actions import platform_action_approve, platform_action_reject
+from runners.hostapi.platform_actions import platform_action_approve, platform_action_reject, platform_actions_expire
 from runners.models import PlatformActionRequest, ProxyCallAudit
 from transcripts.admin import ReadOnlyAdminMixin, ReadOnlyWorkspaceAdmin, pretty_json
 
@@ -72,16 +72,24 @@ class ProxyCallAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ProxyCallAudit]):
 
 @admin.register(PlatformActionRequest)
 class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
-    list_display = ["created_at", "action", "status", "surface", "origin", "runner_id", "run", "decided_by"]
+    list_display = [
+        "created_at", "action", "status", "surface", "origin", "runner_id", "run", "expires_at", "may_outlive_run",
+        "decided_by",
+    ]  # fmt: skip
     list_filter = ["status", "action", "origin", "surface", "workspace"]
     search_fields = ["action", "runner_id", "run__run_id"]
     list_select_related = ["run", "workspace"]
     actions = ["approve", "reject"]
     fields = readonly_fields = (
         "created_at", "workspace", "run", "runner_id", "binding_key", "surface", "origin", "action",
-        "target_display", "payload_display", "status", "error_display", "result_display", "decided_by",
-        "decided_at", "executed_at",
+        "target_display", "payload_display", "may_outlive_run", "expires_at", "status", "error_display",
+        "result_display", "decided_by", "decided_at", "executed_at",
     )  # fmt: skip
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Lazy expiry: the list never shows as pending a request whose time ran out or whose run ended.
+        platform_actions_expire(queryset=self.get_queryset(request))
+        return super().changelist_view(request, extra_context)
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Approve/reject are admin actions on the list; they need the change permission there.
@@ -105,16 +113,45 @@ class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
 
     @admin.action(description="Approve and execute the selected pending requests")
     def approve(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
-        done = [
+        outcomes = [
             platform_action_approve(request=item, operator=str(request.user))
             for item in queryset.filter(status=PlatformActionRequest.Status.PENDING)
         ]
-        executed = sum(1 for item in done if item.status == PlatformActionRequest.Status.EXECUTED)
-        self.message_user(request, f"{executed} executed, {len(done) - executed} failed.", messages.INFO)
+        executed = [o.request for o in outcomes if o.request.status == PlatformActionRequest.Status.EXECUTED]
+        failed = [o.request for o in outcomes if o.request.status == PlatformActionRequest.Status.FAILED]
+        if executed or failed or not outcomes:
+            self.message_user(request, f"{len(executed)} executed, {len(failed)} failed.", messages.INFO)
+        refused = [o.request for o in outcomes if not o.decided]
+        run_ended = [r.pk for r in refused if (r.error or {}).get("code") == "run_ended"]
+        if run_ended:
+            self.message_user(
+                request,
+                f"Not executed: the run of request(s) {_ids(run_ended)} had already ended, and the runner did "
+                "not say the action may outlive its run. Recorded as expired.",
+                messages.WARNING,
+            )
+        expired = [r.pk for r in refused if r.pk not in run_ended]
+        if expired:
+            self.message_user(
+                request,
+                f"Not executed: request(s) {_ids(expired)} were no longer pending (expired or decided meanwhile).",
+                messages.WARNING,
+            )
 
     @admin.action(description="Reject the selected pending requests")
     def reject(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
-        pending = list(queryset.filter(status=PlatformActionRequest.Status.PENDING))
-        for item in pending:
+        outcomes = [
             platform_action_reject(request=item, operator=str(request.user))
-        self.message_user(request, f"{len(pending)} rejected.", messages.INFO)
+            for item in queryset.filter(status=PlatformActionRequest.Status.PENDING)
+        ]
+        rejected = sum(1 for o in outcomes if o.decided)
+        self.message_user(request, f"{rejected} rejected.", messages.INFO)
+        late = [o.request.pk for o in outcomes if not o.decided]
+        if late:
+            self.message_user(
+                request, f"Request(s) {_ids(late)} had already expired; left as they were.", messages.WARNING
+            )
+
+
+def _ids(pks: list[int]) -> str:
+    return ", ".join(f"#{pk}" for pk in pks)

@@ -107,7 +107,7 @@ def theirs(db: Any) -> Theirs:
     )
     action = PlatformActionRequest.objects.create(
         workspace=workspace, run=run, runner_id=run.runner_id, binding_key=binding.binding_id, action="message.send",
-        target={"chat_id": _m("chat")}, payload={"text": _m("action")}, origin="proxy", status="pending",
+        target={"chat_id": _m("chat")}, payload={"text": _m("action")}, origin="proxy", status="pending_approval",
     )  # fmt: skip
     audit = ProxyCallAudit.objects.create(
         run_id=str(run.run_id), runner_id=run.runner_id, workspace_id=workspace.pk, action="history_page",
@@ -123,7 +123,7 @@ def theirs(db: Any) -> Theirs:
         "kb_id": kb.kb_id, "document_id": str(document.document_id), "event_id": event.event_id,
         "run_id": str(run.run_id), "conversation_id": conversation, "artifact_id": str(artifact.artifact_id),
         "schedule_id": schedule.schedule_id, "webhook_id": str(endpoint.webhook_id),
-        "delivery_id": str(delivery.delivery_id), "tool_name": tool.tool_name,
+        "delivery_id": str(delivery.delivery_id), "tool_name": tool.tool_name, "action_id": str(action.pk),
     }  # fmt: skip
     rows: list[models.Model] = [
         workspace, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,

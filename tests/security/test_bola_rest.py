@@ -79,6 +79,10 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "api/v1/runs/<str:run_id>/cancel": {"POST": (GONE, None)},
     "api/v1/runs/<str:run_id>/stream": {"GET": (GONE, None)},
     "api/v1/ws-tickets": {"POST": (OWN, None)},  # a ticket for the caller's own session/key
+    "api/v1/actions": {"GET": (OWN, None)},
+    "api/v1/actions/<str:action_id>": {"GET": (GONE, None)},
+    "api/v1/actions/<str:action_id>/approve": {"POST": (GONE, None)},
+    "api/v1/actions/<str:action_id>/reject": {"POST": (GONE, None)},
     "api/v1/bindings": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "binding")},
     "api/v1/bindings/<slug:binding_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
     "api/v1/bots": {"GET": (OWN, None), "POST": (OWN, None)},  # a bot names nothing of another workspace

@@ -4,15 +4,27 @@ manifest and the binding policy, or waiting for an operator's approval: `unautho
 carry `status` and the `request_id` an operator sees in admin); delivery failed: the delivery's code
 (`not_found` for a target outside the run's conversation, `invalid_argument`, or `runtime_error` for
 surfaces without a delivery adapter).
+
+`action.get` (target `{"request_id"}`) is answered here, not recorded: what became of an earlier request of
+the same runner and binding in the run's conversation (`PlatformActionStatus` in `result`) — how a runner
+learns that a request waiting for approval was approved and executed, rejected, or expired. Another
+runner's, binding's or conversation's request is `not_found`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from langbot_sdk.protocol import Action, AgentAPIException, PlatformActionResult
+from langbot_sdk.authorization import platform_action_lookup_id, platform_action_status_answer
+from langbot_sdk.protocol import (
+    PLATFORM_ACTION_GET,
+    Action,
+    AgentAPIException,
+    PlatformActionResult,
+    PlatformActionStatus,
+)
 from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
-from runners.hostapi.platform_actions import platform_action_submit
+from runners.hostapi.platform_actions import platform_action_lookup, platform_action_submit
 from runners.models import PlatformActionRequest, Run
 
 
@@ -30,8 +42,20 @@ def _submit(
     )
 
 
+def _lookup(*, run_pk: int, request_id: int) -> PlatformActionStatus | None:
+    return platform_action_lookup(run=Run.objects.get(pk=run_pk), request_id=request_id)
+
+
 async def platform_request_action(call: ProxyCall) -> HandlerResult:
     request = call.request
+    if request.action == PLATFORM_ACTION_GET:
+        request_id = platform_action_lookup_id(request.target)
+        found = await call.db(_lookup, run_pk=call.session.run_pk, request_id=request_id)
+        if found is None:
+            raise AgentAPIException.not_found(
+                f"no platform action request {request_id} of this runner in this conversation", request_id=request_id
+            )
+        return platform_action_status_answer(found)
     recorded = await call.db(
         _submit,
         run_pk=call.session.run_pk,
