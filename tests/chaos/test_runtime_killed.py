@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runners.lifecycle.retry import RunAttempt, run_attempt
 from runners.models import Run
 from tests.chaos.faults import descendants, stack_start, stuck_and_duplicated, wait_for
 from tests.chaos.report import ChaosRow, record
@@ -81,9 +82,14 @@ def test_runtime_killed_under_make_worker(start_worker, qa_binding) -> None:
     worker = start_worker()
     try:
         binding = qa_binding(concurrency_policy="parallel")
+        # A binding that opted in to the automatic retry: its run lost with the runtime runs again.
+        retrying = qa_binding(binding_id="retrying", concurrency_policy="parallel",
+                              delivery_policy={"retry": {"max_attempts": 2, "backoff_seconds": 0.2}})  # fmt: skip
         assert wait_terminal(post_message(binding, "qa:ok warm", conversation_id="w-warm")).status == "completed"
         runs = [post_message(binding, "qa:slow:30 x", conversation_id=f"w-{i}") for i in range(IN_FLIGHT)]
+        retried = post_message(retrying, "qa:slow:6 x", conversation_id="w-retry")
         runs = [wait_status(run, "running", timeout=30) for run in runs]
+        wait_status(retried, "running", timeout=30)
         (runtime,) = descendants(worker.process.pid, "langbot_sdk.runtime", "--stdio")
 
         killed_at = time.monotonic()
@@ -99,9 +105,17 @@ def test_runtime_killed_under_make_worker(start_worker, qa_binding) -> None:
         after = wait_terminal(post_message(binding, "qa:ok after", conversation_id="w-after"), timeout=30)
         recovered = time.monotonic() - killed_at
         assert after.status == "completed", after.error
+        retried = wait_terminal(retried, timeout=5)
+        _assert_failed_retryable([retried])
+        retry = wait_for(lambda: Run.objects.filter(event_id=retried.event_id).exclude(pk=retried.pk).first(),
+                         timeout=10, what="the retry run")  # fmt: skip
+        retry = wait_terminal(retry, timeout=30)
+        assert retry.status == "completed", retry.error
+        assert run_attempt(run=retry) == RunAttempt(number=2, retry_of=str(retried.run_id))
 
-        stuck, duplicated = stuck_and_duplicated([str(r.run_id) for r in [*runs, after]])
-        record(ChaosRow("runtime killed (make worker)", len(runs), f"failed runtime_error in {failed_after:.1f} s",
+        stuck, duplicated = stuck_and_duplicated([str(r.run_id) for r in [*runs, after, retried, retry]])
+        record(ChaosRow("runtime killed (make worker)", len(runs) + 1,
+                        f"failed runtime_error in {failed_after:.1f} s; the opted-in run retried, completed",
                         recovered, stuck, duplicated))  # fmt: skip
         assert (stuck, duplicated) == (0, 0)
     finally:
