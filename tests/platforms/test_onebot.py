@@ -8,6 +8,7 @@ qa-runner."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 from collections.abc import Callable
@@ -20,14 +21,18 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 
+from artifacts.models import Artifact
+from artifacts.services import artifact_create_from_bytes
 from bindings.models import Bot
 from langbot_host.asgi import application
 from platforms.connectors import connection_label, connection_statuses
 from platforms.delivery import PlatformDeliveryPort
 from platforms.models import InboundRefusal, PlatformDelivery
+from platforms.tasks import platform_update_ingest
 from runners.hostapi.delivery import surface_delivery
-from runners.models import Run
+from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
+from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, serving
 from tests.platforms.test_delivery_policy import _completed, _deliver, _delta, fast_pace  # noqa: F401
 from tests.platforms.test_telegram_e2e import _delivery as _delivery_of
 from tests.platforms.test_telegram_e2e import _run_of
@@ -134,14 +139,7 @@ async def test_private_and_mentioning_group_messages_become_events_and_the_reply
     await _until(lambda: connection_statuses([bot]).get(bot.pk, {}).get("state") == "connected")
 
     chatter = message_event(text("people talking"), group=True)
-    mention = message_event(
-        {"type": "reply", "data": {"id": "999"}},
-        at(SELF_ID),
-        text(" summarise "),
-        at(40004),
-        {"type": "image", "data": {"file": "abc.png", "url": "http://127.0.0.1:9/abc.png"}},
-        group=True,
-    )
+    mention = message_event(at(SELF_ID), text(" summarise"), group=True)
     own = message_event(text("my own words"), user_id=SELF_ID)
     private = message_event(text("hello there"))
     for event in (chatter, mention, own, private):
@@ -150,7 +148,12 @@ async def test_private_and_mentioning_group_messages_become_events_and_the_reply
     private_event = await _until(lambda: EventLog.objects.filter(input__text="hello there").first())
     assert private_event.data["reply_target"] == {"chat_id": f"private:{USER_ID}"}
     assert private_event.actor["actor_id"] == str(USER_ID)
-    assert await EventLog.objects.acount() == 1  # the mention carries an image: it is fetched by a task first
+    group_event = await EventLog.objects.aget(input__text="summarise")
+    assert group_event.data["reply_target"] == {
+        "chat_id": f"group:{GROUP_ID}",
+        "reply_to_message_id": str(mention["message_id"]),
+    }
+    assert await EventLog.objects.acount() == 2
     run = await Run.objects.aget(event__event_id=private_event.event_id)
 
     async def napcat_answers() -> dict[str, Any]:
@@ -204,6 +207,65 @@ def test_a_group_mention_with_an_image_and_a_reply_is_read_from_its_segments(one
         10,
         "http://qq.example/abc.png",
     )
+
+
+class ImageHandler(PlatformHandler):
+    def do_GET(self) -> None:  # noqa: N802 (http.server names it)
+        self.send_bytes(200, "image/png", PNG)
+
+
+PNG = b"\x89PNG\r\n\x1a\n a small png"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_images_both_ways_an_image_in_becomes_an_input_artifact_and_a_run_image_is_sent_as_a_segment(
+    onebot_bot_for, monkeypatch
+):
+    monkeypatch.setattr(platform_update_ingest, "delay", platform_update_ingest)
+    bot = await _bot(onebot_bot_for)
+    client = WebsocketCommunicator(application, ws_path(bot), headers=napcat_headers())
+    assert (await client.connect())[0] is True
+
+    with serving(FakePlatformServer(ImageHandler)) as images:
+        picture = {"type": "image", "data": {"file": "abc.png", "url": f"{images.origin}/abc.png"}}
+        await client.send_json_to(message_event(text("what is this?"), picture))
+        event = await _until(lambda: EventLog.objects.first())
+    (attachment,) = event.input["attachments"]
+    artifact = await Artifact.objects.aget(artifact_id=attachment["artifact_id"])
+    assert (artifact.name, artifact.mime_type, attachment["size"]) == ("abc.png", "image/png", len(PNG))
+
+    run = await Run.objects.aget(event__event_id=event.event_id)
+    made = await sync_to_async(artifact_create_from_bytes)(
+        workspace=await sync_to_async(lambda: run.workspace)(),
+        data=PNG,
+        name="chart.png",
+        mime_type="image/png",
+        conversation_id=run.conversation_id,
+        source=Artifact.Source.RUNNER,
+    )
+    created = RunEvent(type="artifact.created", data={"artifact_id": str(made.artifact_id), "name": "chart.png"})
+
+    async def napcat_answers() -> list[dict[str, Any]]:
+        calls = []
+        for message_id in (1, 2):
+            call = await client.receive_json_from(timeout=10)
+            calls.append(call)
+            await client.send_json_to(
+                {"status": "ok", "retcode": 0, "data": {"message_id": message_id}, "echo": call["echo"]}
+            )
+        return calls
+
+    answering = asyncio.create_task(napcat_answers())
+    await _deliver(PlatformDeliveryPort(), run, ([created, _completed("a chart")], 0))
+    text_call, image_call = await answering
+
+    assert text_call["params"]["message"] == [{"type": "text", "data": {"text": "a chart"}}]
+    (segment,) = image_call["params"]["message"]
+    assert segment["type"] == "image"
+    assert base64.b64decode(segment["data"]["file"].removeprefix("base64://")) == PNG
+    delivery = await PlatformDelivery.objects.aget(run=run)
+    assert (delivery.status, delivery.message_ids) == ("delivered", ["1", "2"])
+    await client.disconnect()
 
 
 def test_ctx_delivery_says_onebot_sends_whole_replies():
