@@ -113,16 +113,16 @@ class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
 
     @admin.action(description="Approve and execute the selected pending requests")
     def approve(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
-        outcomes = [
-            platform_action_approve(request=item, operator=str(request.user))
-            for item in queryset.filter(status=PlatformActionRequest.Status.PENDING)
-        ]
-        executed = [o.request for o in outcomes if o.request.status == PlatformActionRequest.Status.EXECUTED]
-        failed = [o.request for o in outcomes if o.request.status == PlatformActionRequest.Status.FAILED]
-        if executed or failed or not outcomes:
-            self.message_user(request, f"{len(executed)} executed, {len(failed)} failed.", messages.INFO)
+        # Every selected request goes to the service: a pending one executes, an expired one records the
+        # late attempt, and the operator is told why each that did not execute did not.
+        outcomes = [platform_action_approve(request=item, operator=str(request.user)) for item in queryset]
+        done = [o.request for o in outcomes if o.decided]
+        executed = sum(1 for r in done if r.status == PlatformActionRequest.Status.EXECUTED)
+        if done or not outcomes:
+            self.message_user(request, f"{executed} executed, {len(done) - executed} failed.", messages.INFO)
         refused = [o.request for o in outcomes if not o.decided]
-        run_ended = [r.pk for r in refused if (r.error or {}).get("code") == "run_ended"]
+        expired = [r for r in refused if r.status == PlatformActionRequest.Status.EXPIRED]
+        run_ended = [r.pk for r in expired if (r.error or {}).get("code") == "run_ended"]
         if run_ended:
             self.message_user(
                 request,
@@ -130,26 +130,23 @@ class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
                 "not say the action may outlive its run. Recorded as expired.",
                 messages.WARNING,
             )
-        expired = [r.pk for r in refused if r.pk not in run_ended]
-        if expired:
+        overdue = [r.pk for r in expired if r.pk not in run_ended]
+        if overdue:
             self.message_user(
-                request,
-                f"Not executed: request(s) {_ids(expired)} were no longer pending (expired or decided meanwhile).",
-                messages.WARNING,
+                request, f"Not executed: request(s) {_ids(overdue)} expired before anyone decided.", messages.WARNING
             )
+        decided = [r.pk for r in refused if r.status != PlatformActionRequest.Status.EXPIRED]
+        if decided:
+            self.message_user(request, f"Request(s) {_ids(decided)} were already decided.", messages.WARNING)
 
     @admin.action(description="Reject the selected pending requests")
     def reject(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
-        outcomes = [
-            platform_action_reject(request=item, operator=str(request.user))
-            for item in queryset.filter(status=PlatformActionRequest.Status.PENDING)
-        ]
-        rejected = sum(1 for o in outcomes if o.decided)
-        self.message_user(request, f"{rejected} rejected.", messages.INFO)
+        outcomes = [platform_action_reject(request=item, operator=str(request.user)) for item in queryset]
+        self.message_user(request, f"{sum(1 for o in outcomes if o.decided)} rejected.", messages.INFO)
         late = [o.request.pk for o in outcomes if not o.decided]
         if late:
             self.message_user(
-                request, f"Request(s) {_ids(late)} had already expired; left as they were.", messages.WARNING
+                request, f"Request(s) {_ids(late)} were no longer pending; left as they were.", messages.WARNING
             )
 
 

@@ -256,6 +256,9 @@ def _platform(request: pytest.FixtureRequest) -> tuple[list[Any], list[Any]]:
         [
             ("platform_request_action", {"action": "message.reaction", "target": {}, "payload": {"emoji": "+1"}}),
             ("platform_request_action", {"action": "message.send", "target": {}, "payload": {"text": "hi"}}),
+            # what became of a request: an unknown one, and a lookup naming none
+            ("platform_request_action", {"action": "action.get", "target": {"request_id": 987654321}}),
+            ("platform_request_action", {"action": "action.get", "target": {}}),
         ]
     )
 
