@@ -19,6 +19,7 @@ message's snowflake.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -372,14 +373,16 @@ class DiscordConnector(PlatformConnector):
 
     async def _heartbeat(self, socket: ClientConnection, interval: float, acked: asyncio.Event) -> None:
         await asyncio.sleep(interval * random.random())
-        while True:
-            if not acked.is_set():
-                # A zombied connection: close it so the session starts over (resuming).
-                await socket.close(4000, "heartbeat not acknowledged")
-                return
-            acked.clear()
-            await socket.send(json.dumps({"op": OP.HEARTBEAT, "d": self.sequence}))
-            await asyncio.sleep(interval)
+        # A closed socket ends the beats; the receiving side reports why.
+        with contextlib.suppress(websockets.ConnectionClosed):
+            while True:
+                if not acked.is_set():
+                    # A zombied connection: close it so the session starts over (resuming).
+                    await socket.close(4000, "heartbeat not acknowledged")
+                    return
+                acked.clear()
+                await socket.send(json.dumps({"op": OP.HEARTBEAT, "d": self.sequence}))
+                await asyncio.sleep(interval)
 
     async def _receive(self, socket: ClientConnection, acked: asyncio.Event, beat: asyncio.Task[None]) -> None:
         try:

@@ -5,7 +5,8 @@ MESSAGE_CREATE), both on 127.0.0.1; `GET /api/v10/gateway/bot` names the fake ga
 It keeps each channel's messages as Discord would (`messages`: the bot's current content by channel), records
 every REST call with its time (`calls`), answers the next call of a route with a 429 and `retry_after`
 (`rate_limit_next`), serves attachments at `/attachments/<id>/<name>`, and lets a test dispatch a user's
-message to the connected bot (`send_message`) or drop the connection (`drop`).
+message to the connected bot (`send_message`), drop the connection (`drop`) or stop acknowledging
+heartbeats (`ack_heartbeats`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class FakeDiscord(FakePlatformServer):
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
         self.heartbeats = 0
+        self.ack_heartbeats = True
         self.ready = threading.Semaphore(0)
         self._ids = itertools.count(2_000_000_000_000_000_000)
         self._loop = asyncio.new_event_loop()
@@ -205,7 +207,8 @@ class FakeDiscord(FakePlatformServer):
             op, data = frame.get("op"), frame.get("d")
             if op == 1:
                 self.heartbeats += 1
-                await socket.send(json.dumps({"op": 11}))
+                if self.ack_heartbeats:
+                    await socket.send(json.dumps({"op": 11}))
             elif op in (2, 6) and data.get("token") != self.token:
                 await socket.close(4004, "Authentication failed.")
                 return

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.core.cache import cache
 
@@ -71,7 +70,7 @@ def fast_reconnect(monkeypatch: Any) -> None:
 @pytest.fixture
 async def connectors(fast_reconnect: None) -> AsyncIterator[None]:
     """The connector process's loop, run in this test's loop."""
-    await sync_to_async(cache.clear)()  # statuses of bots (same primary keys) of earlier test databases
+    await database_sync_to_async(cache.clear)()  # statuses of bots (same primary keys) of earlier test databases
     stop = asyncio.Event()
     task = asyncio.create_task(connectors_serve(stop=stop, rescan_seconds=0.2))
     yield
@@ -81,7 +80,7 @@ async def connectors(fast_reconnect: None) -> AsyncIterator[None]:
 
 async def _until(check: Callable[[], Any], timeout: float = 10) -> Any:
     deadline = time.monotonic() + timeout
-    while not (found := await sync_to_async(check)()):
+    while not (found := await database_sync_to_async(check)()):
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.05)
     return found
@@ -98,9 +97,9 @@ def _status(bot: Bot) -> str:
 async def test_a_direct_message_and_a_mention_become_events_and_the_bots_own_messages_do_not(
     fake_discord, discord_bot_for, connectors
 ):
-    workspace = await sync_to_async(WorkspaceFactory.create)()
-    await sync_to_async(AgentBindingFactory.create)(workspace=workspace)
-    bot = await sync_to_async(discord_bot_for)(workspace)
+    workspace = await database_sync_to_async(WorkspaceFactory.create)()
+    await database_sync_to_async(AgentBindingFactory.create)(workspace=workspace)
+    bot = await database_sync_to_async(discord_bot_for)(workspace)
     await asyncio.to_thread(fake_discord.wait_ready)
 
     (identify,) = fake_discord.identifies
@@ -123,7 +122,7 @@ async def test_a_direct_message_and_a_mention_become_events_and_the_bots_own_mes
     assert (events[1].source, events[1].actor["actor_id"]) == ("platform", "400000000000000001")
     await asyncio.sleep(0.7)  # past one heartbeat interval of the fake
     assert fake_discord.heartbeats >= 1
-    assert await sync_to_async(_status)(bot) == "connected"
+    assert await database_sync_to_async(_status)(bot) == "connected"
     assert await EventLog.objects.acount() == 2
 
 
@@ -132,9 +131,9 @@ async def test_a_dropped_connection_is_resumed_after_the_backoff_and_its_status_
     fake_discord, discord_bot_for, connectors, monkeypatch
 ):
     monkeypatch.setattr(DiscordConnector, "reconnect_first_delay", 1.0)  # long enough to be seen
-    workspace = await sync_to_async(WorkspaceFactory.create)()
-    await sync_to_async(AgentBindingFactory.create)(workspace=workspace)
-    bot = await sync_to_async(discord_bot_for)(workspace)
+    workspace = await database_sync_to_async(WorkspaceFactory.create)()
+    await database_sync_to_async(AgentBindingFactory.create)(workspace=workspace)
+    bot = await database_sync_to_async(discord_bot_for)(workspace)
     await asyncio.to_thread(fake_discord.wait_ready)
     assert await _until(lambda: _status(bot) == "connected")
 
@@ -151,9 +150,24 @@ async def test_a_dropped_connection_is_resumed_after_the_backoff_and_its_status_
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_a_connection_whose_heartbeats_go_unacknowledged_is_closed_and_resumed(
+    fake_discord, discord_bot_for, connectors
+):
+    workspace = await database_sync_to_async(WorkspaceFactory.create)()
+    await database_sync_to_async(discord_bot_for)(workspace)
+    await asyncio.to_thread(fake_discord.wait_ready)
+
+    fake_discord.ack_heartbeats = False
+    await asyncio.to_thread(fake_discord.wait_ready)  # HEARTBEAT_INTERVAL_MS is 500: within a few beats
+
+    assert len(fake_discord.resumes) == 1
+    assert len(fake_discord.identifies) == 1
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_a_refused_token_shows_as_an_error_and_a_new_token_connects(fake_discord, discord_bot_for, connectors):
-    workspace = await sync_to_async(WorkspaceFactory.create)()
-    bot = await sync_to_async(discord_bot_for)(workspace, token="not-the-token")
+    workspace = await database_sync_to_async(WorkspaceFactory.create)()
+    bot = await database_sync_to_async(discord_bot_for)(workspace, token="not-the-token")
 
     label = await _until(lambda: _status(bot) if _status(bot).startswith("error") else None)
     assert "401" in label
@@ -250,8 +264,8 @@ async def test_a_429_is_waited_out_for_retry_after(fake_discord, discord_bot_for
 @pytest.mark.django_db(transaction=True)
 async def test_a_file_the_run_created_is_uploaded_as_an_attachment(fake_discord, discord_bot_for):
     run = await _platform_run(discord_bot_for, fake_discord)
-    artifact = await sync_to_async(artifact_create_from_bytes)(
-        workspace=await sync_to_async(lambda: run.workspace)(),
+    artifact = await database_sync_to_async(artifact_create_from_bytes)(
+        workspace=await database_sync_to_async(lambda: run.workspace)(),
         data=b"name,total\nada,3\n",
         name="report.csv",
         mime_type="text/csv",

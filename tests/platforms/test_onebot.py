@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.core.cache import cache
 
@@ -94,7 +94,7 @@ def onebot_bot_for() -> Callable[..., Bot]:
     return make
 
 
-@sync_to_async
+@database_sync_to_async
 def _bot(onebot_bot_for: Callable[..., Bot]) -> Bot:
     cache.clear()  # channel names and statuses of earlier test databases' bots
     workspace = WorkspaceFactory.create()
@@ -104,7 +104,7 @@ def _bot(onebot_bot_for: Callable[..., Bot]) -> Bot:
 
 async def _until(check: Callable[[], Any], timeout: float = 10) -> Any:
     deadline = time.monotonic() + timeout
-    while not (found := await sync_to_async(check)()):
+    while not (found := await database_sync_to_async(check)()):
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.05)
     return found
@@ -235,8 +235,8 @@ async def test_images_both_ways_an_image_in_becomes_an_input_artifact_and_a_run_
     assert (artifact.name, artifact.mime_type, attachment["size"]) == ("abc.png", "image/png", len(PNG))
 
     run = await Run.objects.aget(event__event_id=event.event_id)
-    made = await sync_to_async(artifact_create_from_bytes)(
-        workspace=await sync_to_async(lambda: run.workspace)(),
+    made = await database_sync_to_async(artifact_create_from_bytes)(
+        workspace=await database_sync_to_async(lambda: run.workspace)(),
         data=PNG,
         name="chart.png",
         mime_type="image/png",
