@@ -166,7 +166,10 @@ async def connectors_serve(*, stop: asyncio.Event | None = None, rescan_seconds:
                 except Exception:
                     logger.exception("the connectors could not be matched to the bots; trying again")
                 next_sync = time.monotonic() + rescan
-            await supervisor.report()
+            try:
+                await supervisor.report()
+            except Exception as exc:  # Redis away for a moment: the connections themselves go on
+                logger.warning("connection statuses could not be written: %s", exc)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(STATUS_POLL_SECONDS):
                     await stop.wait()
