@@ -42,6 +42,8 @@ def _telegram_bot(stack: UserStack, api_base_url: str) -> tuple[str, str]:
 
     try:
         workspace = AgentBinding.objects.select_related("workspace").get(binding_id=stack.binding_id).workspace
+        if workspace is None:
+            raise RuntimeError("the stack's binding is global; a bot needs a workspace")
         bot = BotFactory.create(
             workspace=workspace,
             bot_id="bench-telegram",
