@@ -12,15 +12,22 @@ import httpx
 import pytest
 
 from runners.lifecycle.retry import RunAttempt, run_attempt
-from runners.models import Run
+from runners.models import Run, RunEvent
 from tests.chaos.faults import descendants, stack_start, stuck_and_duplicated, wait_for
 from tests.chaos.report import ChaosRow, record
-from tests.processes import post_message, wait_status, wait_terminal
+from tests.processes import post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 IN_FLIGHT = 5
 FAIL_WITHIN_SECONDS = 10
+
+
+def _streaming(runs: list[Run]) -> None:
+    """Wait until the runtime has every run for sure: each has written a result (`qa:type` types its reply
+    a word at a time). A run merely claimed may reach the runtime only after it came back, and complete."""
+    wait_for(lambda: all(RunEvent.objects.filter(run=run).exists() for run in runs), timeout=30,
+             what="every run streaming")  # fmt: skip
 
 
 def _assert_failed_retryable(runs: list[Run]) -> None:
@@ -41,10 +48,11 @@ def test_runtime_killed_under_make_run(qa_binding, tmp_path: Path) -> None:
         client = httpx.Client(base_url=f"{stack.base}/api/v1", headers={"Authorization": f"Bearer {key}"}, timeout=60)
         run_ids = []
         for i in range(IN_FLIGHT):
-            answer = client.post("/events", json={"conversation_id": f"rt-{i}", "input": {"text": "qa:slow:30 x"}})
+            answer = client.post("/events", json={"conversation_id": f"rt-{i}", "input": {"text": "qa:type:30 x"}})
             assert answer.status_code == 202, answer.text
             run_ids += [r["run_id"] for r in answer.json()["runs"]]
-        runs = [wait_status(Run.objects.get(run_id=run_id), "running", timeout=30) for run_id in run_ids]
+        runs = [Run.objects.get(run_id=run_id) for run_id in run_ids]
+        _streaming(runs)
         (runtime,) = descendants(stack.process.pid, "langbot_sdk.runtime", "--listen")
 
         killed_at = time.monotonic()
@@ -78,18 +86,17 @@ def test_runtime_killed_under_make_run(qa_binding, tmp_path: Path) -> None:
         stack.stop()
 
 
-def test_runtime_killed_under_make_worker(start_worker, qa_binding) -> None:
-    worker = start_worker()
+def test_runtime_killed_under_make_worker(private_worker, qa_binding) -> None:
+    worker = private_worker()
     try:
         binding = qa_binding(concurrency_policy="parallel")
         # A binding that opted in to the automatic retry: its run lost with the runtime runs again.
         retrying = qa_binding(binding_id="retrying", concurrency_policy="parallel",
                               delivery_policy={"retry": {"max_attempts": 2, "backoff_seconds": 0.2}})  # fmt: skip
         assert wait_terminal(post_message(binding, "qa:ok warm", conversation_id="w-warm")).status == "completed"
-        runs = [post_message(binding, "qa:slow:30 x", conversation_id=f"w-{i}") for i in range(IN_FLIGHT)]
-        retried = post_message(retrying, "qa:slow:6 x", conversation_id="w-retry")
-        runs = [wait_status(run, "running", timeout=30) for run in runs]
-        wait_status(retried, "running", timeout=30)
+        runs = [post_message(binding, "qa:type:30 x", conversation_id=f"w-{i}") for i in range(IN_FLIGHT)]
+        retried = post_message(retrying, "qa:type:8 x", conversation_id="w-retry")
+        _streaming([*runs, retried])
         (runtime,) = descendants(worker.process.pid, "langbot_sdk.runtime", "--stdio")
 
         killed_at = time.monotonic()

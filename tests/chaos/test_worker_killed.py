@@ -30,13 +30,13 @@ def _answered(event_ids: list[int]) -> bool:
     return done.count() == len(event_ids)
 
 
-def test_worker_killed_in_a_loop_under_load(start_worker, qa_binding, settings) -> None:
+def test_worker_killed_in_a_loop_under_load(private_worker, qa_binding, settings) -> None:
     settings.LANGBOT_QUEUED_STALE_SECONDS = 2
     binding = qa_binding(
         concurrency_policy="parallel", delivery_policy={"retry": {"max_attempts": 5, "backoff_seconds": 0.2}}
     )
     first_runs: list[Run] = []
-    worker = start_worker()
+    worker = private_worker()
     try:
         for loop in range(LOOPS):
             first_runs += [
@@ -47,7 +47,7 @@ def test_worker_killed_in_a_loop_under_load(start_worker, qa_binding, settings) 
             worker.kill()
             killed_at = time.monotonic()
             runs_sweep()
-            worker = start_worker()
+            worker = private_worker()
 
         events = [run.event_id for run in first_runs]
         wait_for(lambda: _answered(events), timeout=60 + 10 * LOOPS, what="every event answered", every=0.5)
