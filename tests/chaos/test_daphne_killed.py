@@ -1,10 +1,11 @@
-"""daphne SIGKILLed while clients follow runs over SSE (`GET /runs/{id}/stream`): each client reconnects to
-the restarted web process with `Last-Event-ID` and ends with every result of its run exactly once, in order —
-the same seqs the run ledger holds."""
+"""daphne SIGKILLed while clients follow runs, over SSE (`GET /runs/{id}/stream`) and over the chat WebSocket
+(`/ws/v1/chat/`): each client reconnects to the restarted web process — SSE with `Last-Event-ID`, the socket
+with `after_id` — and ends with every result of its run exactly once, in order: the seqs the ledger holds."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -12,6 +13,9 @@ import time
 
 import httpx
 import pytest
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from runners.models import Run, RunEvent
 from tests.chaos.faults import stuck_and_duplicated, wait_for
@@ -66,6 +70,48 @@ class Follower(threading.Thread):
                     return
 
 
+class SocketFollower(Follower):
+    """One chat WebSocket client of one run's conversation, resubscribing with `after_id` after a drop."""
+
+    def __init__(self, run_id: str, key: str, web: dict[str, str], conversation_id: str) -> None:
+        super().__init__(run_id, key, web)
+        self.conversation_id = conversation_id
+        self.last_id: int | None = None
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 90
+        try:
+            while not self.done and time.monotonic() < deadline:
+                with contextlib.suppress(httpx.HTTPError, WebSocketException, OSError, TimeoutError):
+                    self._follow()
+                if not self.done:
+                    self.reconnects += 1
+                    time.sleep(0.2)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def _follow(self) -> None:
+        base = self.web["url"]
+        ticket = httpx.post(f"{base}/api/v1/ws-tickets", headers={"Authorization": f"Bearer {self.key}"}, timeout=5)
+        if ticket.status_code != 201:
+            return
+        url = base.replace("http://", "ws://") + ticket.json()["url"]
+        with connect(url, origin=Origin(base), open_timeout=5) as socket:
+            subscribe: dict[str, object] = {"type": "subscribe", "conversation_id": self.conversation_id}
+            if self.last_id is not None:
+                subscribe["after_id"] = self.last_id
+            socket.send(json.dumps(subscribe))
+            while True:
+                message = json.loads(socket.recv(timeout=30))
+                if message.get("type") != "run.event" or message.get("run_id") != self.run_id:
+                    continue
+                self.seqs.append(int(message["seq"]))
+                self.last_id = int(message["id"])
+                if message["event"]["type"] in TERMINAL:
+                    self.done = True
+                    return
+
+
 def test_daphne_killed_mid_stream(start_web, worker, qa_binding) -> None:
     from bindings.services import api_key_create
 
@@ -74,7 +120,11 @@ def test_daphne_killed_mid_stream(start_web, worker, qa_binding) -> None:
     first = start_web()
     web = {"url": first.url}
     runs = [post_message(binding, "qa:type:6 x", conversation_id=f"d-{i}") for i in range(CLIENTS)]
-    followers = [Follower(str(run.run_id), key, web) for run in runs]
+    # Half the clients follow over SSE, half over the chat WebSocket.
+    followers: list[Follower] = [
+        Follower(str(run.run_id), key, web) if i % 2 == 0 else SocketFollower(str(run.run_id), key, web, f"d-{i}")
+        for i, run in enumerate(runs)
+    ]
     for follower in followers:
         follower.start()
     wait_for(lambda: all(len(f.seqs) >= 2 for f in followers), timeout=30, what="streams under way")
@@ -98,7 +148,7 @@ def test_daphne_killed_mid_stream(start_web, worker, qa_binding) -> None:
     assert all(f.reconnects >= 1 for f in followers), [f.reconnects for f in followers]
     stuck, duplicated = stuck_and_duplicated(str(run.run_id) for run in runs)
     completed = Run.objects.filter(pk__in=[r.pk for r in runs], status=Run.Status.COMPLETED).count()
-    record(ChaosRow("daphne killed mid-stream (SSE)", len(runs),
+    record(ChaosRow("daphne killed mid-stream (SSE + WebSocket)", len(runs),
                     f"{completed} completed; resumed, {lost} lost, {repeated} repeated events", recovered, stuck,
                     duplicated + repeated))  # fmt: skip
     assert (lost, repeated, stuck, duplicated) == (0, 0, 0, 0)
