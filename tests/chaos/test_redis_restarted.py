@@ -6,6 +6,7 @@ never the machine's."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import time
@@ -22,7 +23,8 @@ from tests.processes import _free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-OUTAGE_SECONDS = 8
+# How long Redis stays away (the issue's 30 s: `make chaos CHAOS_REDIS_DOWN_SECONDS=30`).
+OUTAGE_SECONDS = float(os.environ.get("CHAOS_REDIS_DOWN_SECONDS") or 8)
 ANSWER_WITHIN_SECONDS = 15
 
 
@@ -96,7 +98,7 @@ def test_redis_restarted_under_make_run(qa_binding, tmp_path: Path) -> None:
         stuck, duplicated = stuck_and_duplicated(run_ids)
         slowest = max(seconds for _, seconds in answers)
         codes = sorted({code for code, _ in answers})
-        record(ChaosRow(f"redis down {OUTAGE_SECONDS} s (make run)", len(run_ids),
+        record(ChaosRow(f"redis down {OUTAGE_SECONDS:.0f} s (make run)", len(run_ids),
                         f"{completed}/{len(run_ids)} completed; events answered {codes} within {slowest:.1f} s",
                         recovered, stuck, duplicated))  # fmt: skip
         assert completed == len(run_ids)
