@@ -221,7 +221,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--endpoints", type=int, default=4)
     args = parser.parse_args()
-    with host() as worker:
+    # The receiver listens on 127.0.0.1, which the webhook address guard refuses unless allowed.
+    with host(worker_env={"LANGBOT_WEBHOOK_ALLOW_PRIVATE": "true"}) as worker:
         rows = measure(args.rate, args.seconds, args.endpoints, worker.pid)
     print_table(rows)
     return 0

@@ -197,6 +197,12 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Beat keeps its schedule in the database (django-celery-beat): the scheduled events' rows beside the
 # entries below, which it copies in at start. Every beat (`make run`'s, `make worker`'s -B) uses it.
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Completion webhooks (platforms.webhooks): the Celery queue of their tasks — empty for the default queue,
+# which every worker consumes; a name to send them to workers of their own (`celery ... -Q <name>`), so
+# slow receivers never hold the threads that admit runs. Private, loopback and link-local receiver
+# addresses are refused unless allowed (a local receiver in development or tests).
+LANGBOT_WEBHOOK_QUEUE = env.str("LANGBOT_WEBHOOK_QUEUE", default="")
+LANGBOT_WEBHOOK_ALLOW_PRIVATE = env.bool("LANGBOT_WEBHOOK_ALLOW_PRIVATE", default=False)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (DESIGN §4).
     "runs-sweep": {"task": "runners.tasks.runs_sweep", "schedule": env.float("LANGBOT_SWEEP_SECONDS", default=5.0)},
@@ -206,9 +212,14 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "webhook-deliveries-due": {
         "task": "platforms.webhooks.tasks.webhook_deliveries_due_send",
         "schedule": env.float("LANGBOT_WEBHOOK_DUE_SECONDS", default=5.0),
+        "options": {"queue": LANGBOT_WEBHOOK_QUEUE or None},
     },
     # Records the webhook messages of run ends no observer reported (a worker died in between).
-    "webhook-run-ends-reconcile": {"task": "platforms.webhooks.tasks.webhook_run_ends_reconcile", "schedule": 60.0},
+    "webhook-run-ends-reconcile": {
+        "task": "platforms.webhooks.tasks.webhook_run_ends_reconcile",
+        "schedule": 60.0,
+        "options": {"queue": LANGBOT_WEBHOOK_QUEUE or None},
+    },
 }
 
 # Run execution in workers (runners.orchestrator): in-flight runs per worker process, the database threads

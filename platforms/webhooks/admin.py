@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from bindings.admin_scope import WorkspaceScopedAdmin
+from platforms.webhooks.guard import url_refusal
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
 from platforms.webhooks.outbox import runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.services import webhook_delivery_redeliver, webhook_secret_rotate
@@ -31,6 +32,10 @@ class WebhookEndpointAdminForm(forms.ModelForm[WebhookEndpoint]):
         binding, workspace = cleaned.get("binding"), cleaned.get("workspace")
         if binding is not None and workspace is not None and binding.workspace_id != workspace.pk:
             self.add_error("binding", "The binding must belong to the endpoint's workspace.")
+        url = cleaned.get("url")
+        refusal = url_refusal(url) if url and "url" in self.changed_data else None
+        if refusal is not None:
+            self.add_error("url", refusal)
         return cleaned
 
 

@@ -1,4 +1,5 @@
-"""App config of the completion webhooks: registers the run-end observer that records webhook messages."""
+"""App config of the completion webhooks: registers the observers (run end, action requested) that record
+webhook messages."""
 
 from django.apps import AppConfig
 
@@ -10,7 +11,9 @@ class WebhooksConfig(AppConfig):
     verbose_name = "Completion webhooks"
 
     def ready(self) -> None:
-        from platforms.webhooks.outbox import runs_ended_record
+        from platforms.webhooks.outbox import actions_requested_record, runs_ended_record
+        from runners.hostapi.observers import action_requested_observer_register
         from runners.lifecycle.observers import run_end_observer_register
 
         run_end_observer_register(runs_ended_record)
+        action_requested_observer_register(actions_requested_record)

@@ -6,7 +6,9 @@ again five minutes later, and two senders never attempt it at once), the POSTs, 
 under the same token. A 2xx answer accepts the message; anything else (another status, a
 timeout, a refused connection) is retried on the Standard Webhooks schedule — 5 s, 5 min, 30 min, 2 h,
 5 h, 10 h after each failure — with a last attempt 24 h after the first; then the delivery has `failed`.
-Redirects are not followed (a 3xx is a failure), as the specification asks.
+Redirects are not followed (a 3xx is a failure), as the specification asks. A message whose host is
+refused by the address guard (`platforms.webhooks.guard`: a private address, unless allowed) has `failed`
+at once, with the reason as its last error: retrying cannot help, a redelivery can once the URL is fixed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from langbot_host.core.crypto import SecretDecryptionError
+from platforms.webhooks.guard import AddressRefusedError, guarded_transport
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.signing import signed_headers
 
@@ -72,6 +75,8 @@ class Answer:
     error: str
     # No HTTP answer at all (refused, timed out): the endpoint's other messages in the batch wait.
     unreachable: bool = False
+    # The address guard refused the host: the delivery fails now instead of being retried.
+    refused: bool = False
 
 
 def endpoint_signing_secrets(endpoint: WebhookEndpoint, *, now: datetime) -> list[str]:
@@ -125,9 +130,17 @@ class _Sender(threading.local):
 
     def post(self, url: str, body: str, headers: dict[str, str]) -> Answer:
         if self.client is None:
-            self.client = httpx.Client(timeout=httpx.Timeout(REQUEST_TIMEOUT_SECONDS), follow_redirects=False)
+            # No proxies from the environment: every connection must go through the guarded transport.
+            self.client = httpx.Client(
+                transport=guarded_transport(),
+                timeout=httpx.Timeout(REQUEST_TIMEOUT_SECONDS),
+                follow_redirects=False,
+                trust_env=False,
+            )
         try:
             response = self.client.post(url, content=body.encode(), headers=headers)
+        except AddressRefusedError as exc:
+            return Answer(None, "", f"refused: {exc}"[:500], refused=True)
         except httpx.HTTPError as exc:
             return Answer(None, "", f"{type(exc).__name__}: {exc}"[:500], unreachable=True)
         text = response.text[:RESPONSE_EXCERPT_CHARS].replace("\x00", "")
@@ -147,8 +160,11 @@ def _outcome(delivery: WebhookDelivery, answer: Answer, *, now: datetime, answer
         delivery.delivered_at = answered_at
         delivery.next_attempt_at = None
         return
-    first = delivery.created_at
-    following = next_attempt_after(attempts=delivery.attempts, first_attempt_at=first, now=now)
+    following = (
+        None
+        if answer.refused
+        else next_attempt_after(attempts=delivery.attempts, first_attempt_at=delivery.created_at, now=now)
+    )
     if following is None:
         delivery.status = WebhookDelivery.Status.FAILED
         delivery.next_attempt_at = None

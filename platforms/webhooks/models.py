@@ -20,6 +20,8 @@ class WebhookEventType(models.TextChoices):
     RUN_COMPLETED = "run.completed"
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
+    # A runner's platform action waits for an operator's approval (optional: only endpoints that ask).
+    ACTION_REQUESTED = "action.requested"
 
 
 class WebhookEndpoint(models.Model):

@@ -1,4 +1,5 @@
-"""Recording run ends as webhook messages (the outbox), called through the run-end port of `runners`.
+"""Recording run ends as webhook messages (the outbox), called through the run-end port of `runners`;
+and the platform actions that wait for approval (`action.requested`, through the action-requested port).
 
 `runs_ended_record` runs in the transaction that ended the runs (see `runners.lifecycle.observers`): the
 delivery rows commit with the run end or not at all, and the senders are woken only after the commit. It
@@ -21,14 +22,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 from django.db.models.functions import Greatest
+from django.urls import reverse
 from django.utils import timezone
 
 from bindings.models import Bot
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
-from runners.models import Run
+from runners.models import PlatformActionRequest, Run
 from transcripts.models import EventLog
 
 logger = logging.getLogger(__name__)
@@ -242,20 +245,113 @@ def _missing_record(endpoints: list[WebhookEndpoint], checked: list[Run]) -> int
     return len(missing)
 
 
+def webhook_queue() -> str | None:
+    """The Celery queue of the webhook tasks (`LANGBOT_WEBHOOK_QUEUE`); None for the default queue."""
+    return getattr(settings, "LANGBOT_WEBHOOK_QUEUE", "") or None
+
+
+def deliveries_send(*, delivery_ids: list[str]) -> None:
+    """Wake senders for these deliveries now, in batches, on the webhook queue. A lost message is not
+    fatal: `deliveries_due_send` sends what is due."""
+    queue = webhook_queue()
+    for start in range(0, len(delivery_ids), SEND_BATCH):
+        try:
+            current_app.send_task(SEND_TASK, args=[delivery_ids[start : start + SEND_BATCH]], queue=queue)
+        except Exception:
+            logger.warning("could not send webhook deliveries to the broker; the due sweep will", exc_info=True)
+
+
 def deliveries_send_on_commit(*, delivery_ids: list[str]) -> None:
-    """Wake senders for these deliveries after the transaction commits (in batches). A lost message is
-    not fatal: `deliveries_due_send` sends what is due."""
-
-    def send() -> None:
-        for start in range(0, len(delivery_ids), SEND_BATCH):
-            try:
-                current_app.send_task(SEND_TASK, args=[delivery_ids[start : start + SEND_BATCH]])
-            except Exception:
-                logger.warning("could not send webhook deliveries to the broker; the due sweep will", exc_info=True)
-
-    transaction.on_commit(send)
+    """Wake senders for these deliveries after the transaction commits."""
+    transaction.on_commit(lambda: deliveries_send(delivery_ids=delivery_ids))
 
 
 def runs_ended_record(runs: Sequence[Run]) -> None:
     """The run-end observer that `WebhooksConfig.ready` registers."""
     deliveries_record(runs=runs)
+
+
+# --- action.requested -----------------------------------------------------------------------------
+
+
+def action_message_id_of(request: PlatformActionRequest) -> str:
+    """The `webhook-id` of a request's `action.requested` message: one per request."""
+    return f"msg_action_{request.pk}"
+
+
+def action_requested_payload(request: PlatformActionRequest, *, run: Run) -> dict[str, Any]:
+    """What a receiver needs to decide a pending platform action and where to say so: the action, its
+    target, until when it can be approved, and the REST paths (an API key of the workspace decides).
+    The action's payload is left out (it may be large, or carry a message's text): `detail` shows it."""
+    key = str(request.pk)
+    return {
+        "type": WebhookEventType.ACTION_REQUESTED.value,
+        "timestamp": _iso(request.created_at),
+        "data": {
+            "request_id": request.pk,
+            "run_id": str(run.run_id),
+            "action": request.action,
+            "target": request.target,
+            "binding_id": request.binding_key,
+            "runner_id": request.runner_id,
+            "surface": request.surface,
+            "origin": request.origin,
+            "conversation_id": run.conversation_id or None,
+            "may_outlive_run": request.may_outlive_run,
+            "expires_at": _iso(request.expires_at),
+            "created_at": _iso(request.created_at),
+            "detail": {"method": "GET", "path": reverse("action-detail", kwargs={"action_id": key})},
+            "approve": {"method": "POST", "path": reverse("action-approve", kwargs={"action_id": key})},
+            "reject": {"method": "POST", "path": reverse("action-reject", kwargs={"action_id": key})},
+        },
+    }
+
+
+def actions_requested_record(requests: Sequence[PlatformActionRequest]) -> None:
+    """The action-requested observer that `WebhooksConfig.ready` registers."""
+    action_deliveries_record(requests=requests)
+
+
+def action_deliveries_record(*, requests: Sequence[PlatformActionRequest]) -> list[WebhookDelivery]:
+    """In the transaction that records the pending requests, write an `action.requested` delivery for
+    every enabled endpoint of their workspace subscribed to it (for an endpoint of one binding: of that
+    binding's runs), and wake a sender once it commits. Costs no query for a workspace without an
+    enabled endpoint."""
+    event = WebhookEventType.ACTION_REQUESTED.value
+    subscribed = _subscribed_workspaces()
+    pending = [r for r in requests if r.workspace_id in subscribed]
+    if not pending:
+        return []
+    endpoints = [
+        endpoint
+        for endpoint in WebhookEndpoint.objects.filter(
+            workspace_id__in={r.workspace_id for r in pending}, enabled=True
+        ).only("pk", "workspace_id", "binding_id", "event_types")
+        if event in endpoint.event_types
+    ]
+    now = timezone.now()
+    rows: list[WebhookDelivery] = []
+    for request in pending:
+        run = request.run
+        payload = None
+        for endpoint in endpoints:
+            if endpoint.workspace_id != request.workspace_id:
+                continue
+            if endpoint.binding_id is not None and endpoint.binding_id != run.binding_id:
+                continue
+            payload = payload or action_requested_payload(request, run=run)
+            rows.append(
+                WebhookDelivery(
+                    workspace_id=request.workspace_id,
+                    endpoint_id=endpoint.pk,
+                    event_id=action_message_id_of(request),
+                    event_type=event,
+                    run_id=run.run_id,
+                    payload=payload,
+                    next_attempt_at=now,
+                )
+            )
+    if rows:
+        WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+        deliveries_send_on_commit(delivery_ids=[str(row.delivery_id) for row in rows])
+    return rows

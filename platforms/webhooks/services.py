@@ -1,8 +1,8 @@
 """Writes of the completion webhooks: endpoints (create, update, delete, rotate their secret) and manual
 redelivery. Recording run ends is `outbox`, sending is `delivery`.
 
-A secret is generated here (or taken from the caller), stored encrypted, returned once to whoever made
-or rotated it and never logged.
+A URL must pass the address guard (`platforms.webhooks.guard`) when it is set. A secret is generated here
+(or taken from the caller), stored encrypted, returned once to whoever made or rotated it and never logged.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from bindings.models import AgentBinding, Workspace
 from langbot_host.core.api_errors import FieldsRefusedError
+from platforms.webhooks.guard import url_refusal
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.outbox import deliveries_send_on_commit, runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.signing import secret_generate
@@ -32,13 +33,20 @@ def _binding_of(workspace: Workspace, binding_id: str | None) -> AgentBinding | 
     return binding
 
 
+def _url_allowed(url: str) -> str:
+    refusal = url_refusal(url)
+    if refusal is not None:
+        raise FieldsRefusedError({"url": refusal})
+    return url
+
+
 def webhook_endpoint_create(*, workspace: Workspace, spec: WebhookEndpointIn) -> tuple[WebhookEndpoint, str]:
     """Create an endpoint; returns it and its secret in plain text (the only time it is shown)."""
     secret = spec.secret or secret_generate()
     endpoint = WebhookEndpoint.objects.create(
         workspace=workspace,
         binding=_binding_of(workspace, spec.binding_id),
-        url=spec.url,
+        url=_url_allowed(spec.url),
         description=spec.description,
         event_types=list(spec.event_types),
         secret=secret,
@@ -52,6 +60,8 @@ def webhook_endpoint_create(*, workspace: Workspace, spec: WebhookEndpointIn) ->
 
 def webhook_endpoint_update(*, endpoint: WebhookEndpoint, patch: WebhookEndpointPatchIn) -> WebhookEndpoint:
     given = patch.model_fields_set
+    if "url" in given and patch.url is not None:
+        _url_allowed(patch.url)
     if "binding_id" in given:
         endpoint.binding = _binding_of(endpoint.workspace, patch.binding_id)
     for name in ("url", "event_types", "description", "enabled"):

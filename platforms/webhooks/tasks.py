@@ -6,7 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from platforms.webhooks.delivery import deliveries_attempt, deliveries_due
-from platforms.webhooks.outbox import SEND_BATCH, run_ends_reconcile
+from platforms.webhooks.outbox import deliveries_send, run_ends_reconcile
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -18,9 +18,7 @@ def webhook_deliveries_send(delivery_ids: list[str]) -> None:
 @shared_task(ignore_result=True)
 def webhook_deliveries_due_send() -> None:
     """Beat task: send the deliveries whose retry is due (and any whose first message to a sender was lost)."""
-    due = deliveries_due()
-    for start in range(0, len(due), SEND_BATCH):
-        webhook_deliveries_send.delay(due[start : start + SEND_BATCH])
+    deliveries_send(delivery_ids=deliveries_due())
 
 
 @shared_task(ignore_result=True)

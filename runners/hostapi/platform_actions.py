@@ -31,6 +31,7 @@ from django.utils import timezone
 from langbot_sdk.authorization import platform_action_decision, platform_action_outlive_split
 from langbot_sdk.protocol import PlatformActionStatus
 from runners.hostapi.delivery import DeliveryError, platform_action_deliver, run_surface
+from runners.hostapi.observers import actions_requested
 from runners.models import PlatformActionRequest, Run
 
 logger = logging.getLogger(__name__)
@@ -96,20 +97,24 @@ def platform_action_submit(
     else:
         status = PlatformActionRequest.Status.EXECUTED  # provisional, settled by `_execute`
     now = timezone.now()
-    request = PlatformActionRequest.objects.create(
-        workspace_id=run.workspace_id,
-        run=run,
-        runner_id=run.runner_id,
-        binding_key=run.binding_key,
-        surface=run_surface(run),
-        action=action[:100],
-        target=target,
-        payload=payload,
-        origin=origin,
-        status=status,
-        may_outlive_run=may_outlive_run,
-        expires_at=_expires_at(run=run, may_outlive_run=may_outlive_run, now=now) if status == PENDING else None,
-    )
+    # A pending request's observers (the webhook outbox) write in its transaction: both commit or neither.
+    with transaction.atomic():
+        request = PlatformActionRequest.objects.create(
+            workspace_id=run.workspace_id,
+            run=run,
+            runner_id=run.runner_id,
+            binding_key=run.binding_key,
+            surface=run_surface(run),
+            action=action[:100],
+            target=target,
+            payload=payload,
+            origin=origin,
+            status=status,
+            may_outlive_run=may_outlive_run,
+            expires_at=_expires_at(run=run, may_outlive_run=may_outlive_run, now=now) if status == PENDING else None,
+        )
+        if status == PENDING:
+            actions_requested(requests=[request])
     if status == PlatformActionRequest.Status.EXECUTED:
         request = _execute(request)
     return request
