@@ -134,7 +134,7 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         try:
-            result = runner_descriptors_refresh()
+            result = runner_descriptors_refresh(connect_wait=0)
         except AgentAPIException as exc:
             messages.error(request, f"Plugin runtime unavailable: {exc.error.message}")
         else:

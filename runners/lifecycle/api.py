@@ -79,7 +79,7 @@ class RunnerRefreshApi(APIView):
     def post(self, request: Request) -> Response:
         require_operator(request)
         try:
-            result = runner_descriptors_refresh()
+            result = runner_descriptors_refresh(connect_wait=0)
         except AgentAPIException as exc:
             raise ApiError(503, "runtime.unavailable", exc.error.message) from exc
         return Response(

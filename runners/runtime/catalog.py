@@ -125,7 +125,9 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
     return result
 
 
-def runner_descriptors_refresh() -> RunnerSyncResult:
-    """Ask the plugin runtime for its runners and sync the descriptors. Raises `RuntimeUnavailable`."""
-    data = runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {})
+def runner_descriptors_refresh(*, connect_wait: float | None = None) -> RunnerSyncResult:
+    """Ask the plugin runtime for its runners and sync the descriptors. Raises `RuntimeUnavailable`.
+    `connect_wait`: how long to wait for a runtime that is away (default: the link's reconnect wait; 0 for a
+    person waiting on the answer, who should hear at once that the runtime is down)."""
+    data = runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}, connect_wait=connect_wait)
     return runner_descriptors_sync(report=ListAgentRunnersResponse.model_validate(data))
