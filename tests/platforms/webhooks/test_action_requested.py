@@ -9,6 +9,7 @@ import json
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from platforms.webhooks import outbox
 from platforms.webhooks.models import WebhookDelivery
 from runners.hostapi.platform_actions import platform_action_submit
 from runners.models import PlatformActionRequest
@@ -102,3 +103,18 @@ def test_the_api_accepts_action_requested_among_the_event_types(api_client):
     )
     assert bad.status_code == 400
     assert bad.json()["error"]["code"] == "invalid_argument"
+
+
+def test_a_failing_webhook_record_never_loses_the_request(workspace, monkeypatch):
+    # given an endpoint, and a webhook record that breaks
+    WebhookEndpointFactory.create(workspace=workspace, event_types=["action.requested"])
+
+    def broken(**kwargs):
+        raise RuntimeError("outbox down")
+
+    monkeypatch.setattr(outbox, "action_deliveries_record", broken)
+    # when an action needing approval is requested
+    request = _request(make_run(workspace))
+    # then the request still waits for its operator
+    assert PlatformActionRequest.objects.get(pk=request.pk).status == PlatformActionRequest.Status.PENDING
+    assert not WebhookDelivery.objects.exists()

@@ -47,3 +47,18 @@ def test_the_delivery_log_lists_deliveries_and_redelivers_them(admin_client, wor
     assert repeated.redelivery_of == delivery
     assert repeated.event_id == delivery.event_id
     assert repeated.status == WebhookDelivery.Status.PENDING
+
+
+def test_admin_refuses_an_endpoint_at_a_private_address_unless_allowed(admin_client, workspace, settings):
+    # given private addresses not allowed (production's default)
+    settings.LANGBOT_WEBHOOK_ALLOW_PRIVATE = False
+    # when an operator adds an endpoint at the cloud metadata address
+    answer = admin_client.post(
+        "/admin/webhooks/webhookendpoint/add/",
+        {"workspace": workspace.pk, "url": "http://169.254.169.254/latest", "event_types": ["action.requested"],
+         "enabled": "on"},
+    )  # fmt: skip
+    # then the form says why, and nothing was saved
+    assert answer.status_code == 200
+    assert "link-local" in answer.content.decode()
+    assert not WebhookEndpoint.objects.exists()
