@@ -62,6 +62,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A view that gets no database connection answers 503 (not a 500 with a logged traceback).
+    "langbot_host.core.api_errors.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "langbot_host.urls"

@@ -3,10 +3,11 @@
 Views raise `ApiError` (or a DRF exception); this module turns either into that shape with a stable,
 machine-readable code, so no client ever has to parse a message.
 
-A request that could not get a database connection in time (the pool is exhausted) is not a server
-error: it answers 503 `unavailable` with `Retry-After`, whether the wait ran out in authentication, the
-view or a middleware — the DRF handler catches it in API views, `handler500` everywhere else (non-API
-pages get a plain-text 503).
+A request that could not get a database connection (the pool is exhausted, or the server refuses: too
+many clients, down, restarting) is not a server error: it answers 503 `unavailable` with `Retry-After`,
+whether it failed in authentication, the view or a middleware — the DRF handler catches it in API
+views, `DatabaseUnavailableMiddleware` in other views (non-API pages get a plain-text 503) and
+`handler500` in middleware.
 """
 
 import logging
@@ -15,12 +16,13 @@ from typing import Any, overload
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.utils.deprecation import MiddlewareMixin
 from django.views import defaults
 from pydantic import ValidationError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from langbot_host.core.db import pool_exhausted
+from langbot_host.core.db_unavailable import database_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -106,10 +108,10 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
 
 
 def unavailable_body() -> dict[str, Any]:
-    """The error body of a request refused because no database connection was free in time."""
+    """The error body of a request refused because it could not get a database connection."""
     return error_body(
         "unavailable",
-        "The server has no database connection free right now; retry shortly.",
+        "The server has no database connection right now; retry shortly.",
         {"retry_after_seconds": RETRY_AFTER_SECONDS},
     )
 
@@ -119,7 +121,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     # (`api_input.JSONParser`) raises this module's errors.
     from rest_framework.views import exception_handler as drf_exception_handler
 
-    if pool_exhausted(exc):
+    if database_unavailable(exc):
         _log_unavailable(exc)
         return Response(
             unavailable_body(),
@@ -169,11 +171,22 @@ def server_error(request: HttpRequest) -> HttpResponse:
     thread it hands the call to), so `sys.exc_info()` tells a lack of database connections from a bug.
     """
     exc = sys.exc_info()[1]
-    if exc is not None and pool_exhausted(exc):
+    if exc is not None and database_unavailable(exc):
         return _unavailable(request)
     if is_api_request(request):
         return JsonResponse(error_body("internal", "The server could not answer; the error is logged."), status=500)
     return defaults.server_error(request)
+
+
+class DatabaseUnavailableMiddleware(MiddlewareMixin):
+    """Answers a view (admin, chat pages) that could not get a database connection with a 503, logged
+    as one warning: through `handler500`, Django would log each one as an error with its traceback."""
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not database_unavailable(exception):
+            return None
+        _log_unavailable(exception)
+        return _unavailable(request)
 
 
 def _unavailable(request: HttpRequest) -> HttpResponse:
@@ -190,7 +203,7 @@ def _unavailable(request: HttpRequest) -> HttpResponse:
 
 def _log_unavailable(exc: BaseException) -> None:
     # A warning without the traceback: under overload every refused request would otherwise log one.
-    logger.warning("request refused with 503: no database connection became free in time (%s)", exc)
+    logger.warning("request refused with 503: no database connection to be had (%s)", exc)
 
 
 def field_errors(exc: ValidationError, prefix: str = "") -> dict[str, str]:

@@ -1,0 +1,45 @@
+"""How to recognise a request that failed because the database would not give it a connection.
+
+Two ways it happens. The web process's own pool ran dry (`pool_exhausted`). Or the server refused:
+PostgreSQL has no slot left ("too many clients already"), it is restarting or down (connection refused),
+or it cut a pooled connection (administrator shutdown, a restart). Neither is a bug of the request, and
+the next one may well succeed: the error handlers (`langbot_host.core.api_errors`) answer both with 503
+and `Retry-After` instead of a 500. A broken connection does not outlive the request: Django closes a
+connection that raised such an error, and psycopg's pool discards a connection returned broken.
+"""
+
+from __future__ import annotations
+
+from django.db import InterfaceError, OperationalError
+
+from langbot_host.core.db import pool_exhausted
+
+# SQLSTATEs of a server that refuses or drops connections: class 08 (connection exception),
+# too_many_connections, admin_shutdown, crash_shutdown, cannot_connect_now.
+_REFUSED_STATES = ("08", "53300", "57P01", "57P02", "57P03")
+
+
+def database_unavailable(exc: BaseException) -> bool:
+    """Whether `exc` (as Django raises it) says no database connection could be had, rather than that a
+    query was wrong."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    return pool_exhausted(exc) or _connection_refused(exc)
+
+
+def _connection_refused(exc: BaseException) -> bool:
+    try:
+        import psycopg
+    except ImportError:  # SQLite only: no server to refuse
+        return False
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, psycopg.OperationalError | psycopg.InterfaceError):
+            state = cause.sqlstate
+            # No SQLSTATE: psycopg's own word that the connection failed or is gone, the server never
+            # answered the query.
+            return state is None or state.startswith(_REFUSED_STATES)
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
