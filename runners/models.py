@@ -102,10 +102,14 @@ class Run(models.Model):
 
 class RunEvent(models.Model):
     """One persisted result of a run. `seq` is 1..n per run; `id` is the global cursor WebSocket clients
-    resume from."""
+    resume from. `position` is 1..n per conversation (`ConversationStream`), taken in the transaction that
+    inserts the row: within a conversation, positions, ids and commit order agree (`runners.live.streaming`
+    says why that makes `id` an exact resume cursor). NULL for a run without a conversation, and for rows
+    written before positions existed."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
+    position = models.BigIntegerField(null=True, blank=True)
     type = models.CharField(max_length=64)
     data = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -116,6 +120,25 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.type}"
+
+
+class ConversationStream(models.Model):
+    """The position counter of one conversation's run events: `last_position` is the position of its newest
+    run event. A result write raises it by the number of events it inserts, in its own transaction and
+    before inserting them, so the row lock it takes orders the conversation's writers: the next writer takes
+    its positions (and its ids) only once the previous one has committed."""
+
+    workspace_id = models.BigIntegerField()
+    conversation_id = models.CharField(max_length=255)
+    last_position = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["workspace_id", "conversation_id"], name="uniq_conversation_stream")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id}:{self.conversation_id} @{self.last_position}"
 
 
 class ProxyCallAudit(models.Model):

@@ -26,21 +26,24 @@ from langbot_host.core.sql import (
     sql_text_literals,
     table,
 )
-from runners.models import Run, RunEvent
+from runners.models import ConversationStream, Run, RunEvent
 from transcripts.models import EventLog, TranscriptItem
 
 # --- a live subscription's start ------------------------------------------------------------------------
 
 
 def conversation_now(*, workspace_id: int, conversation_id: str) -> Statement:
-    """Rows `(0, newest run event id of the conversation, NULL)` and `(1, pk, run_id)` per queued or
-    running run, oldest first.
+    """Rows `(0, newest run event id of the conversation, NULL)`, `(1, pk, run_id)` per queued or
+    running run, oldest first, and `(2, the conversation's last position, NULL)` (none before its first
+    positioned event), all of one snapshot.
 
     Not prepared: like the ORM's queries it replaced, each execution is planned with its own values (a
     generic plan made on a young table could read every run event for a conversation that has none).
     """
     return Statement(
-        _conversation_now_sql(), (workspace_id, conversation_id, workspace_id, conversation_id), prepare=False
+        _conversation_now_sql(),
+        (workspace_id, conversation_id, workspace_id, conversation_id, workspace_id, conversation_id),
+        prepare=False,
     )
 
 
@@ -54,6 +57,9 @@ def _conversation_now_sql() -> str:
         f" WHERE x.{run_ws} = %s AND x.{run_conv} = %s ORDER BY e.{event_pk} DESC LIMIT 1), NULL"
         f" UNION ALL SELECT 1, r.{run_pk}, r.{column(Run, 'run_id')} FROM {r} r WHERE r.{run_ws} = %s"
         f" AND r.{run_conv} = %s AND r.{column(Run, 'status')} IN ({sql_text_literals(Run.ACTIVE_STATUSES)})"
+        f" UNION ALL SELECT 2, s.{column(ConversationStream, 'last_position')}, NULL FROM {table(ConversationStream)} s"
+        f" WHERE s.{column(ConversationStream, 'workspace_id')} = %s"
+        f" AND s.{column(ConversationStream, 'conversation_id')} = %s"
         " ORDER BY 1, 2"
     )
 
@@ -220,9 +226,12 @@ def ledger_write(
     """A batch of results in one statement, fenced by the lease: the run update (the new `last_seq` and
     lease while running, or its end), the events, at the end the assistant transcript item and the lookup
     of the next queued run of the conversation — data-modifying CTEs, so one round trip and one implicit
-    transaction do what the ORM does in six. Rows: `('run', rows updated)`, `('event', id, seq)` per
-    event and, at the end, `('next', run_id)` of a run waiting behind this one."""
+    transaction do what the ORM does in six. The events of a run with a conversation take their positions
+    from its `ConversationStream` row (`conversation_positions_take`, as a CTE the inserted rows join, so
+    the row is locked before their ids are drawn). Rows: `('run', rows updated)`, `('event', id, seq,
+    position)` per event and, at the end, `('next', run_id)` of a run waiting behind this one."""
     last_seq = first_seq + len(events) - 1
+    positioned = bool(run.conversation_id) and bool(events)
     sets: list[Any]
     if end is None:
         sets = [last_seq, lease_expires_at]
@@ -236,7 +245,9 @@ def ledger_write(
         run.pk,
         prep(Run, "lease_token", lease_token),
         Run.Status.RUNNING.value,
+        *([run.workspace_id, run.conversation_id, len(events), len(events)] if positioned else []),
         now,
+        *([first_seq - 1] if positioned else []),
         list(range(first_seq, last_seq + 1)),
         [type_ for type_, _ in events],
         [json.dumps(data, ensure_ascii=False, separators=(",", ":")) for _, data in events],
@@ -247,13 +258,37 @@ def ledger_write(
         # `run_next_queued`: only runs of a conversation under a binding wait behind another.
         waits = bool(run.conversation_id) and run.binding_id is not None
         params += [run.workspace_id, run.conversation_id, run.binding_id if waits else -1]
-    return Statement(_ledger_sql(final=end is not None, reply=reply is not None), params)
+    return Statement(_ledger_sql(final=end is not None, reply=reply is not None, positioned=positioned), params)
+
+
+def _positions_sql(source: str) -> str:
+    """Raise a conversation's counter by %s (workspace, conversation, count, count again), one row per row of
+    `source`; returns `base`, the position before the first new one. The upsert locks the counter row until
+    the transaction ends."""
+    s = functools.partial(column, ConversationStream)
+    t = table(ConversationStream)
+    return (
+        f"INSERT INTO {t} ({s('workspace_id')}, {s('conversation_id')}, {s('last_position')})"
+        f" SELECT %s, %s, %s FROM {source} WHERE true ON CONFLICT ({s('workspace_id')}, {s('conversation_id')})"
+        f" DO UPDATE SET {s('last_position')} = {t}.{s('last_position')} + EXCLUDED.{s('last_position')}"
+        f" RETURNING {s('last_position')} - %s AS base"
+    )
+
+
+def conversation_positions_take(*, workspace_id: int, conversation_id: str, count: int) -> Statement:
+    """Take `count` positions of a conversation's run events; one row `(base,)`: they are base+1..base+count.
+    The counter row stays locked until the transaction ends, so call it before inserting the events."""
+    return Statement(_positions_sql("(SELECT 1) AS one"), (workspace_id, conversation_id, count, count))
 
 
 @functools.cache
-def _ledger_sql(*, final: bool, reply: bool) -> str:
+def _ledger_sql(*, final: bool, reply: bool, positioned: bool = False) -> str:
     c = functools.partial(column, Run)
     e = functools.partial(column, RunEvent)
+    # The events join `pos`, so the counter row is locked before their ids are drawn: ids and positions of a
+    # conversation's events then follow its commit order.
+    pos_cte = f" pos AS ({_positions_sql('upd')})," if positioned else ""
+    pos_value, pos_from = (", v.seq + (pos.base - %s)", " pos,") if positioned else (", NULL", "")
     if final:
         sets = (
             f"{c('status')} = %s, {c('status_reason')} = %s, {c('error')} = %s, {c('usage')} = %s,"
@@ -264,20 +299,22 @@ def _ledger_sql(*, final: bool, reply: bool) -> str:
     sql = (
         f"WITH upd AS (UPDATE {table(Run)} SET {sets}"
         f" WHERE {c('id')} = %s AND {c('lease_token')} = %s AND {c('status')} = %s RETURNING {c('id')} AS id),"
-        f" ev AS (INSERT INTO {table(RunEvent)} ({e('run')}, {e('seq')}, {e('type')}, {e('data')}, {e('created_at')})"
-        f" SELECT upd.id, v.seq, v.type, v.data::jsonb, %s::timestamptz FROM upd,"
+        f"{pos_cte}"
+        f" ev AS (INSERT INTO {table(RunEvent)}"
+        f" ({e('run')}, {e('seq')}, {e('type')}, {e('data')}, {e('created_at')}, {e('position')})"
+        f" SELECT upd.id, v.seq, v.type, v.data::jsonb, %s::timestamptz{pos_value} FROM upd,{pos_from}"
         f" unnest(%s::integer[], %s::text[], %s::text[]) AS v(seq, type, data)"
-        f" RETURNING {e('id')} AS id, {e('seq')} AS seq)"
+        f" RETURNING {e('id')} AS id, {e('seq')} AS seq, {e('position')} AS position)"
     )
     if reply:
         sql += f", item AS ({insert_select_sql(TranscriptItem, 'upd')} ON CONFLICT DO NOTHING)"
     sql += (
-        " SELECT 'run', (SELECT count(*) FROM upd), NULL::bigint, NULL::uuid"
-        " UNION ALL SELECT 'event', ev.id, ev.seq, NULL FROM ev"
+        " SELECT 'run', (SELECT count(*) FROM upd), NULL::bigint, NULL::uuid, NULL::bigint"
+        " UNION ALL SELECT 'event', ev.id, ev.seq, NULL, ev.position FROM ev"
     )
     if final:
         sql += (
-            f" UNION ALL (SELECT 'next', NULL, NULL, q.{c('run_id')} FROM {table(Run)} q"
+            f" UNION ALL (SELECT 'next', NULL, NULL, q.{c('run_id')}, NULL FROM {table(Run)} q"
             f" WHERE q.{c('workspace')} = %s AND q.{c('conversation_id')} = %s AND q.{c('binding')} = %s"
             f" AND q.{c('status')} = {sql_text_literals([Run.Status.QUEUED])} AND EXISTS (SELECT 1 FROM upd)"
             f" ORDER BY q.{c('id')} LIMIT 1)"

@@ -63,6 +63,8 @@ def run_event_message(run: Run, event: RunEvent) -> dict[str, Any]:
         "run_id": str(run.run_id),
         "seq": event.seq,
         "event": {"type": event.type, "data": event.data},
+        # For the subscribers' gap check (`runners.live.streaming`); not passed on to clients.
+        "position": event.position,
     }
 
 

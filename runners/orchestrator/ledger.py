@@ -33,7 +33,7 @@ from runners.lifecycle.observers import runs_ended
 from runners.lifecycle.services import run_dispatch, run_dispatch_next_on_commit
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
-from runners.sql import RunEnd, ledger_write
+from runners.sql import RunEnd, conversation_positions_take, ledger_write
 from transcripts.models import TranscriptItem
 from transcripts.state import state_write
 
@@ -124,8 +124,23 @@ def _artifact_store(run: Run, artifact: ArtifactOutput) -> None:
 
 
 def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]]]) -> list[RunEvent]:
-    rows = [RunEvent(run_id=run.pk, seq=first_seq + i, type=type_, data=data) for i, (type_, data) in enumerate(events)]
-    return RunEvent.objects.bulk_create(rows) if rows else []
+    if not events:
+        return []
+    base = None
+    if run.conversation_id:
+        # Before the insert: the counter row's lock orders the conversation's writers (`ConversationStream`).
+        taken = conversation_positions_take(
+            workspace_id=run.workspace_id, conversation_id=run.conversation_id, count=len(events)
+        ).fetchone()
+        assert taken is not None
+        base = int(taken[0])
+    rows = [
+        RunEvent(
+            run_id=run.pk, seq=first_seq + i, type=type_, data=data, position=None if base is None else base + 1 + i
+        )
+        for i, (type_, data) in enumerate(events)
+    ]
+    return RunEvent.objects.bulk_create(rows)
 
 
 # --- one-statement writes (PostgreSQL) ---------------------------------------------------------------
@@ -167,12 +182,14 @@ async def _ledger_write_fast(
     events: list[RunEvent] = []
     by_seq = dict(zip(seqs, batch.events, strict=True))
     following = None
-    for kind, a, b, next_run_id in rows:
+    for kind, a, b, next_run_id, position in rows:
         if kind == "run" and not a:
             raise LeaseLostError()
         if kind == "event":
             type_, data = by_seq[b]
-            events.append(RunEvent(id=a, run_id=run.pk, seq=b, type=type_, data=data, created_at=now))
+            events.append(
+                RunEvent(id=a, run_id=run.pk, seq=b, type=type_, data=data, created_at=now, position=position)
+            )
         elif kind == "next":
             following = next_run_id
     if following is not None:

@@ -57,11 +57,14 @@ from runners.live.publish import conversation_group
 from runners.live.streaming import (
     REPLAY_PAGE_SIZE,
     RunCursor,
+    client_event,
     conversation_events_after,
+    conversation_events_between,
     conversation_exists,
     conversation_now,
-    live_event,
-    live_status,
+    conversation_position_at,
+    live_conversation_event,
+    live_conversation_status,
     run_events_range,
     run_replay,
 )
@@ -331,7 +334,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         group = conversation_group(workspace_id=workspace_id, conversation_id=conversation_id)
         await self.channel_layer.group_add(group, self.channel_name)
         if after_id is not None:
-            cursor = RunCursor(floor_id=after_id)
+            # Where `after_id` stands in the conversation; the replay below moves on from there in order.
+            position = await database_sync_to_async(conversation_position_at)(
+                workspace_id=workspace_id, conversation_id=conversation_id, event_id=after_id
+            )
+            cursor = RunCursor(floor_id=after_id, last_position=position)
             self.subscription = _Subscription(conversation_id, group, cursor)
             while True:
                 page = await database_sync_to_async(conversation_events_after)(
@@ -343,15 +350,22 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                     break
         else:
             # Without a cursor: what is in progress (the active runs, from their start), then live.
-            floor, active = await database_sync_to_async(conversation_now)(
+            floor, position, active = await database_sync_to_async(conversation_now)(
                 workspace_id=workspace_id, conversation_id=conversation_id
             )
-            cursor = RunCursor(floor_id=floor)
+            cursor = RunCursor(floor_id=floor, last_position=position)
             self.subscription = _Subscription(conversation_id, group, cursor)
+
+            async def read_to_floor(
+                run_id: str, after_seq: int, before_seq: int | None, min_id: int
+            ) -> list[dict[str, Any]]:
+                # Up to the floor only: what was committed after it comes live, in conversation order.
+                return await self._read(run_id, after_seq, before_seq, min_id, max_id=floor)
+
             for run_id in active:
                 cursor.expect(run_id)
                 # From the run's start: its rows may lie below the floor, which counts only for other runs.
-                await self._deliver_all(run_replay(cursor, self._read, run_id, min_id=0))
+                await self._deliver_all(run_replay(cursor, read_to_floor, run_id, min_id=0))
         self._deliver({"type": "subscribed", "conversation_id": conversation_id, "last_id": cursor.last_id})
 
     async def _leave(self) -> None:
@@ -360,11 +374,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def _read(self, run_id: str, after_seq: int, before_seq: int | None, min_id: int) -> list[dict[str, Any]]:
+    async def _read(
+        self, run_id: str, after_seq: int, before_seq: int | None, min_id: int, max_id: int | None = None
+    ) -> list[dict[str, Any]]:
         assert self.caller is not None
         return await database_sync_to_async(run_events_range)(
             workspace_id=self.caller.workspace_id, run_id=run_id, after_seq=after_seq,
-            before_seq=before_seq, min_id=min_id,
+            before_seq=before_seq, min_id=min_id, max_id=max_id,
+        )  # fmt: skip
+
+    async def _read_conversation(self, after_position: int, before_position: int | None) -> list[dict[str, Any]]:
+        assert self.caller is not None
+        assert self.subscription is not None
+        return await database_sync_to_async(conversation_events_between)(
+            workspace_id=self.caller.workspace_id, conversation_id=self.subscription.conversation_id,
+            after_position=after_position, before_position=before_position,
         )  # fmt: skip
 
     async def _deliver_all(self, messages: AsyncIterator[dict[str, Any]]) -> None:
@@ -394,14 +418,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         subscription = self.subscription
         if subscription is None or self._closing:
             return
-        event = {k: message[k] for k in ("type", "id", "run_id", "seq", "event")}
-        await self._deliver_all(live_event(subscription.cursor, self._read, event))
+        event = {k: message[k] for k in ("type", "id", "run_id", "seq", "event", "position") if k in message}
+        await self._deliver_all(
+            live_conversation_event(subscription.cursor, self._read, self._read_conversation, event)
+        )
 
     async def run_status(self, message: dict[str, Any]) -> None:
         subscription = self.subscription
         if subscription is None or self._closing:
             return
-        await self._deliver_all(live_status(subscription.cursor, self._read, message))
+        await self._deliver_all(
+            live_conversation_status(subscription.cursor, self._read, self._read_conversation, message)
+        )
         self._deliver({k: message[k] for k in ("type", "run_id", "status", "status_reason") if k in message})
 
     async def transcript_item(self, message: dict[str, Any]) -> None:
@@ -422,6 +450,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     def _deliver(self, message: dict[str, Any]) -> None:
         if self._closing:
             return
+        if message.get("type") == "run.event":
+            message = client_event(message)
         try:
             self._outbox.put_nowait(message)
         except asyncio.QueueFull:

@@ -67,6 +67,9 @@ def _statements(run: Run) -> dict[str, Callable[[], Statement]]:
             run=run, lease_token=str(uuid.UUID(int=1)), first_seq=2, events=events, now=now, end=end, reply=reply,
         ),
         "runners.conversation_lock": lambda: runners_sql.conversation_lock(binding_pk=1, conversation_id="c"),
+        "runners.conversation_positions_take": lambda: runners_sql.conversation_positions_take(
+            workspace_id=run.workspace_id, conversation_id="c", count=2
+        ),
     }
 
 

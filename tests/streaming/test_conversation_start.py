@@ -17,7 +17,7 @@ def test_a_new_conversation_starts_at_zero_with_nothing_to_replay():
     workspace = WorkspaceFactory.create()
     persist(make_run(workspace, conversation_id="other"), "message.delta")
 
-    assert conversation_now(workspace_id=workspace.pk, conversation_id="new") == (0, [])
+    assert conversation_now(workspace_id=workspace.pk, conversation_id="new") == (0, 0, [])
 
 
 def test_the_start_is_the_conversations_newest_event_and_its_active_runs_oldest_first():
@@ -31,7 +31,7 @@ def test_the_start_is_the_conversations_newest_event_and_its_active_runs_oldest_
     persist(make_run(workspace, conversation_id="other"), "message.delta")
     persist(make_run(WorkspaceFactory.create()), "message.delta")
 
-    floor, active = conversation_now(workspace_id=workspace.pk, conversation_id="conv-1")
+    floor, _, active = conversation_now(workspace_id=workspace.pk, conversation_id="conv-1")
 
     assert floor == newest.id
     assert active == [str(first.run_id), str(second.run_id)]
