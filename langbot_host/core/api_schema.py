@@ -31,7 +31,7 @@ _ANY_OPERATION = {
     "403": "`forbidden`",
     "429": "`rate_limited`: over the API key's request rate (`LANGBOT_API_THROTTLE_RATE`); retry after `Retry-After` "
     "seconds",
-    "503": "`unavailable`: no database connection became free in time; retry after `Retry-After` seconds",
+    "503": "`unavailable`: the server has no database connection right now; retry after `Retry-After` seconds",
 }
 _WITH_INPUT = {"400": "`invalid_argument` (the fields are named in `details.fields`), or `invalid_json`"}
 _WITH_BODY = {"415": "`unsupported_media_type`: the body is not of a media type the operation takes"}

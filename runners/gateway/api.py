@@ -30,7 +30,7 @@ from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields
 from langbot_host.core.api_input import refuse_unstorable_text
-from langbot_host.core.db import pool_exhausted
+from langbot_host.core.db_unavailable import database_unavailable
 from runners.gateway.envelope import EventEnvelopeIn
 from runners.gateway.services import event_ingest
 from runners.lifecycle import services as run_services
@@ -234,7 +234,7 @@ class EventIngestApi(APIView):
                 runs = runs_of_event(event=result.event)
                 ended = all(run.is_terminal for run in runs)
             except OperationalError as exc:
-                if not pool_exhausted(exc):
+                if not database_unavailable(exc):
                     raise
                 # The event is in: answer as a wait that ran out, with the runs as ingested, rather than
                 # a 503 that a client without an event_id would retry as a second event.
