@@ -46,6 +46,7 @@ from platforms.interface import (
     ReplyTarget,
     SentMessage,
 )
+from platforms.metrics import PLATFORM_DELIVERIES
 from platforms.models import PlatformDelivery
 from platforms.registry import adapter_class, adapter_for_bot
 from runners.hostapi.delivery import DeliveryError, DeliveryTargetNotFoundError, SurfaceDelivery
@@ -267,6 +268,7 @@ class ReplyStream:
             if not kept:
                 await adapter.aclose()
         if sent or error:
+            PLATFORM_DELIVERIES.labels(bot.platform, "failed" if error else "delivered").inc()
             await PlatformDelivery.objects.acreate(
                 workspace_id=run.workspace_id,
                 run=run,

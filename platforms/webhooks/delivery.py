@@ -28,6 +28,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from langbot_host.core.crypto import SecretDecryptionError
+from platforms.metrics import WEBHOOK_ATTEMPTS
 from platforms.webhooks.guard import AddressRefusedError, guarded_transport
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.signing import signed_headers
@@ -197,6 +198,24 @@ def _record(token: uuid.UUID, deliveries: list[WebhookDelivery]) -> None:
             )
 
 
+def _attempts_count(deliveries: list[WebhookDelivery], *, deferred: int) -> None:
+    by_status = {
+        WebhookDelivery.Status.SUCCEEDED: "accepted",
+        WebhookDelivery.Status.FAILED: "failed",
+        WebhookDelivery.Status.PENDING: "retrying",
+    }
+    counts: dict[str, int] = {}
+    for delivery in deliveries:
+        outcome = by_status.get(WebhookDelivery.Status(delivery.status), "failed")
+        counts[outcome] = counts.get(outcome, 0) + 1
+    # A deferred delivery is still pending, but was not attempted: not a retry.
+    counts["retrying"] = counts.get("retrying", 0) - deferred
+    counts["deferred"] = deferred
+    for outcome, count in counts.items():
+        if count > 0:
+            WEBHOOK_ATTEMPTS.labels(outcome).inc(count)
+
+
 def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) -> list[WebhookDelivery]:
     """Attempt the given deliveries that are due (others are left alone: taken, done, not yet due, or
     their endpoint is disabled) and record each answer. Running it twice is harmless. Returns the
@@ -227,12 +246,14 @@ def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) 
         sendable.append(delivery)
     started = time.perf_counter()
     stalled: set[int] = set()
+    deferred = 0
     answers: list[tuple[WebhookDelivery, Answer]] = []
     for (url, body, headers), delivery in zip(requests, sendable, strict=True):
         sent_at = time.perf_counter()
         if delivery.endpoint_id in stalled or sent_at - started > BATCH_BUDGET_SECONDS:
             cause = "the endpoint was slow or did not answer" if delivery.endpoint_id in stalled else "time ran out"
             _release(delivery, now=now, why=f"not attempted: {cause} earlier in its batch")
+            deferred += 1
             continue
         answer = _sender.post(url, body, headers)
         if answer.unreachable or time.perf_counter() - sent_at > SLOW_ANSWER_SECONDS:
@@ -243,6 +264,7 @@ def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) 
     for delivery, answer in answers:
         _outcome(delivery, answer, now=now, answered_at=answered_at)
     _record(token, deliveries)
+    _attempts_count(deliveries, deferred=deferred)
     failed = sum(1 for d in deliveries if d.status != WebhookDelivery.Status.SUCCEEDED)
     if failed:
         logger.info("%d of %d webhook deliveries not accepted", failed, len(deliveries))

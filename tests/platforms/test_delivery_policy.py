@@ -21,6 +21,7 @@ from platforms.models import PlatformDelivery
 from runners.hostapi.delivery import deliveries_drain, run_results_observe
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, WorkspaceFactory
+from tests.host.test_metrics import process_samples
 from tests.platforms.conftest import post_update
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -138,6 +139,8 @@ async def test_a_429_is_waited_out_for_retry_after_and_the_reply_still_arrives(f
 async def test_a_delivery_that_finally_fails_is_recorded_and_leaves_the_run_as_it_was(fake_telegram, telegram_bot_for):
     run = await _platform_run(fake_telegram, telegram_bot_for, token="1:revoked-token")
     await Run.objects.filter(pk=run.pk).aupdate(status=Run.Status.COMPLETED)
+    failed = ("langbot_platform_deliveries_total", (("outcome", "failed"), ("platform", "telegram")))
+    before = process_samples().get(failed, 0)
 
     await _deliver(PlatformDeliveryPort(), run, ([_completed("nobody will see this")], 0))
 
@@ -147,6 +150,7 @@ async def test_a_delivery_that_finally_fails_is_recorded_and_leaves_the_run_as_i
     assert "Unauthorized" in delivery.error["message"]
     assert delivery.message_ids == []
     assert (await Run.objects.aget(pk=run.pk)).status == Run.Status.COMPLETED
+    assert process_samples().get(failed, 0) - before == 1
 
 
 async def test_an_artifact_the_run_created_is_uploaded_to_the_chat_after_the_text(fake_telegram, telegram_bot_for):

@@ -16,6 +16,7 @@ from platforms.webhooks.models import WebhookDelivery
 from platforms.webhooks.services import webhook_secret_rotate
 from runners.lifecycle.services import run_cancel_request
 from tests.factories import WebhookEndpointFactory
+from tests.host.test_metrics import process_samples
 from tests.platforms.webhooks.conftest import make_run, send_due
 
 pytestmark = pytest.mark.django_db
@@ -62,6 +63,7 @@ def test_a_receiver_failing_three_times_then_accepting_gets_exactly_one_accepted
     receiver.script.extend([500, 503, 500])
     endpoint = WebhookEndpointFactory.create(workspace=workspace, url=receiver.url)
     run_cancel_request(run=make_run(workspace), reason="stop")
+    before = process_samples()
     # when the sender runs whenever the delivery is due (and once more a day later)
     now = timezone.now()
     for _ in range(4):
@@ -75,6 +77,11 @@ def test_a_receiver_failing_three_times_then_accepting_gets_exactly_one_accepted
     assert [r["status"] for r in receiver.requests] == [500, 503, 500, 204]
     assert len(receiver.accepted()) == 1
     assert {r["headers"]["webhook-id"] for r in receiver.requests} == {delivery.event_id}
+    # and the metrics count three attempts that will be retried and one accepted
+    after = process_samples()
+    for outcome, attempts in (("retrying", 3), ("accepted", 1)):
+        key = ("langbot_webhook_attempts_total", (("outcome", outcome),))
+        assert after.get(key, 0) - before.get(key, 0) == attempts
 
 
 def test_a_failed_attempt_is_retried_only_when_its_backoff_has_passed(workspace, receiver):
