@@ -87,6 +87,17 @@ def conversation_events_between(
     return [run_event_message(row.run, row) for row in rows.select_related("run").order_by("position")[:limit]]
 
 
+def runs_events_upto(
+    *, workspace_id: int, run_ids: list[str], after_id: int, max_id: int, limit: int = REPLAY_PAGE_SIZE
+) -> list[dict[str, Any]]:
+    """One page of the events of the workspace's runs `run_ids` with `after_id < id <= max_id`, in id order
+    (several runs' events interleaved as they were committed), as `run.event` messages."""
+    rows = RunEvent.objects.filter(
+        run__workspace_id=workspace_id, run__run_id__in=run_ids, id__gt=after_id, id__lte=max_id
+    )
+    return [run_event_message(row.run, row) for row in rows.select_related("run").order_by("id")[:limit]]
+
+
 def conversation_position_at(*, workspace_id: int, conversation_id: str, event_id: int) -> int:
     """The position of the conversation's newest positioned run event with `id <= event_id` (0: none): where
     a subscriber resuming after `event_id` stands (positions and ids of a conversation rise together)."""
@@ -100,15 +111,13 @@ def conversation_position_at(*, workspace_id: int, conversation_id: str, event_i
 
 def run_events_range(
     *, workspace_id: int, run_id: str, after_seq: int, before_seq: int | None = None, min_id: int = 0,
-    max_id: int | None = None, limit: int = REPLAY_PAGE_SIZE,
+    limit: int = REPLAY_PAGE_SIZE,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Persisted events of one run of the workspace with `after_seq < seq < before_seq` (and `min_id < id <=
-    max_id`), in seq order, as `run.event` messages."""
+    """Persisted events of one run of the workspace with `after_seq < seq < before_seq` (and `id > min_id`),
+    in seq order, as `run.event` messages."""
     rows = RunEvent.objects.filter(run__workspace_id=workspace_id, run__run_id=run_id, seq__gt=after_seq, id__gt=min_id)
     if before_seq is not None:
         rows = rows.filter(seq__lt=before_seq)
-    if max_id is not None:
-        rows = rows.filter(id__lte=max_id)
     return [run_event_message(row.run, row) for row in rows.select_related("run").order_by("seq")[:limit]]
 
 

@@ -66,7 +66,7 @@ from runners.live.streaming import (
     live_conversation_event,
     live_conversation_status,
     run_events_range,
-    run_replay,
+    runs_events_upto,
 )
 from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
 from runners.webchat.origins import origin_allowed
@@ -355,17 +355,20 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             )
             cursor = RunCursor(floor_id=floor, last_position=position)
             self.subscription = _Subscription(conversation_id, group, cursor)
-
-            async def read_to_floor(
-                run_id: str, after_seq: int, before_seq: int | None, min_id: int
-            ) -> list[dict[str, Any]]:
-                # Up to the floor only: what was committed after it comes live, in conversation order.
-                return await self._read(run_id, after_seq, before_seq, min_id, max_id=floor)
-
             for run_id in active:
                 cursor.expect(run_id)
-                # From the run's start: its rows may lie below the floor, which counts only for other runs.
-                await self._deliver_all(run_replay(cursor, read_to_floor, run_id, min_id=0))
+            # The active runs from their start up to the floor, in id order, as several runs' events were
+            # committed (so a client's cursor never passes one it has not received); later ones come live.
+            after = 0
+            while active and not self._closing:
+                page = await database_sync_to_async(runs_events_upto)(
+                    workspace_id=workspace_id, run_ids=active, after_id=after, max_id=floor
+                )
+                for message in page:
+                    after = int(message["id"])
+                    self._forward(message)
+                if len(page) < REPLAY_PAGE_SIZE:
+                    break
         self._deliver({"type": "subscribed", "conversation_id": conversation_id, "last_id": cursor.last_id})
 
     async def _leave(self) -> None:
@@ -374,13 +377,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def _read(
-        self, run_id: str, after_seq: int, before_seq: int | None, min_id: int, max_id: int | None = None
-    ) -> list[dict[str, Any]]:
+    async def _read(self, run_id: str, after_seq: int, before_seq: int | None, min_id: int) -> list[dict[str, Any]]:
         assert self.caller is not None
         return await database_sync_to_async(run_events_range)(
             workspace_id=self.caller.workspace_id, run_id=run_id, after_seq=after_seq,
-            before_seq=before_seq, min_id=min_id, max_id=max_id,
+            before_seq=before_seq, min_id=min_id,
         )  # fmt: skip
 
     async def _read_conversation(self, after_position: int, before_position: int | None) -> list[dict[str, Any]]:

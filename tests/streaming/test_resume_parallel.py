@@ -156,16 +156,18 @@ class Client:
 
     cookie: tuple[bytes, bytes]
     conversation_id: str
+    fresh: bool = False
+    """Without a cursor until it has one: the socket starts with the runs in progress (both are, here)."""
     received: list[dict[str, Any]] = field(default_factory=list)
     comm: Any = None
 
     async def connect(self) -> None:
         self.comm, connected, _ = await open_socket(self.cookie, ORIGIN)
         assert connected
-        after_id = self.received[-1]["id"] if self.received else 0
-        await self.comm.send_json_to(
-            {"type": "subscribe", "conversation_id": self.conversation_id, "after_id": after_id}
-        )
+        subscribe: dict[str, Any] = {"type": "subscribe", "conversation_id": self.conversation_id}
+        if self.received or not self.fresh:
+            subscribe["after_id"] = self.received[-1]["id"] if self.received else 0
+        await self.comm.send_json_to(subscribe)
         self.pending: list[dict[str, Any]] = []
         while True:
             message = await next_json(self.comm)
@@ -184,10 +186,10 @@ class Client:
         await self.connect()
 
 
-async def _scenario(cookie: tuple[bytes, bytes], runs: list[Run], plan: list[Round]) -> None:
+async def _scenario(cookie: tuple[bytes, bytes], runs: list[Run], plan: list[Round], fresh: bool) -> None:
     conversation_id = runs[0].conversation_id
     writers = [Writer(run, str(run.lease_token)) for run in runs]
-    client = Client(cookie, conversation_id)
+    client = Client(cookie, conversation_id, fresh)
     await client.connect()
     for step in plan:
         first = writers[step.first]
@@ -242,11 +244,13 @@ def _parallel_runs(workspace: Any) -> list[Run]:
 
 # The case that lost an event before writers of a conversation were ordered: run 0 holds its batch open,
 # run 1 writes (a higher id) meanwhile, the client takes what is committed and drops.
-@example(plan=[Round(first=0, size=1, fast=True, other=1, other_fast=True, hold=True, read=1.0, cut=True)])
-@example(plan=[Round(first=1, size=2, fast=False, other=2, other_fast=False, hold=True, read=0.5, cut=True)])
-@given(plan=rounds)
+@example(plan=[Round(first=0, size=1, fast=True, other=1, other_fast=True, hold=True, read=1.0, cut=True)], fresh=False)
+@example(
+    plan=[Round(first=1, size=2, fast=False, other=2, other_fast=False, hold=True, read=0.5, cut=True)], fresh=True
+)
+@given(plan=rounds, fresh=st.booleans())
 @fuzz_settings(max_examples=12)
-def test_resume_after_any_cut_delivers_every_event_once_in_order_under_concurrent_writers(member, plan):
+def test_resume_after_any_cut_delivers_every_event_once_in_order_under_concurrent_writers(member, plan, fresh):
     user, workspace = member
     runs = _parallel_runs(workspace)
-    async_to_sync(_scenario)(session_cookie(user), runs, plan)
+    async_to_sync(_scenario)(session_cookie(user), runs, plan, fresh)
