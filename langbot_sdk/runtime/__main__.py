@@ -1,4 +1,5 @@
-"""Command line of the plugin runtime: `python -m langbot_sdk.runtime [--stdio | --listen HOST:PORT]`.
+"""Command line of the plugin runtime: `python -m langbot_sdk.runtime [--stdio | --listen HOST:PORT]
+[--isolation plugin|none]`.
 
 What belongs here: argument parsing, logging set-up (stderr only: in stdio mode stdout is the wire),
 loading the plugins and serving host connections until the host goes away or a signal arrives. The
@@ -16,10 +17,19 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Protocol
 
-from langbot_sdk.runtime.loader import load_plugins
+from langbot_sdk.runtime.loader import load_plugin_paths, load_plugins
 from langbot_sdk.runtime.service import DEFAULT_CANCEL_GRACE, RUNTIME_VERSION, RuntimeService
-from langbot_sdk.wire import Transport, open_stdio_transport, serve_websocket
+from langbot_sdk.runtime.supervisor import (
+    DEFAULT_ISOLATION,
+    ISOLATION_ENV,
+    ISOLATION_MODES,
+    PluginSupervisor,
+    plugin_memory_mb,
+)
+from langbot_sdk.wire import Connection, Transport, open_stdio_transport, serve_websocket
 
 logger = logging.getLogger("langbot_sdk.runtime")
 
@@ -27,6 +37,25 @@ PLUGIN_DIRS_ENV = "LANGBOT_PLUGIN_DIRS"
 TOKEN_ENV = "LANGBOT_RUNTIME_TOKEN"
 GC_FREEZE_ENV = "LANGBOT_GC_FREEZE"
 DEFAULT_PLUGIN_DIR = "plugins"
+
+
+class _Session(Protocol):
+    connection: Connection
+
+
+class _Service(Protocol):
+    """What the serving loops need: RuntimeService (plugins in this process) or PluginSupervisor."""
+
+    cancel_grace: float
+
+    @property
+    def sessions(self) -> AbstractSet[_Session]: ...
+
+    async def start(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+    async def serve(self, transport: Transport, *, name: str = ...) -> None: ...
 
 
 def default_plugin_dirs() -> list[str]:
@@ -74,14 +103,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a cancelled or timed-out runner may take to stop before its run is ended without it "
         f"(default {DEFAULT_CANCEL_GRACE:g})",
     )  # fmt: skip
+    parser.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default=None,
+        help=f"plugin: one process per plugin, each under a memory limit and restarted when it dies; none: "
+        f"every plugin in this process (default: ${ISOLATION_ENV}, else {DEFAULT_ISOLATION!r})",
+    )
+    # Used by the supervisor for its children: load these plugin directories themselves.
+    parser.add_argument("--plugin", action="append", dest="plugin_paths", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--exit-on-memory-error", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     return parser
 
 
-async def _serve_stdio(build_service: Callable[[], RuntimeService]) -> None:
+async def _serve_stdio(build_service: Callable[[], _Service]) -> None:
     # The wire takes over stdout before any plugin is imported, so import-time prints go to stderr.
     transport = await open_stdio_transport()
     service = build_service()
+    await service.start()
     with _stop_signals() as stop:
         serving = asyncio.create_task(service.serve(transport, name="stdio"))
         stopping = asyncio.create_task(stop.wait())
@@ -91,13 +131,13 @@ async def _serve_stdio(build_service: Callable[[], RuntimeService]) -> None:
             for session in list(service.sessions):
                 await session.connection.close()
             await serving
+        await service.aclose()
         await _stop_leftover_tasks(service.cancel_grace)
 
 
-async def _serve_websocket(
-    build_service: Callable[[], RuntimeService], host: str, port: int, token: str | None
-) -> None:
+async def _serve_websocket(build_service: Callable[[], _Service], host: str, port: int, token: str | None) -> None:
     service = build_service()
+    await service.start()
     counter = 0
 
     async def on_transport(transport: Transport) -> None:
@@ -120,6 +160,7 @@ async def _serve_websocket(
             for session in list(service.sessions):
                 await session.connection.close()
             await handle.close()
+            await service.aclose()
         await _stop_leftover_tasks(service.cancel_grace)
 
 
@@ -178,9 +219,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     plugin_dirs = args.plugin_dirs or default_plugin_dirs()
+    isolation = args.isolation or os.environ.get(ISOLATION_ENV, "").strip().lower() or DEFAULT_ISOLATION
+    if isolation not in ISOLATION_MODES:
+        parser.error(f"{ISOLATION_ENV} must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")
+    if args.plugin_paths:
+        isolation = "none"  # a supervisor's child: it runs the plugins it was given
 
-    def build_service() -> RuntimeService:
-        registry = load_plugins(plugin_dirs)
+    def build_service() -> _Service:
+        if isolation == "plugin":
+            return PluginSupervisor(
+                plugin_dirs,
+                cancel_grace=max(0.0, args.cancel_grace),
+                memory_mb=plugin_memory_mb(),
+                log_level=str(args.log_level).upper(),
+            )
+        registry = load_plugin_paths(args.plugin_paths) if args.plugin_paths else load_plugins(plugin_dirs)
         failed = sum(1 for report in registry.reports if report.status == "error")
         logger.info(
             "langbot runtime %s: %d runner(s) from %s; %d plugin(s) failed to load",
@@ -194,7 +247,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # collection no longer walks them (and no longer holds every run's results back meanwhile).
             gc.collect()
             gc.freeze()
-        return RuntimeService(registry, cancel_grace=max(0.0, args.cancel_grace))
+        return RuntimeService(
+            registry, cancel_grace=max(0.0, args.cancel_grace), exit_on_memory_error=args.exit_on_memory_error
+        )
 
     try:
         if args.listen is not None:

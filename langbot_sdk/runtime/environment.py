@@ -18,7 +18,8 @@ RUNTIME_ENV_NAMES = frozenset(
         "VIRTUAL_ENV", "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING",
         "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
         "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-        "LANGBOT_PLUGIN_DIRS", "LANGBOT_GC_FREEZE", "LANGBOT_RUNTIME_TOKEN",
+        "LANGBOT_PLUGIN_DIRS", "LANGBOT_GC_FREEZE", "LANGBOT_RUNTIME_TOKEN", "LANGBOT_RUNTIME_ISOLATION",
+        "LANGBOT_PLUGIN_MEMORY_MB",
     }
 )  # fmt: skip
 """Variables passed on by name."""
@@ -29,9 +30,7 @@ RUNTIME_ENV_PREFIXES = ("LC_",)
 def runtime_environment(source: Mapping[str, str], **overrides: str) -> dict[str, str]:
     """The allowed part of `source`, then `overrides` (which are the launcher's to choose)."""
     env = {
-        key: value
-        for key, value in source.items()
-        if key in RUNTIME_ENV_NAMES or key.startswith(RUNTIME_ENV_PREFIXES)
+        key: value for key, value in source.items() if key in RUNTIME_ENV_NAMES or key.startswith(RUNTIME_ENV_PREFIXES)
     }
     env.update(overrides)
     return env

@@ -30,7 +30,7 @@ from langbot_sdk.protocol import (
 )
 from langbot_sdk.runner import AgentRunner
 
-__all__ = ["LoadedRunner", "PluginLoadError", "PluginRegistry", "load_plugins"]
+__all__ = ["LoadedRunner", "PluginLoadError", "PluginRegistry", "load_plugin_paths", "load_plugins", "plugin_paths"]
 
 logger = logging.getLogger("langbot_sdk.runtime.loader")
 
@@ -77,6 +77,25 @@ def load_plugins(plugin_dirs: Sequence[str | Path]) -> PluginRegistry:
             continue
         for plugin_path in _plugin_paths(root_path):
             _load_one(plugin_path, registry)
+    return registry
+
+
+def plugin_paths(plugin_dirs: Sequence[str | Path]) -> list[Path]:
+    """The plugin directories under `plugin_dirs`, in load order, found without importing anything."""
+    found: list[Path] = []
+    for root in plugin_dirs:
+        root_path = Path(root)
+        if root_path.is_dir():
+            found.extend(_plugin_paths(root_path))
+    return found
+
+
+def load_plugin_paths(paths: Sequence[str | Path]) -> PluginRegistry:
+    """Load the given plugin directories themselves (not directories of plugins): an isolated runtime
+    child gets the one plugin it runs."""
+    registry = PluginRegistry()
+    for path in paths:
+        _load_one(Path(path), registry)
     return registry
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,11 +35,20 @@ from langbot_sdk.proxy import bind_run_channel, unbind_run_channel
 from langbot_sdk.runtime.loader import LoadedRunner, PluginRegistry
 from langbot_sdk.wire import CallInfo, Connection, Transport
 
-__all__ = ["DEFAULT_CANCEL_GRACE", "RUNTIME_VERSION", "HostSession", "PluginChannel", "RuntimeService"]
+__all__ = [
+    "DEFAULT_CANCEL_GRACE",
+    "EXIT_OUT_OF_MEMORY",
+    "RUNTIME_VERSION",
+    "HostSession",
+    "PluginChannel",
+    "RuntimeService",
+]
 
 logger = logging.getLogger("langbot_sdk.runtime")
 
 RUNTIME_VERSION = "0.1.0"
+EXIT_OUT_OF_MEMORY = 3
+"""Exit status of an isolated plugin process that reached its memory limit."""
 DEFAULT_CANCEL_GRACE = 5.0
 """Seconds a cancelled (or timed-out) runner gets to stop before its run is ended without it."""
 _TERMINAL = frozenset({ResultType.RUN_COMPLETED.value, ResultType.RUN_FAILED.value})
@@ -140,6 +150,9 @@ class RuntimeService:
 
     registry: PluginRegistry
     cancel_grace: float = DEFAULT_CANCEL_GRACE
+    exit_on_memory_error: bool = False
+    """Set in an isolated plugin process (`supervisor.py`): a runner's MemoryError means the process hit
+    its memory limit, and the process exits so that its supervisor restarts it clean."""
     started_at: float = field(default_factory=time.monotonic)
     sessions: set[HostSession] = field(default_factory=set)
     _list_response: dict[str, Any] | None = None
@@ -154,6 +167,12 @@ class RuntimeService:
             response = ListAgentRunnersResponse(runners=self.registry.manifests, plugins=self.registry.reports)
             self._list_response = response.model_dump(mode="json")
         return self._list_response
+
+    async def start(self) -> None:
+        """Nothing to start: the plugins were loaded when the service was built."""
+
+    async def aclose(self) -> None:
+        """Nothing to stop beyond the host connections, which the command line closes."""
 
     async def serve(self, transport: Transport, *, name: str = "host") -> None:
         """Serve one host connection until it closes (the WebSocket server's `on_transport`)."""
@@ -262,9 +281,7 @@ class HostSession:
 
         run = _ActiveRun(ctx.run_id, request.runner_id)
         self.runs[ctx.run_id] = run
-        run.task = asyncio.create_task(
-            self._supervise(run, loaded, ctx, request.run_token), name=f"run {ctx.run_id}"
-        )
+        run.task = asyncio.create_task(self._supervise(run, loaded, ctx, request.run_token), name=f"run {ctx.run_id}")
         if ctx.runtime.deadline_at is not None:
             loop = asyncio.get_running_loop()
             hard_stop = loop.time() + (ctx.runtime.deadline_at - time.time()) + self.service.cancel_grace
@@ -347,6 +364,10 @@ class HostSession:
         return _stamp(AgentRunResult.run_completed(run_id).model_dump(mode="json", exclude_none=True), run_id)
 
     def _exception_failure(self, run: _ActiveRun, exc: BaseException) -> dict[str, Any]:
+        if isinstance(exc, MemoryError) and self.service.exit_on_memory_error:
+            logger.critical("run %s: runner %s ran out of memory; the plugin process exits", run.run_id, run.runner_id)
+            logging.shutdown()
+            os._exit(EXIT_OUT_OF_MEMORY)
         logger.error("run %s: runner %s raised", run.run_id, run.runner_id, exc_info=exc)
         return _failure(
             run.run_id,
