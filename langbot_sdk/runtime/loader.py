@@ -30,7 +30,15 @@ from langbot_sdk.protocol import (
 )
 from langbot_sdk.runner import AgentRunner
 
-__all__ = ["LoadedRunner", "PluginLoadError", "PluginRegistry", "load_plugin_paths", "load_plugins", "plugin_paths"]
+__all__ = [
+    "LoadedRunner",
+    "PluginLoadError",
+    "PluginRegistry",
+    "declared_report",
+    "load_plugin_paths",
+    "load_plugins",
+    "plugin_paths",
+]
 
 logger = logging.getLogger("langbot_sdk.runtime.loader")
 
@@ -97,6 +105,28 @@ def load_plugin_paths(paths: Sequence[str | Path]) -> PluginRegistry:
     for path in paths:
         _load_one(Path(path), registry)
     return registry
+
+
+def declared_report(plugin_path: Path, error: str) -> PluginLoadReport:
+    """The error report of a plugin that failed outside the loader (its process died while importing it),
+    with what its manifests declare, read without importing its code, so the host can mark its runners."""
+    author = name = version = None
+    runner_ids: list[str] = []
+    with contextlib.suppress(PluginLoadError, ValidationError, ValueError):
+        plugin = PluginManifest.model_validate(_read_yaml(plugin_path / MANIFEST_FILE))
+        author, name, version = plugin.metadata.author, plugin.metadata.name, plugin.metadata.version
+        for yaml_path in _runner_yaml_paths(plugin_path, plugin):
+            component = AgentRunnerComponentManifest.model_validate(_read_yaml(yaml_path))
+            runner_ids.append(component.to_runner_manifest(plugin).id)
+    return PluginLoadReport(
+        path=str(plugin_path),
+        author=author,
+        name=name,
+        version=version,
+        status="error",
+        error=error,
+        runner_ids=runner_ids,
+    )
 
 
 def _plugin_paths(root: Path) -> Iterable[Path]:

@@ -33,11 +33,10 @@ from langbot_sdk.protocol import (
     AgentRunResult,
     ErrorCode,
     PingResult,
-    PluginLoadReport,
     ResultType,
     RunFailureCode,
 )
-from langbot_sdk.runtime.loader import plugin_paths
+from langbot_sdk.runtime.loader import declared_report, plugin_paths
 from langbot_sdk.runtime.service import (
     DEFAULT_CANCEL_GRACE,
     EXIT_OUT_OF_MEMORY,
@@ -134,7 +133,11 @@ class _PluginProcess:
     async def _keep_running(self) -> None:
         while not self.supervisor.stopping:
             started = time.monotonic()
-            status = await self._run_once()
+            try:
+                status = await self._run_once()
+            except Exception:
+                logger.exception("plugin process %s: supervising it failed", self.path)
+                status = None
             if self.supervisor.stopping:
                 return
             if time.monotonic() - started >= STABLE_AFTER:
@@ -183,7 +186,15 @@ class _PluginProcess:
             try:
                 listing = await connection.call(Action.LIST_AGENT_RUNNERS.value, {}, timeout=LIST_TIMEOUT)
             except WireError as exc:
-                self.failure = f"the plugin process did not answer: {exc.error.message}"
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(process.wait(), timeout=1.0)
+                if process.returncode is None:
+                    # Hung while loading its plugin: killed, so that it is started again.
+                    self.failure = f"the plugin process did not answer: {exc.error.message}"
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+                else:
+                    self.failure = f"the plugin process exited with status {process.returncode} while loading"
             else:
                 self.listing = listing
                 self.failure = None
@@ -435,7 +446,7 @@ class PluginSupervisor:
         for child in self.children:
             listing = child.listing
             if listing is None:
-                unanswered = PluginLoadReport(path=str(child.path), status="error", error=child.failure)
+                unanswered = declared_report(child.path, child.failure or "the plugin process is not running")
                 reports.append(unanswered.model_dump(mode="json"))
                 continue
             child_runners = [r for r in listing.get("runners", []) if isinstance(r, dict)]

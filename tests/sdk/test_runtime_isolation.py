@@ -204,3 +204,24 @@ async def test_cancel_and_ping_go_through_the_supervisor(
     assert answer == {"cancelled": True}
     assert results[-1]["data"]["code"] == "cancelled"
     assert (await runtime.connection.call("ping", {}))["runs_active"] == 0
+
+
+async def test_a_plugin_killing_its_process_at_import_is_reported_and_the_others_run(
+    spawn_runtime: SpawnRuntime, make_context: Any, tmp_path: Path
+) -> None:
+    # given a plugin whose module ends its process when imported, next to a good one
+    write_plugin(tmp_path, "suicidal", code="import os\nos._exit(7)\n")
+    write_plugin(tmp_path, "good")
+    runtime = await spawn_runtime([tmp_path], extra_args=ISOLATED)
+
+    # when the host lists the runners and runs the good one
+    listing = await runtime.connection.call("list_agent_runners", {})
+    results = await runtime.run(make_context("hello"), "plugin:tester/good/main")
+
+    # then the suicidal plugin is an error naming its runner (so the host marks it), the good one runs
+    assert [runner["id"] for runner in listing["runners"]] == ["plugin:tester/good/main"]
+    suicidal = next(report for report in listing["plugins"] if report["name"] == "suicidal")
+    assert suicidal["status"] == "error"
+    assert "exited with status 7" in suicidal["error"]
+    assert suicidal["runner_ids"] == ["plugin:tester/suicidal/main"]
+    assert reply(results).startswith("hi from")
