@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "langbot runtime %s: %d runner(s) from %s; %d plugin(s) failed to load",
             RUNTIME_VERSION,
             len(registry.runners),
-            os.pathsep.join(map(str, plugin_dirs)),
+            os.pathsep.join(map(str, args.plugin_paths or plugin_dirs)),
             failed,
         )
         if os.environ.get(GC_FREEZE_ENV, "true").strip().lower() not in {"0", "false", "no", "off"}:
