@@ -22,11 +22,12 @@ ISOLATED = ("--isolation", "plugin")
 FRAGILE_ID = "plugin:tester/fragile/main"
 
 # Answers with its process id and memory limit; "crash" kills its process mid-run, "hog" asks for more
-# memory than any test limit allows.
+# memory than any test limit allows, "block" keeps its event loop busy for 2 s.
 FRAGILE_CODE = """
 import asyncio
 import os
 import resource
+import time
 
 from langbot_sdk.protocol import AgentRunResult
 from langbot_sdk.runner import AgentRunner
@@ -43,6 +44,8 @@ class Runner(AgentRunner):
             hoard = bytearray(8 * 1024 * 1024 * 1024)
             yield AgentRunResult.message_completed(ctx.run_id, str(len(hoard)))
             return
+        if text == "block":
+            time.sleep(2)  # holds its process's event loop, as CPU-bound code does
         pid = os.getpid()
         limit = resource.getrlimit(resource.RLIMIT_AS)[0]
         yield AgentRunResult.message_completed(ctx.run_id, f"{pid} {limit}")
@@ -225,3 +228,20 @@ async def test_a_plugin_killing_its_process_at_import_is_reported_and_the_others
     assert "exited with status 7" in suicidal["error"]
     assert suicidal["runner_ids"] == ["plugin:tester/suicidal/main"]
     assert reply(results).startswith("hi from")
+
+
+async def test_a_plugin_hogging_its_event_loop_does_not_hold_up_another_plugin(
+    spawn_runtime: SpawnRuntime, make_context: Any, plugin_root: Path
+) -> None:
+    # given an isolated runtime whose fragile plugin keeps its loop busy for 2 s
+    runtime = await spawn_runtime([plugin_root], extra_args=ISOLATED)
+    busy = asyncio.create_task(runtime.run(make_context("block"), FRAGILE_ID))
+    await asyncio.sleep(0.3)
+
+    # when a qa-runner run starts meanwhile
+    steady = reply(await runtime.run(make_context("quick")))
+
+    # then it completes while the busy plugin is still blocked, and the busy run completes later
+    assert steady == "QA_OK:quick"
+    assert not busy.done()
+    reply(await busy)
