@@ -291,6 +291,9 @@ LANGBOT_WS_CLOSE_WAIT_SECONDS = env.float("LANGBOT_WS_CLOSE_WAIT_SECONDS", defau
 # cache; over it: 429 rate_limited with Retry-After (bindings/throttling.py). Generous by default (an
 # integration at the throughput target stays under it); empty or `off` disables.
 LANGBOT_API_THROTTLE_RATE = env.str("LANGBOT_API_THROTTLE_RATE", default="60000/minute")
+# An API key found in the database is kept this many seconds per web process (bindings/authentication.py):
+# no key lookup per request, but a revoked key is refused everywhere only after this long. 0 = no cache.
+LANGBOT_API_KEY_CACHE_SECONDS = env.float("LANGBOT_API_KEY_CACHE_SECONDS", default=2.0)
 # Platform actions waiting for an operator's approval expire after this long, and never after their run
 # ends unless the runner asked that the action may outlive it (runners.hostapi.platform_actions).
 LANGBOT_ACTION_APPROVAL_SECONDS = env.float("LANGBOT_ACTION_APPROVAL_SECONDS", default=600.0)

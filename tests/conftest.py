@@ -94,6 +94,16 @@ def runtime_unreachable(settings) -> Iterator[None]:
     runtime_link_reset()
 
 
+@pytest.fixture(autouse=True)
+def _forget_api_keys() -> Iterator[None]:
+    """Each test's rows are rolled back after it, which never happens to a running host: a key kept by
+    `bindings.authentication` must not outlive the test whose database had it."""
+    yield
+    from bindings.authentication import _cache
+
+    _cache.clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _close_runtime_link() -> Iterator[None]:
     yield
