@@ -250,15 +250,9 @@ class HostSession:
         return {"cancelled": True}
 
     async def handle_run_agent(self, data: dict[str, Any], info: CallInfo) -> AsyncIterator[dict[str, Any]]:
-        try:
-            request = AgentRunRequest.model_validate(data)
-        except ValidationError as exc:
-            yield _failure(
-                _run_id_hint(data),
-                RunFailureCode.CONTEXT_INVALID,
-                "the run request is invalid",
-                details={"errors": _validation_errors(exc)},
-            )
+        request, refusal = run_request_parse(data)
+        if request is None:
+            yield refusal
             return
         ctx = request.context
         loaded = self.service.registry.runners.get(request.runner_id)
@@ -449,6 +443,21 @@ def _timeout_failure(run_id: str, deadline_at: float | None) -> dict[str, Any]:
         retryable=True,
         details={"deadline_at": deadline_at},
     )
+
+
+def run_request_parse(data: dict[str, Any]) -> tuple[AgentRunRequest | None, dict[str, Any]]:
+    """A `run_agent` request read from the wire: the request, or None and the `run.failed` result that
+    answers an invalid one (the plugin runtime and the isolating supervisor refuse alike)."""
+    try:
+        return AgentRunRequest.model_validate(data), {}
+    except ValidationError as exc:
+        refusal = _failure(
+            _run_id_hint(data),
+            RunFailureCode.CONTEXT_INVALID,
+            "the run request is invalid",
+            details={"errors": _validation_errors(exc)},
+        )
+        return None, refusal
 
 
 def _run_id_hint(data: dict[str, Any]) -> str:

@@ -22,14 +22,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from langbot_sdk.protocol import (
     RUNTIME_TO_HOST_ACTIONS,
     STREAMING_ACTIONS,
     Action,
     AgentAPIException,
-    AgentRunRequest,
     AgentRunResult,
     ErrorCode,
     PingResult,
@@ -42,9 +39,8 @@ from langbot_sdk.runtime.service import (
     EXIT_OUT_OF_MEMORY,
     RUNTIME_VERSION,
     _failure,
-    _run_id_hint,
     _stamp,
-    _validation_errors,
+    run_request_parse,
 )
 from langbot_sdk.wire import CallInfo, Connection, Handler, StdioTransport, Transport, WireError
 from langbot_sdk.wire.framing import MAX_WIRE_MESSAGE_BYTES
@@ -313,15 +309,9 @@ class _SupervisorSession:
             return {"cancelled": False}
 
     async def handle_run_agent(self, data: dict[str, Any], info: CallInfo) -> AsyncIterator[dict[str, Any]]:
-        try:
-            request = AgentRunRequest.model_validate(data)
-        except ValidationError as exc:
-            yield _failure(
-                _run_id_hint(data),
-                RunFailureCode.CONTEXT_INVALID,
-                "the run request is invalid",
-                details={"errors": _validation_errors(exc)},
-            )
+        request, refusal = run_request_parse(data)
+        if request is None:
+            yield refusal
             return
         run_id = request.context.run_id
         _, owners = await self.supervisor.merged()
