@@ -199,6 +199,7 @@ def build_context(
     kbs: list[str] | None = None,
     state: bool = True,
     streaming: bool = True,
+    edits: bool = False,
     platform_capabilities: dict[str, Any] | None = None,
     transcript_seq: int | None = None,
     latest_cursor: str | None = None,
@@ -219,6 +220,7 @@ def build_context(
             "delivery": {
                 "surface": "webui",
                 "supports_streaming": streaming,
+                "supports_edit": edits,
                 "platform_capabilities": platform_capabilities or {},
             },
             "resources": {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from tests.local_agent.host import (
     ScriptedHost,
     build_context,
@@ -154,6 +156,30 @@ async def test_cumulative_deliveries_get_the_text_every_n_chunks():
     results = await drive(LocalAgentRunner(), ctx, host)
 
     assert [d["chunk"]["content"] for d in of_type(results, "message.delta")] == ["012", "345", "6"]
+    assert of_type(results, "message.completed")[0]["message"]["content"] == "0123456"
+
+
+@pytest.mark.parametrize(
+    ("edits", "capabilities", "expected"),
+    [
+        # A chat platform that edits one message as it grows (Telegram, Slack, Discord, Lark): snapshots.
+        (True, {}, ["012", "345", "6"]),
+        # The web chat (no edits): every fragment.
+        (False, {}, ["0", "1", "2", "3", "4", "5", "6"]),
+        # The delivery may ask for fragments even where it edits.
+        (True, {"stream_mode": "fragments"}, ["0", "1", "2", "3", "4", "5", "6"]),
+    ],
+)
+async def test_a_delivery_that_edits_its_message_gets_snapshots_and_the_web_chat_fragments(
+    edits, capabilities, expected
+):
+    host = ScriptedHost()
+    host.script_stream("m1", *[text(str(i)) for i in range(7)], usage(1, 7))
+    ctx = build_context("go", edits=edits, platform_capabilities=capabilities, config={"stream-snapshot-chunks": 3})
+
+    results = await drive(LocalAgentRunner(), ctx, host)
+
+    assert [d["chunk"]["content"] for d in of_type(results, "message.delta")] == expected
     assert of_type(results, "message.completed")[0]["message"]["content"] == "0123456"
 
 

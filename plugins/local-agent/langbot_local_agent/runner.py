@@ -84,16 +84,19 @@ class DeltaCadence:
     """When `message.delta` results go out.
 
     `fragments`: every model fragment (the web chat); `cumulative`: for deliveries that edit one message
-    as it grows (`delivery.platform_capabilities.stream_mode == "cumulative"`), the text gathered over N
-    chunks goes out as one delta, so the delivered text advances by a snapshot every N chunks while the
-    deltas still concatenate to the reply (the host merges consecutive deltas by appending); `none`: the
-    delivery does not stream, and only `message.completed` goes out.
+    as it grows — a chat platform's (`delivery.supports_edit`), or any whose
+    `platform_capabilities.stream_mode` is `"cumulative"` — the text gathered over N chunks goes out as one
+    delta, so the delivered text advances by a snapshot every N chunks while the deltas still concatenate
+    to the reply (the host merges consecutive deltas by appending); `none`: the delivery does not stream,
+    and only `message.completed` goes out. `stream_mode: "fragments"` keeps every fragment even where
+    messages are edited.
     """
 
     def __init__(self, ctx: AgentRunContext, every: int) -> None:
+        requested = ctx.delivery.platform_capabilities.get("stream_mode")
         if not ctx.delivery.supports_streaming:
             self.mode = "none"
-        elif ctx.delivery.platform_capabilities.get("stream_mode") == "cumulative":
+        elif requested == "cumulative" or (requested != "fragments" and ctx.delivery.supports_edit):
             self.mode = "cumulative"
         else:
             self.mode = "fragments"
