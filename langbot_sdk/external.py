@@ -2,8 +2,9 @@
 
 What belongs here is what every such adapter needs and nothing platform-specific:
 
-* `ExternalAgentRunner`: the `AgentRunner` an adapter subclasses; it implements ``turn(ctx, platform)`` and
-  every `ExternalRunnerError` the turn raises ends the run as ``run.failed``.
+* `ExternalAgentRunner`: the `AgentRunner` an adapter subclasses; it implements ``turn(ctx, platform)``,
+  every `ExternalRunnerError` the turn raises ends the run as ``run.failed``, and a reply surface that
+  cannot stream gets the reply once (``message.completed``, no ``message.delta``).
 * `Platform`: one per adapter, named by its error-code prefix (``Platform("dify")``). It builds the
   failures every adapter reports (`ExternalRunnerError`, turned into ``run.failed`` by ``to_result``):
   ``<x>.config_invalid`` naming the field, ``<x>.timeout`` (retryable), ``<x>.empty_output``,
@@ -56,7 +57,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult, ArtifactMetadata
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult, ArtifactMetadata, ResultType
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
 
@@ -115,6 +116,7 @@ SESSION_ID_KEY = "external.session_id"
 MESSAGE_MAX_CHARS = 500
 """Longest platform message carried into ``run.failed``."""
 REDACTED = "***"
+DELTA = ResultType.MESSAGE_DELTA.value
 _MIN_SECRET_CHARS = 4  # shorter values would redact ordinary words
 
 
@@ -217,7 +219,11 @@ class Platform:
 
 class ExternalAgentRunner(AgentRunner):
     """A runner that calls one external platform: ``run`` runs ``turn`` with the platform's `Platform`, and an
-    `ExternalRunnerError` the turn raises ends the run as its ``run.failed`` (after what the turn yielded)."""
+    `ExternalRunnerError` the turn raises ends the run as its ``run.failed`` (after what the turn yielded).
+
+    When the reply surface cannot stream (``ctx.delivery.supports_streaming`` false: the platform's delivery
+    cannot, or the binding turned streaming off) the turn's ``message.delta`` results are not sent, so the
+    reply arrives once, as its ``message.completed`` — whether or not the platform itself streamed it."""
 
     platform_name: ClassVar[str]
     """`Platform.name`: the prefix of the run's error codes."""
@@ -226,9 +232,11 @@ class ExternalAgentRunner(AgentRunner):
 
     async def run(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         platform = Platform(self.platform_name, label=self.platform_label)
+        streams = ctx.delivery.supports_streaming
         try:
             async for result in self.turn(ctx, platform):
-                yield result
+                if streams or result.type != DELTA:
+                    yield result
         except ExternalRunnerError as exc:
             yield exc.to_result(ctx.run_id)
 

@@ -52,6 +52,16 @@ async def test_a_bots_answer_streams_as_deltas_then_one_message_and_usage(host, 
     assert coze.params == [{}]
 
 
+async def test_without_a_streaming_surface_the_answer_is_one_message(host, coze):
+    coze.stream(chat_events("Hel", "lo", " there"))
+
+    results = await run(host, coze, "hello", streaming=False)
+
+    assert types_of(results) == ["state.updated", "message.completed", "run.completed"]
+    assert completed_text(results) == "Hello there"
+    assert results[-1]["data"]["usage"]["total_tokens"] == 1161
+
+
 async def test_only_the_conversation_id_coze_issued_is_kept_and_sent_on_the_next_turn(host, coze):
     coze.stream(chat_events("one", conversation_id="coze-conv-A"))
     coze.stream(chat_events("two", conversation_id="coze-conv-A"))

@@ -54,6 +54,18 @@ async def test_a_chat_answer_streams_as_deltas_then_one_message_and_usage(host, 
     assert request["inputs"]["langbot_user_message_text"] == "hello"
 
 
+async def test_without_a_streaming_surface_the_answer_is_one_message_with_the_tool_calls(host, dify):
+    dify.stream(agent_events(tool="current_time", tool_input={"tz": "UTC"}, observation="12:00"))
+
+    results = await run(host, dify, "what time is it", streaming=False, config={"app-type": "agent"})
+
+    assert types_of(results) == [
+        "tool.call.started", "tool.call.completed", "state.updated", "message.completed", "run.completed",
+    ]  # fmt: skip
+    assert completed_text(results) == "It is noon."
+    assert dify.requests[0]["response_mode"] == "streaming"  # agent apps answer only streamed
+
+
 async def test_only_the_conversation_id_dify_issued_is_kept_and_sent_on_the_next_turn(host, dify):
     dify.stream(chat_events("one", conversation_id="dify-conv-A"))
     dify.stream(chat_events("two", conversation_id="dify-conv-A"))

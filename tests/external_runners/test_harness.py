@@ -180,6 +180,20 @@ async def test_a_turn_projects_the_context_and_answers_through_the_bridge(harnes
     assert results[-1]["data"]["metadata"]["bridge_calls"][0] == "langbot_current_event"
 
 
+async def test_without_a_streaming_surface_the_reply_is_one_message_with_the_tool_calls(harness, tmp_path):
+    ctx = harness.context(RUNNER_ID, "summarize the deploy thread", config=harness_config(tmp_path))
+    ctx["delivery"]["supports_streaming"] = False
+
+    results = await harness.run(RUNNER_ID, ctx)
+
+    assert types_of(results) == [
+        "state.updated", "state.updated", "tool.call.started", "tool.call.completed", "message.completed",
+        "run.completed",
+    ]  # fmt: skip
+    expected = "Let me look at the conversation.\n\nYou said: summarize the deploy thread"
+    assert results[-2]["data"]["message"]["content"] == expected
+
+
 async def test_the_bridge_token_stops_working_when_the_run_ends(harness, tmp_path):
     results = await harness.run(RUNNER_ID, harness.context(RUNNER_ID, "hi", config=harness_config(tmp_path)))
     assert results[-1]["type"] == "run.completed"

@@ -37,6 +37,15 @@ async def test_a_streamed_answer_is_relayed_item_by_item_then_as_one_message(hos
     assert request["msg_create_time"] == 1_700_000_000
 
 
+async def test_without_a_streaming_surface_a_streamed_answer_is_one_message(host, n8n):
+    n8n.stream("Hel", "lo")
+
+    results = await run(host, n8n, "hello", streaming=False)
+
+    assert types_of(results) == ["state.updated", "state.updated", "message.completed", "run.completed"]
+    assert reply(results) == "Hello"
+
+
 @pytest.mark.parametrize(
     ("answer", "config", "expected"),
     [

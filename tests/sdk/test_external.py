@@ -236,14 +236,45 @@ class HalfAnswer(ExternalAgentRunner):
         raise platform.stream_error("the model crashed")
 
 
+def streaming_context(text: str, *, streams: bool = True) -> AgentRunContext:
+    context = build_context(text)
+    context["delivery"]["supports_streaming"] = streams
+    return AgentRunContext.model_validate(context)
+
+
 async def test_an_external_runner_ends_with_the_failure_its_turn_raised_after_what_it_yielded():
-    ctx = AgentRunContext.model_validate(build_context("hi"))
+    ctx = streaming_context("hi")
 
     results = [result async for result in HalfAnswer().run(ctx)]
 
     assert [result.type for result in results] == ["message.delta", "run.failed"]
     assert results[-1].data["code"] == "acme.error"
     assert results[-1].data["message"] == "Acme reported an error: the model crashed"
+
+
+class StreamedAnswer(ExternalAgentRunner):
+    platform_name = "acme"
+
+    async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        yield AgentRunResult.message_delta(ctx.run_id, "Hel")
+        yield AgentRunResult.tool_call_started(ctx.run_id, "call-1", "search", {})
+        yield AgentRunResult.message_delta(ctx.run_id, "lo")
+        yield AgentRunResult.message_completed(ctx.run_id, "Hello")
+        yield AgentRunResult.run_completed(ctx.run_id)
+
+
+@pytest.mark.parametrize(
+    ("streams", "types"),
+    [
+        (True, ["message.delta", "tool.call.started", "message.delta", "message.completed", "run.completed"]),
+        (False, ["tool.call.started", "message.completed", "run.completed"]),
+    ],
+)
+async def test_a_surface_that_cannot_stream_gets_the_reply_once_and_the_other_results(streams, types):
+    results = [result async for result in StreamedAnswer().run(streaming_context("hi", streams=streams))]
+
+    assert [result.type for result in results] == types
+    assert results[-2].data["message"]["content"] == "Hello"
 
 
 async def test_a_stop_call_the_platform_does_not_answer_is_logged_and_not_raised(caplog):

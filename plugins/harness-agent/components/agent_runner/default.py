@@ -13,8 +13,8 @@ For each run:
    the run ends, so the token in the MCP config stops working.
 3. The CLI runs in its own process group with the prompt on stdin (or as its last argument), `--resume
    <session id>` when the conversation has one (`external.session_id`, from the CLI's stream). Its
-   stream-json lines become `message.delta`, `tool.call.started/completed`, and `run.completed` with the
-   usage normalized (`langbot_sdk.harness.stream_json`).
+   stream-json lines become `message.delta` (when the reply surface streams), `tool.call.started/completed`,
+   and `run.completed` with the usage normalized (`langbot_sdk.harness.stream_json`).
 
 Failures (`run.failed`): `harness.config_invalid` (naming the field), `harness.working_directory_missing`,
 `harness.cli_not_found`, `harness.timeout` (retryable; the process group is killed), `harness.exit_error`
@@ -260,8 +260,11 @@ class HarnessAgentRunner(AgentRunner):
         if str(directory) != resume.working_directory:
             yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, DIRECTORY_KEY, str(directory))
 
+        streams = ctx.delivery.supports_streaming
         async for result in self._turn(ctx, api, settings, platform, directory, resume):
-            yield result
+            # A surface that cannot stream gets the reply once, as its message.completed.
+            if streams or result.type != "message.delta":
+                yield result
 
     async def _turn(
         self,
