@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from django import forms
@@ -36,7 +37,12 @@ from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 from bindings.policies import WILDCARD, DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.resource_catalog import CatalogEntry, ResourceKind, resource_catalog_source
 from bindings.runner_config import config_schema_items
-from bindings.selectors import binding_runner_config_masked, bot_credentials_masked, workspaces_of_member
+from bindings.selectors import (
+    binding_runner_config_masked,
+    bot_credentials_masked,
+    runner_descriptors_visible,
+    workspaces_of_member,
+)
 from bindings.services import BindingValidationError, binding_prepare, credentials_merge
 from bindings.specs import BindingIn
 from langbot_host.core.api_errors import field_errors
@@ -194,10 +200,15 @@ def config_form_field(item: DynamicFormItemSchema, *, has_stored_secret: bool = 
     return forms.CharField(**options)
 
 
-def runner_choices(current: str | None) -> list[tuple[str, str]]:
+def runner_choices(current: str | None, *, workspaces: Iterable[Workspace] = ()) -> list[tuple[str, str]]:
+    """The runners a binding may use: every installed one, and the development runners of `workspaces`."""
     choices = [("", "---------")]
-    for descriptor in RunnerDescriptor.objects.exclude(status=RunnerDescriptor.Status.MISSING).order_by("runner_id"):
-        choices.append((descriptor.runner_id, f"{descriptor.label_text(manifest_locale())} — {descriptor.runner_id}"))
+    visible = runner_descriptors_visible(workspace_ids=[w.pk for w in workspaces]).select_related("workspace")
+    for descriptor in visible.exclude(status=RunnerDescriptor.Status.MISSING).order_by("runner_id"):
+        label = f"{descriptor.label_text(manifest_locale())} — {descriptor.runner_id}"
+        if descriptor.workspace is not None:
+            label += f" (development, {descriptor.workspace.slug})"
+        choices.append((descriptor.runner_id, label))
     if current and current not in {value for value, _ in choices}:
         choices.append((current, f"{current} (not available)"))
     return choices
@@ -388,7 +399,6 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         stored = instance.runner_id if instance.pk else None
         runner_field = self.fields["runner_id"]
         assert isinstance(runner_field, forms.ChoiceField)
-        runner_field.choices = runner_choices(stored)
         runner_field.help_text = "Changing the runner reloads the page with that runner's config fields."
         runner_field.widget.attrs["onchange"] = _reload_with("runner_id")
         self.fields[
@@ -402,6 +412,7 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         if isinstance(workspace_field, forms.ModelChoiceField) and not self._user_is_superuser:
             workspace_field.queryset = workspaces_of_member(user_id=getattr(self.user, "pk", None))
         self.catalog_workspaces, self.catalog_workspace = self._resolve_catalog_workspaces()
+        runner_field.choices = runner_choices(stored, workspaces=self.catalog_workspaces)
         if not instance.pk:
             # The resource selects follow the workspace: picking one reloads the add page with it.
             # The admin wraps the select (add / change links); the handler belongs on the select itself.

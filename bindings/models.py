@@ -184,7 +184,18 @@ class AgentBinding(models.Model):
 
 
 class RunnerDescriptor(models.Model):
-    """One AgentRunner as the runtime last reported it. Bindings refer to it by `runner_id`."""
+    """One AgentRunner as a runtime last reported it. Bindings refer to it by `runner_id`.
+
+    `source` says which runtime serves it: the host's own plugin runtime, a development runtime an author
+    connected with a workspace's development token (`workspace` set: only that workspace sees and binds it;
+    `source_key` names the connection), or LangBot's plugin runtime. A runner id is served by one source at
+    a time; another source reporting it while that one holds it is refused.
+    """
+
+    class Source(models.TextChoices):
+        RUNTIME = "runtime", "plugin runtime"
+        DEV = "dev", "development runtime"
+        LANGBOT = "langbot", "LangBot plugin runtime"
 
     class Status(models.TextChoices):
         AVAILABLE = "available", "available"
@@ -194,6 +205,11 @@ class RunnerDescriptor(models.Model):
         MISSING = "missing", "missing"
 
     runner_id = models.CharField(max_length=255, unique=True)
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.RUNTIME)
+    source_key = models.CharField(max_length=64, blank=True)
+    workspace = models.ForeignKey(
+        Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="development_runners"
+    )
     plugin_author = models.CharField(max_length=64)
     plugin_name = models.CharField(max_length=64)
     plugin_version = models.CharField(max_length=64, blank=True)

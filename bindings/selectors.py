@@ -193,6 +193,7 @@ def bindings_visible(*, workspace: Workspace) -> QuerySet[AgentBinding]:
 def binding_candidates(*, workspace: Workspace) -> list[AgentBinding]:
     """The enabled bindings of `workspace` and the enabled global ones: what the resolver chooses from
     (`bindings_choose`). Shared, cached instances: read them, never change them."""
+
     def queryset() -> QuerySet[AgentBinding]:
         return bindings_visible(workspace=workspace).filter(enabled=True)
 
@@ -252,8 +253,13 @@ def _level(binding: AgentBinding) -> tuple[int, int]:
 # --- the runner catalog ---------------------------------------------------------------------------------
 
 
-def runner_descriptor_list(*, status: str | None = None) -> QuerySet[RunnerDescriptor]:
-    queryset = RunnerDescriptor.objects.all()
+def runner_descriptors_visible(*, workspace_ids: Iterable[int] = ()) -> QuerySet[RunnerDescriptor]:
+    """Runners of every workspace, and the development runners of these workspaces only."""
+    return RunnerDescriptor.objects.filter(Q(workspace__isnull=True) | Q(workspace_id__in=list(workspace_ids)))
+
+
+def runner_descriptor_list(*, workspace: Workspace | None, status: str | None = None) -> QuerySet[RunnerDescriptor]:
+    queryset = runner_descriptors_visible(workspace_ids=[workspace.pk] if workspace is not None else [])
     if status:
         queryset = queryset.filter(status=status)
     return queryset

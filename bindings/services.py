@@ -168,9 +168,13 @@ def _scope_fields(*, workspace: Workspace | None, scope: BindingScopeIn) -> dict
     return {"scope_type": scope.scope_type, "scope_id": scope.scope_id}
 
 
-def _runner_config_fields(*, runner_id: str, config: dict[str, Any], stored_secrets: dict[str, Any]) -> dict[str, Any]:
+def _runner_config_fields(
+    *, workspace_id: int | None, runner_id: str, config: dict[str, Any], stored_secrets: dict[str, Any]
+) -> dict[str, Any]:
     descriptor = RunnerDescriptor.objects.filter(runner_id=runner_id).first()
-    if descriptor is None or descriptor.status == RunnerDescriptor.Status.MISSING:
+    # Another workspace's development runner is as unknown here as a runner never installed.
+    foreign = descriptor is not None and descriptor.workspace_id not in (None, workspace_id)
+    if descriptor is None or foreign or descriptor.status == RunnerDescriptor.Status.MISSING:
         raise BindingValidationError(
             {"runner_id": f"Runner {runner_id!r} is not available; install its plugin and refresh the runners."}
         )
@@ -227,7 +231,14 @@ def binding_prepare(
     }
     if check_runner:
         stored = (existing.runner_secrets or {}) if existing else {}
-        values.update(_runner_config_fields(runner_id=spec.runner_id, config=spec.runner_config, stored_secrets=stored))
+        values.update(
+            _runner_config_fields(
+                workspace_id=workspace.pk if workspace is not None else None,
+                runner_id=spec.runner_id,
+                config=spec.runner_config,
+                stored_secrets=stored,
+            )
+        )
     return values
 
 
@@ -360,7 +371,10 @@ def bindings_revalidate_for_runner(*, runner_id: str) -> list[str]:
     for binding in AgentBinding.objects.filter(runner_id=runner_id, config_validated=False):
         try:
             values = _runner_config_fields(
-                runner_id=runner_id, config=binding_runner_config_plain(binding), stored_secrets={}
+                workspace_id=binding.workspace_id,
+                runner_id=runner_id,
+                config=binding_runner_config_plain(binding),
+                stored_secrets={},
             )
         except BindingValidationError:
             continue

@@ -38,8 +38,19 @@ class RunnerOutputSerializer(serializers.ModelSerializer[RunnerDescriptor]):
     class Meta:
         model = RunnerDescriptor
         fields = [
-            "runner_id", "plugin", "runner_name", "label", "description", "capabilities", "permissions",
-            "context", "config_schema", "manifest_sha256", "status", "load_error", "last_seen_at",
+            "runner_id",
+            "plugin",
+            "runner_name",
+            "label",
+            "description",
+            "capabilities",
+            "permissions",
+            "context",
+            "config_schema",
+            "manifest_sha256",
+            "status",
+            "load_error",
+            "last_seen_at",
         ]
 
     def get_plugin(self, obj: RunnerDescriptor) -> dict[str, str]:
@@ -58,7 +69,9 @@ class RunnerListApi(APIView):
     def get(self, request: Request) -> Response:
         query = RunnerListQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        runners = runner_descriptor_list(status=query.validated_data.get("status"))
+        runners = runner_descriptor_list(
+            workspace=request_workspace(request), status=query.validated_data.get("status")
+        )
         return Response({"items": RunnerOutputSerializer(runners, many=True).data})
 
 
@@ -84,7 +97,9 @@ class RunnerRefreshApi(APIView):
             raise ApiError(503, "runtime.unavailable", exc.error.message) from exc
         return Response(
             {
-                "items": RunnerOutputSerializer(runner_descriptor_list(), many=True).data,
+                "items": RunnerOutputSerializer(
+                    runner_descriptor_list(workspace=request_workspace(request)), many=True
+                ).data,
                 "missing": result.missing,
                 "plugin_errors": result.plugin_errors,
             }

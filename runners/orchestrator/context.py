@@ -78,6 +78,9 @@ class BuiltContext:
     state_keys: dict[str, str] = field(default_factory=dict)
     runner_id: str = ""
     runner_name: str = ""
+    # Which runtime serves the runner (`runners.runtime.hosts`): source and connection key.
+    runner_source: str = ""
+    runner_source_key: str = ""
 
 
 def context_state_set(built: BuiltContext, snapshot: dict[str, dict[str, Any]]) -> None:
@@ -369,6 +372,8 @@ def context_build(
         state_keys=keys,
         runner_id=descriptor.runner_id,
         runner_name=descriptor.runner_name,
+        runner_source=descriptor.source,
+        runner_source_key=descriptor.source_key,
     )
     if read_state:
         context_state_set(built, state_snapshot(workspace_id=run.workspace_id, scope_keys=keys))

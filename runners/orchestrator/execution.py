@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from langbot_sdk.protocol import (
-    Action,
     AgentAPIError,
     AgentAPIException,
     ArtifactCreatedPayload,
@@ -93,6 +92,7 @@ class RunExecution:
         self.run = claimed.run
         self.session = claimed.built.session
         self.request = claimed.built.request
+        self.runner_source = (claimed.built.runner_source, claimed.built.runner_source_key)
         self.run_id = self.session.run_id
         self.lease_token = claimed.lease_token
         self.last_seq = claimed.run.last_seq
@@ -161,8 +161,8 @@ class RunExecution:
 
     async def _cancel_call(self, reason: str) -> None:
         try:
-            await self.orchestrator.link.call(
-                Action.CANCEL_RUN, {"run_id": self.run_id, "reason": reason}, timeout=CANCEL_CALL_TIMEOUT
+            await self.orchestrator.hosts.get(*self.runner_source).cancel_run(
+                self.run_id, reason, timeout=CANCEL_CALL_TIMEOUT
             )
         except AgentAPIException as exc:
             logger.info("run %s: cancel_run not delivered: %s", self.run_id, exc)
@@ -189,8 +189,7 @@ class RunExecution:
 
     async def _read(self) -> None:
         try:
-            connection = await self.orchestrator.link.connection()
-            async with connection.stream(Action.RUN_AGENT, self.request) as stream:
+            async with self.orchestrator.hosts.get(*self.runner_source).run_agent(self.request) as stream:
                 async for item in stream:
                     self.inbox.put_nowait(item)
             self.inbox.put_nowait(_StreamEnded(None))

@@ -5,9 +5,10 @@ connection of `runners.runtime.link.RuntimeLink`, the proxy handlers registered 
 database executor for the loop and the loop's own statement pool (result writes), the runs in flight
 (bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease heartbeat and the cancel listener.
 
-`run_admit` (called by the `run_execute` task thread) waits for a free slot — a full process stops
-taking messages, which pushes back on the queue — claims the run (`admission.run_claim`), hands its
-coroutine to the loop and returns: from then on the lease, not the Celery ack, owns the run's fate.
+`run_admit` (called by the `run_execute` task thread for each run of its message) waits for a free slot —
+a full process stops taking messages, which pushes back on the queue — claims the run
+(`admission.run_claim`), hands its coroutine to the loop and returns: from then on the lease, not the
+Celery ack, owns the run's fate.
 
 Worker shutdown stops admitting (new deliveries are rejected back to the queue), gives the runs in
 flight `LANGBOT_WORKER_SHUTDOWN_GRACE` seconds, then ends the rest `failed`/`worker_shutdown`
@@ -38,6 +39,7 @@ from runners.live.cancel import CancelListener
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.execution import RunExecution
 from runners.orchestrator.ledger import leases_renew
+from runners.runtime.hosts import RunnerHosts
 from runners.runtime.link import RuntimeLink, runtime_link
 
 logger = logging.getLogger(__name__)
@@ -73,7 +75,9 @@ class Orchestrator:
         self._heartbeat: asyncio.Task[None] | None = None
         self._listener: CancelListener | None = None
         self.audit = AuditLog(self.db)
-        link.register_handlers(proxy_handlers(sessions=self.session_of, db=self.db, audit=self.audit))
+        handlers = proxy_handlers(sessions=self.session_of, db=self.db, audit=self.audit)
+        link.register_handlers(handlers)
+        self.hosts = RunnerHosts(link, handlers)
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=60)
 
     # -- loop side ------------------------------------------------------------------------------
@@ -162,6 +166,7 @@ class Orchestrator:
         await deliveries_drain(timeout=grace)
         # Audit rows are batched; the last batch must not die with the process.
         await self.audit.flush()
+        await self.hosts.aclose()
         await self.statements.close()
 
     # -- task-thread side -----------------------------------------------------------------------
@@ -233,3 +238,11 @@ def orchestrator_shutdown() -> None:
 def run_admit(*, run_id: str) -> None:
     """Claim `run_id` and start it on this process's loop; a no-op when it is not claimable."""
     orchestrator().admit(run_id)
+
+
+def runs_admit(*, run_ids: list[str]) -> None:
+    """`run_admit` for each run of one message, in order. A worker stopping part-way rejects the message
+    back to the queue: its runs admitted already are then found claimed and skipped."""
+    current = orchestrator()
+    for run_id in run_ids:
+        current.admit(run_id)

@@ -30,6 +30,10 @@ class RunnerSyncResult:
     plugin_errors: list[dict[str, Any]] = field(default_factory=list)
 
 
+def source_label(source: str) -> str:
+    return str(RunnerDescriptor.Source(source).label)
+
+
 def manifest_digest(manifest: dict[str, Any]) -> str:
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -57,16 +61,49 @@ def _descriptor_fields(manifest: AgentRunnerManifest) -> dict[str, Any]:
     }
 
 
+def _held_elsewhere(runner_id: str, owner: dict[str, Any]) -> RunnerDescriptor | None:
+    """The descriptor of `runner_id` when another source (or another connection or workspace of this one)
+    serves it now; a missing runner is free to be taken over."""
+    other = (
+        RunnerDescriptor.objects.filter(runner_id=runner_id)
+        .exclude(status=RunnerDescriptor.Status.MISSING)
+        .only("source", "source_key", "workspace_id")
+        .first()
+    )
+    if other is None:
+        return None
+    if (other.source, other.source_key, other.workspace_id) == (
+        owner["source"],
+        owner["source_key"],
+        owner["workspace_id"],
+    ):
+        return None
+    return other
+
+
+def _source_owner(source: str, source_key: str, workspace_id: int | None) -> dict[str, Any]:
+    return {"source": source, "source_key": source_key, "workspace_id": workspace_id}
+
+
 @transaction.atomic
-def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncResult:
-    """Make the descriptor table match one runtime report.
+def runner_descriptors_sync(
+    *,
+    report: ListAgentRunnersResponse,
+    source: str = RunnerDescriptor.Source.RUNTIME,
+    source_key: str = "",
+    workspace_id: int | None = None,
+) -> RunnerSyncResult:
+    """Make the descriptors of one runtime (`source`, `source_key`) match its report.
 
     A runner whose plugin failed to load keeps its last good manifest and is marked `error`; one the
     runtime no longer reports is marked `missing` (never deleted: bindings and runs still refer to it).
+    A runner id another runtime serves is refused (listed in `plugin_errors`), never taken from it.
+    `workspace_id` limits the runners to one workspace (development runtimes).
     """
     now = timezone.now()
     result = RunnerSyncResult()
     reported: set[str] = set()
+    owner = _source_owner(source, source_key, workspace_id)
 
     for manifest in report.runners:
         try:
@@ -74,7 +111,19 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
         except ValueError as exc:
             result.plugin_errors.append({"path": "", "runner_id": manifest.id, "error": str(exc)})
             continue
-        RunnerDescriptor.objects.update_or_create(runner_id=manifest.id, defaults={**fields, "last_seen_at": now})
+        other = _held_elsewhere(manifest.id, owner)
+        if other is not None:
+            result.plugin_errors.append(
+                {
+                    "path": "",
+                    "runner_id": manifest.id,
+                    "error": f"runner id {manifest.id} is already served by the {other.get_source_display()}",
+                }
+            )
+            continue
+        RunnerDescriptor.objects.update_or_create(
+            runner_id=manifest.id, defaults={**fields, **owner, "last_seen_at": now}
+        )
         reported.add(manifest.id)
         result.available.append(manifest.id)
 
@@ -92,7 +141,7 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
             continue
         for runner_id in valid_ids:
             key = str(runner_id)
-            if key in reported:
+            if key in reported or _held_elsewhere(key, owner) is not None:
                 continue
             RunnerDescriptor.objects.update_or_create(
                 runner_id=key,
@@ -100,12 +149,14 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
                     "status": RunnerDescriptor.Status.ERROR,
                     "load_error": plugin.error or "",
                     "last_seen_at": now,
+                    **owner,
                 },
                 create_defaults={
                     "plugin_author": runner_id.author,
                     "plugin_name": runner_id.plugin,
                     "plugin_version": plugin.version or "",
                     "runner_name": runner_id.runner,
+                    **owner,
                     "status": RunnerDescriptor.Status.ERROR,
                     "load_error": plugin.error or "",
                     "last_seen_at": now,
@@ -114,9 +165,13 @@ def runner_descriptors_sync(*, report: ListAgentRunnersResponse) -> RunnerSyncRe
             reported.add(key)
             result.errored.append(key)
 
-    gone = RunnerDescriptor.objects.exclude(runner_id__in=reported).exclude(status=RunnerDescriptor.Status.MISSING)
+    gone = (
+        RunnerDescriptor.objects.filter(source=source, source_key=source_key)
+        .exclude(runner_id__in=reported)
+        .exclude(status=RunnerDescriptor.Status.MISSING)
+    )
     result.missing = sorted(gone.values_list("runner_id", flat=True))
-    gone.update(status=RunnerDescriptor.Status.MISSING, load_error="no longer reported by the plugin runtime")
+    gone.update(status=RunnerDescriptor.Status.MISSING, load_error=f"no longer reported by the {source_label(source)}")
     for error in result.plugin_errors:
         logger.warning("plugin failed to load: %s", error)
     # Bindings stored before their runner was known (legacy import, demo seed) get checked now.

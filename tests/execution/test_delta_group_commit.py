@@ -67,7 +67,8 @@ def _execution() -> RunExecution:
         runner_id="plugin:test/runner/default", status="running",
     )  # fmt: skip
     session = SimpleNamespace(run_id="run-1", usage=ModelUsage())
-    claimed = SimpleNamespace(run=run, built=SimpleNamespace(session=session, request={}), lease_token="t")
+    built = SimpleNamespace(session=session, request={}, runner_source="runtime", runner_source_key="")
+    claimed = SimpleNamespace(run=run, built=built, lease_token="t")
     return RunExecution(SimpleNamespace(statements=None), claimed)  # type: ignore[arg-type]
 
 
