@@ -207,3 +207,35 @@ async def test_cancelling_a_run_closes_the_webhook_stream(host, n8n):
     results = await N8N.cancelled_after_first_delta(host, n8n)
 
     await assert_cancelled_and_closed(results, n8n)
+
+
+async def test_an_input_with_only_a_file_is_refused_since_webhooks_are_sent_text(host, n8n):
+    picture = host.add_artifact("cat.png", "image/png", b"\x89PNG")
+
+    results = await run(host, n8n, "", contents=[{"type": "image", "artifact_id": picture}])
+
+    data = failure(results)
+    assert data["code"] == "n8n.empty_input"
+    assert "state.updated" not in types_of(results)
+    assert n8n.requests == []
+
+
+async def test_the_text_of_an_input_with_files_is_sent_without_them(host, n8n):
+    n8n.json({"response": "got it"})
+    picture = host.add_artifact("cat.png", "image/png", b"\x89PNG")
+
+    results = await run(host, n8n, "look", contents=[{"type": "image", "artifact_id": picture}])
+
+    assert reply(results) == "got it"
+    assert n8n.requests[0]["chatInput"] == "look"
+
+
+async def test_usage_in_a_plain_answer_is_normalized(host, n8n):
+    n8n.json({"response": "counted", "usage": {"prompt_tokens": 11, "completion_tokens": 4}})
+
+    results = await run(host, n8n)
+
+    assert reply(results) == "counted"
+    assert results[-1]["data"]["usage"] == {
+        "prompt_tokens": 11, "completion_tokens": 4, "total_tokens": 15, "source": "n8n",
+    }  # fmt: skip

@@ -8,8 +8,9 @@ answer: a JSON object whose `output-key` field is the reply (the whole object as
 field; a one-item list is that item), or plain text.
 
 The conversation and session ids are the runner's own: made on a conversation's first turn and kept in
-conversation state (`external.conversation_id`, `external.session_id`). Authentication: none, basic, a JWT
-signed with HS256 (made here with hmac, as old LangBot made it with PyJWT: `iat`, `exp` one hour later,
+conversation state (`external.conversation_id`, `external.session_id`). Input files are not sent (old
+LangBot sent the text only); an input without text fails as `n8n.empty_input`. Authentication: none, basic,
+a JWT signed with HS256 (made here with hmac, as old LangBot made it with PyJWT: `iat`, `exp` one hour later,
 `sub: n8n-webhook`), or a custom header. Config field names are those of LangBot's `ai.n8n-service-api`.
 """
 
@@ -35,10 +36,10 @@ from langbot_sdk.external import (
     ExternalAgentRunner,
     Platform,
     RunnerConfig,
-    input_text,
     launcher_name,
     stored_texts,
     streaming_request,
+    text_only_input,
     usage_normalized,
 )
 from langbot_sdk.protocol import AgentRunContext, AgentRunResult
@@ -105,16 +106,17 @@ class N8nAgentRunner(ExternalAgentRunner):
 
     async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
         settings = read_settings(ctx.config, platform)
+        # Old LangBot sent n8n the message's text only; a message without text is refused, not sent empty.
+        text = text_only_input(ctx, platform, "n8n webhooks are sent the message's text only")
         ids, new_ids = await _session_ids(ctx, self.run_api(ctx))
         for key, value in new_ids.items():
             yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, key, value)
-        async for result in self._call(ctx, settings, platform, ids):
+        async for result in self._call(ctx, settings, platform, ids, text):
             yield result
 
     async def _call(
-        self, ctx: AgentRunContext, settings: N8nSettings, platform: Platform, ids: dict[str, str]
+        self, ctx: AgentRunContext, settings: N8nSettings, platform: Platform, ids: dict[str, str], text: str
     ) -> AsyncIterator[AgentRunResult]:
-        text = input_text(ctx)
         # Old LangBot sent the launcher, else the bare actor id (not `platform_user`'s `user_42`).
         user_id = launcher_name(ctx) or (ctx.actor.actor_id if ctx.actor is not None and ctx.actor.actor_id else "")
         body = {
