@@ -1,6 +1,6 @@
 """Celery tasks of the runners app. Thin: ids in, a service or the orchestrator does the work.
 
-`run_execute` is idempotent by construction — the orchestrator claims the run with a conditional
+`run_execute` is idempotent by construction — the orchestrator claims each run with a conditional
 update, so a redelivered message for a claimed or finished run finds nothing to do.
 """
 
@@ -10,11 +10,15 @@ from celery import shared_task
 
 
 @shared_task(acks_late=True, ignore_result=True)
-def run_execute(run_id: str) -> None:
-    """Claim the run and hand it to this worker process's run loop; returns once it is admitted."""
-    from runners.orchestrator.worker import run_admit
+def run_execute(run_ids: str | list[str]) -> None:
+    """Claim the runs and hand them to this worker process's run loop; returns once each is admitted (or
+    found not claimable). One id is a message of one run (`runners.lifecycle.dispatch` sends those, and
+    messages queued before batches existed are those); a list is runs that were dispatched together.
+    Acknowledged late: a worker lost in the middle of a list leaves the message to be delivered again,
+    and its runs already claimed are then skipped."""
+    from runners.orchestrator.worker import runs_admit
 
-    run_admit(run_id=run_id)
+    runs_admit(run_ids=run_ids if isinstance(run_ids, list) else [run_ids])
 
 
 @shared_task(ignore_result=True)

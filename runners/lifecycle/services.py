@@ -1,5 +1,6 @@
 """The run lifecycle services other parts call — `run_create` (with the binding's concurrency policy),
-`run_cancel_request`, `runs_wait`, `runs_sweep` — and the dispatch of queued runs to workers after commit.
+`run_cancel_request`, `runs_wait` (and `runs_wait_async`), `runs_sweep` — and the dispatch of queued
+runs to workers after commit.
 
 What happens inside a worker (claim, context, the runtime call, results) lives in `runners.orchestrator`.
 """
@@ -23,7 +24,7 @@ from bindings.models import AgentBinding
 from bindings.policies import ConcurrencyPolicy
 from langbot_host.core.db import connections_release, read_released
 from langbot_host.core.sql import insert
-from runners.lifecycle.dispatch import run_dispatch
+from runners.lifecycle.dispatch import run_dispatch, runs_dispatch
 from runners.lifecycle.observers import runs_ended
 from runners.live.cancel import cancel_notify
 from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
@@ -199,6 +200,14 @@ def runs_wait(*, run_ids: list[str], timeout: float) -> None:
     async_to_sync(_runs_wait)([str(r) for r in run_ids], float(timeout))
 
 
+async def runs_wait_async(*, run_ids: list[str], timeout: float) -> None:
+    """`runs_wait` for code on the event loop (the caller holds no database connection): the same
+    subscription, one status read on a thread, and listening, without a thread around the whole wait.
+    The unsubscription is left to the loop, so the caller answers without waiting for its round trip."""
+    if run_ids and timeout > 0:
+        await _runs_wait([str(r) for r in run_ids], float(timeout), unsubscribe_later=True)
+
+
 def _is_terminal_message(message: dict[str, Any]) -> bool:
     """A terminal status, or the terminal result event — it is committed together with the final status
     (published just before it), so either one is enough if the other was dropped by a full channel."""
@@ -213,7 +222,32 @@ def _runs_still_active(run_ids: list[str]) -> set[str]:
     return {str(r) for r in rows.values_list("run_id", flat=True)}
 
 
-async def _runs_wait(run_ids: list[str], timeout: float) -> None:
+_unsubscribing: set[asyncio.Task[None]] = set()
+
+
+async def _groups_add(layer: Any, groups: list[str], channel: str) -> None:
+    # One round trip for all of an event's runs on the host's layer (`runners.live.layers`).
+    if hasattr(layer, "groups_add"):
+        await layer.groups_add(groups, channel)
+        return
+    for group in groups:
+        await layer.group_add(group, channel)
+
+
+async def _groups_discard(layer: Any, groups: list[str], channel: str) -> None:
+    try:
+        if hasattr(layer, "groups_discard"):
+            await layer.groups_discard(groups, channel)
+            return
+        for group in groups:
+            await layer.group_discard(group, channel)
+    except Exception:
+        # The membership expires with the group (channels_redis' group_expiry); a publication to the
+        # abandoned channel meanwhile is dropped with it.
+        logger.debug("unsubscribing %s from %s failed", channel, groups, exc_info=True)
+
+
+async def _runs_wait(run_ids: list[str], timeout: float, *, unsubscribe_later: bool = False) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
@@ -222,8 +256,7 @@ async def _runs_wait(run_ids: list[str], timeout: float) -> None:
     channel = await layer.new_channel()
     groups = [run_group(run_id) for run_id in run_ids]
     try:
-        for group in groups:
-            await layer.group_add(group, channel)
+        await _groups_add(layer, groups, channel)
         pending = await read_released(_runs_still_active, run_ids)
         while pending:
             remaining = deadline - loop.time()
@@ -236,11 +269,13 @@ async def _runs_wait(run_ids: list[str], timeout: float) -> None:
             if _is_terminal_message(message):
                 pending.discard(str(message.get("run_id")))
     finally:
-        for group in groups:
-            try:
-                await layer.group_discard(group, channel)
-            except Exception:
-                logger.debug("group_discard of %s failed", group, exc_info=True)
+        if unsubscribe_later:
+            # A running loop finishes the task; the set holds it until then.
+            task = loop.create_task(_groups_discard(layer, groups, channel))
+            _unsubscribing.add(task)
+            task.add_done_callback(_unsubscribing.discard)
+        else:
+            await _groups_discard(layer, groups, channel)
 
 
 @dataclass
@@ -301,9 +336,9 @@ def runs_sweep(*, now: Any = None) -> SweepResult:
         .order_by("id")
         .values_list("run_id", flat=True)[: settings.LANGBOT_SWEEP_BATCH]
     )
-    for run_id in stale:
-        run_dispatch(run_id=str(run_id))
-        result.redispatched.append(str(run_id))
+    # Sent together: the dispatcher puts up to its batch size of them in each message.
+    result.redispatched = [str(run_id) for run_id in stale]
+    runs_dispatch(run_ids=result.redispatched)
     if result.redispatched:
         logger.info("re-sent %d run(s) left queued", len(result.redispatched))
     return result

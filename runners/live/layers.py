@@ -11,7 +11,9 @@ that found nothing and blocked (BZPOPMIN) has its message in memory as soon as t
 sends nothing more: channels_redis backs that message up and clears the backup again, two round trips on
 the way of every live event to an idle socket.
 
-`group_add` sends its two commands in one pipeline instead of one after the other.
+`group_add` sends its two commands in one pipeline instead of one after the other; `groups_add` and
+`groups_discard` subscribe and unsubscribe a channel to several groups (a `?wait=` on the runs of one
+event) in one pipeline per Redis shard.
 """
 
 from __future__ import annotations
@@ -59,6 +61,33 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
         pipe.zadd(key, {channel: time.time()})
         pipe.expire(key, self.group_expiry)
         await pipe.execute()
+
+    async def groups_add(self, groups: list[str], channel: str) -> None:
+        """`group_add` of `channel` to every group, one round trip per shard."""
+        self.require_valid_channel_name(channel)
+        now = time.time()
+        for index, keys in self._group_keys_by_shard(groups).items():
+            pipe = self.connection(index).pipeline(transaction=False)
+            for key in keys:
+                pipe.zadd(key, {channel: now})
+                pipe.expire(key, self.group_expiry)
+            await pipe.execute()
+
+    async def groups_discard(self, groups: list[str], channel: str) -> None:
+        """`group_discard` of `channel` from every group, one round trip per shard."""
+        self.require_valid_channel_name(channel)
+        for index, keys in self._group_keys_by_shard(groups).items():
+            pipe = self.connection(index).pipeline(transaction=False)
+            for key in keys:
+                pipe.zrem(key, channel)
+            await pipe.execute()
+
+    def _group_keys_by_shard(self, groups: list[str]) -> dict[int, list[str]]:
+        shards: dict[int, list[str]] = {}
+        for group in groups:
+            self.require_valid_group_name(group)
+            shards.setdefault(self.consistent_hash(group), []).append(self._group_key(group))
+        return shards
 
     async def receive_single(self, channel: str) -> tuple[str, dict[str, Any]]:
         if not channel.endswith("!"):
