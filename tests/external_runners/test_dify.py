@@ -51,7 +51,17 @@ async def test_a_chat_answer_streams_as_deltas_then_one_message_and_usage(host, 
     assert request["query"] == "hello"
     assert request["response_mode"] == "streaming"
     assert request["user"] == "person_u-42"
-    assert request["inputs"]["langbot_user_message_text"] == "hello"
+    # the inputs old LangBot sent a chat app (its pipeline variables), and those it added for workflows
+    assert request["inputs"] == {
+        "user_message_text": "hello",
+        "session_id": "person_u-42",
+        "conversation_id": "",
+        "msg_create_time": 1_700_000_000,
+        "langbot_user_message_text": "hello",
+        "langbot_session_id": "person_u-42",
+        "langbot_conversation_id": "langbot-conv-1",
+        "langbot_msg_create_time": 1_700_000_000,
+    }
 
 
 async def test_without_a_streaming_surface_the_answer_is_one_message_with_the_tool_calls(host, dify):
@@ -81,6 +91,7 @@ async def test_only_the_conversation_id_dify_issued_is_kept_and_sent_on_the_next
     assert update == {"scope": "conversation", "key": "external.conversation_id", "value": "dify-conv-A"}
     # the second turn of the same conversation continues it; a known id is not written again
     assert dify.requests[1]["conversation_id"] == "dify-conv-A"
+    assert dify.requests[1]["inputs"]["conversation_id"] == "dify-conv-A"  # as old LangBot's variable held it
     assert "state.updated" not in types_of(second)
     # another LangBot conversation gets its own Dify conversation
     assert dify.requests[2]["conversation_id"] == ""
@@ -124,7 +135,8 @@ async def test_a_workflow_app_runs_the_workflow_and_replies_its_summary(host, di
 
     assert dify.paths == ["/v1/workflows/run"]
     request = dify.requests[0]
-    assert request["inputs"]["langbot_user_message_text"] == "go"
+    assert request["inputs"]["langbot_user_message_text"] == request["inputs"]["user_message_text"] == "go"
+    assert request["inputs"]["conversation_id"] == request["inputs"]["langbot_conversation_id"] == "langbot-conv-1"
     assert request["response_mode"] == "streaming"
     assert "conversation_id" not in request
     assert types_of(results) == [

@@ -211,12 +211,19 @@ class DifyAgentRunner(ExternalAgentRunner):
     ) -> tuple[str, dict[str, Any]]:
         text = input_text(ctx).strip() or settings.base_prompt
         user = platform_user(ctx)
-        # The names old LangBot sent, kept so existing Dify apps that declare them still get them.
+        created = ctx.event.event_time or 0
+        # The inputs old LangBot sent, kept so existing Dify apps that declare them (possibly as required
+        # inputs) still get them: its pipeline variables under their own names — for chat and agent apps the
+        # conversation id was Dify's — and, which it added for workflows, the same with a `langbot_` prefix.
         inputs = {
+            "user_message_text": text,
+            "session_id": user,
+            "conversation_id": (ctx.context.conversation_id or "") if settings.is_workflow else (conversation_id or ""),
+            "msg_create_time": created,
             "langbot_user_message_text": text,
             "langbot_session_id": user,
             "langbot_conversation_id": ctx.context.conversation_id or "",
-            "langbot_msg_create_time": ctx.event.event_time or 0,
+            "langbot_msg_create_time": created,
         }
         body: dict[str, Any] = {"inputs": inputs, "response_mode": "streaming", "user": user, "files": files}
         if settings.is_workflow:
