@@ -66,6 +66,13 @@ async def test_a_workflow_app_streams_its_workflow_messages(host, dashscope):
     assert deltas(results) == ["Work", "flow says hi"]
     assert completed_text(results) == "Workflow says hi"
     assert dashscope.requests[0]["parameters"] == {"incremental_output": True, "flow_stream_mode": "message_format"}
+    # the pipeline variables LangBot passed a workflow as its parameters
+    assert dashscope.requests[0]["input"]["biz_params"] == {
+        "user_message_text": "go",
+        "session_id": "person_u-42",
+        "conversation_id": "langbot-conv-1",
+        "msg_create_time": 1_700_000_000,
+    }
 
 
 async def test_only_the_session_id_dashscope_issued_is_kept_and_sent_on_the_next_turn(host, dashscope):

@@ -13,7 +13,8 @@ documents the text does not cite inline are appended after it, one line led by t
 held out of the deltas (the document is known only later); the final message carries the rendered text, and
 `run.completed` the references as `citations`. Usage (`usage.models[]` or `usage.input_tokens`/`output_tokens`)
 is normalized. A cancelled run closes the HTTP stream (DashScope has no cancel endpoint). Config field
-names are those of LangBot's `ai.dashscope-app-api`.
+names are those of LangBot's `ai.dashscope-app-api`. Workflow apps get, as in LangBot, its pipeline variables
+as `input.biz_params` (`user_message_text`, `session_id`, `conversation_id`, `msg_create_time`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from langbot_sdk.external import (
     RunnerConfig,
     json_answer,
     json_object,
+    platform_user,
     sse_events,
     stored_text,
     streaming_request,
@@ -132,7 +134,7 @@ class DashScopeAgentRunner(ExternalAgentRunner):
             f"{settings.base_url}/apps/{settings.app_id}/completion",
             timeout=settings.timeout,
             headers=settings.headers(stream=stream),
-            json=_request_body(settings, text, stored, stream=stream),
+            json=_request_body(settings, text, stored, stream=stream, variables=_variables(ctx, text, stored)),
         ) as response:
             if stream:
                 async for result in self._events(ctx.run_id, platform, settings, turn, response):
@@ -208,10 +210,25 @@ class DashScopeAgentRunner(ExternalAgentRunner):
         return results
 
 
-def _request_body(settings: DashScopeSettings, text: str, session_id: str | None, *, stream: bool) -> dict[str, Any]:
+def _variables(ctx: AgentRunContext, text: str, session_id: str | None) -> dict[str, Any]:
+    """Old LangBot's pipeline variables, which it passed to workflow apps as their parameters; its
+    conversation id was DashScope's session id once there was one."""
+    return {
+        "user_message_text": text,
+        "session_id": platform_user(ctx),
+        "conversation_id": session_id or ctx.context.conversation_id or "",
+        "msg_create_time": ctx.event.event_time or 0,
+    }
+
+
+def _request_body(
+    settings: DashScopeSettings, text: str, session_id: str | None, *, stream: bool, variables: dict[str, Any]
+) -> dict[str, Any]:
     app_input: dict[str, Any] = {"prompt": text}
     if session_id:
         app_input["session_id"] = session_id
+    if settings.app_type == "workflow":
+        app_input["biz_params"] = variables
     parameters: dict[str, Any] = {"incremental_output": stream}
     if settings.app_type == "workflow" and stream:
         parameters["flow_stream_mode"] = "message_format"
