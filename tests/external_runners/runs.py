@@ -4,9 +4,13 @@ runner's tests share, and the assertions of the failures every runner reports th
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import pytest
 
 from tests.external_runners.host import ScriptedHost, types_of
 from tests.fakes.platform_http import FakePlatformServer, Upload
@@ -137,3 +141,15 @@ async def assert_cancelled_and_closed(results: list[dict[str, Any]], fake: FakeP
 def assert_empty_output(results: list[dict[str, Any]], platform: str) -> None:
     """An answer without text failed as `<platform>.empty_output` rather than sending an empty message."""
     assert failure(results)["code"] == f"{platform}.empty_output"
+
+
+def log_everything(caplog: pytest.LogCaptureFixture) -> None:
+    """Capture every log record (DEBUG up) of the host, the in-process runtime, the runner and httpx."""
+    caplog.set_level(logging.DEBUG)
+
+
+def assert_secret_nowhere(secret: str, results: list[dict[str, Any]], caplog: pytest.LogCaptureFixture) -> None:
+    """Neither the run's results nor any record logged while it ran (see `log_everything`) shows `secret`."""
+    assert secret not in json.dumps(results)
+    assert caplog.records, "nothing was logged: the check would prove nothing"
+    assert secret not in caplog.text

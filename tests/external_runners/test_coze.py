@@ -13,10 +13,12 @@ from tests.external_runners.runs import (
     assert_cancelled_and_closed,
     assert_config_invalid,
     assert_empty_output,
+    assert_secret_nowhere,
     assert_timed_out_and_closed,
     completed_text,
     deltas,
     failure,
+    log_everything,
     picture_and_report,
     uploaded_whole,
 )
@@ -163,13 +165,14 @@ async def test_cozes_error_answers_fail_the_run_with_its_message(host, coze, sta
     assert data["details"] == {"status": status, "platform_code": str(4000 + status)}
 
 
-async def test_a_wrong_token_is_refused_and_the_token_is_not_shown(host, coze):
+async def test_a_wrong_token_is_refused_and_the_token_is_not_shown(host, coze, caplog):
+    log_everything(caplog)
     results = await run(host, coze, config={"api-key": "pat_wrong_token_123"})
 
     data = failure(results)
     assert data["code"] == "coze.http_error"
     assert "authentication is invalid" in data["message"]
-    assert "pat_wrong_token_123" not in json.dumps(results)
+    assert_secret_nowhere("pat_wrong_token_123", results, caplog)
 
 
 async def test_a_coze_that_stops_answering_times_out_retryably_and_the_chat_is_cancelled(host, coze):

@@ -3,8 +3,6 @@ by a scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.external_runners.host import types_of
@@ -13,10 +11,12 @@ from tests.external_runners.runs import (
     assert_cancelled_and_closed,
     assert_config_invalid,
     assert_empty_output,
+    assert_secret_nowhere,
     assert_timed_out_and_closed,
     completed_text,
     deltas,
     failure,
+    log_everything,
 )
 from tests.fakes.dashscope_server import API_KEY, APP_ID, reference
 
@@ -150,12 +150,13 @@ async def test_dashscopes_error_answers_fail_the_run_with_its_message(
     assert data["details"] == {"status": status, "platform_code": dashscope_code}
 
 
-async def test_a_wrong_key_or_app_is_refused_and_the_key_is_not_shown(host, dashscope):
+async def test_a_wrong_key_or_app_is_refused_and_the_key_is_not_shown(host, dashscope, caplog):
+    log_everything(caplog)
     results = await run(host, dashscope, config={"api-key": "sk-wrong-key-123"})
     unknown = failure(await run(host, dashscope, config={"app-id": "nope"}))
 
     assert failure(results)["details"] == {"status": 401, "platform_code": "InvalidApiKey"}
-    assert "sk-wrong-key-123" not in json.dumps(results)
+    assert_secret_nowhere("sk-wrong-key-123", results, caplog)
     assert "App not found" in unknown["message"]
 
 

@@ -3,7 +3,6 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
@@ -14,9 +13,11 @@ from tests.external_runners.runs import (
     assert_cancelled_and_closed,
     assert_config_invalid,
     assert_empty_output,
+    assert_secret_nowhere,
     assert_timed_out_and_closed,
     completed_text,
     failure,
+    log_everything,
     picture_and_report,
     uploaded_whole,
 )
@@ -193,13 +194,14 @@ async def test_difys_error_answers_fail_the_run_with_its_message(
     assert data["details"] == {"status": status, "platform_code": dify_code}
 
 
-async def test_a_wrong_api_key_is_refused_and_the_key_is_not_shown(host, dify):
+async def test_a_wrong_api_key_is_refused_and_the_key_is_not_shown(host, dify, caplog):
+    log_everything(caplog)
     results = await run(host, dify, config={"api-key": "app-wrong-key-123"})
 
     data = failure(results)
     assert data["code"] == "dify.http_error"
     assert "Access token is invalid" in data["message"]
-    assert "app-wrong-key-123" not in json.dumps(results)
+    assert_secret_nowhere("app-wrong-key-123", results, caplog)
 
 
 async def test_a_dify_that_stops_answering_times_out_retryably_and_is_told_to_stop(host, dify):

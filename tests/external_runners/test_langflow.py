@@ -3,8 +3,6 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.external_runners.host import types_of
@@ -13,9 +11,11 @@ from tests.external_runners.runs import (
     assert_cancelled_and_closed,
     assert_config_invalid,
     assert_empty_output,
+    assert_secret_nowhere,
     assert_timed_out_and_closed,
     completed_text,
     failure,
+    log_everything,
 )
 from tests.fakes.langflow_server import API_KEY, FLOW_ID
 
@@ -133,14 +133,15 @@ async def test_langflows_error_answers_fail_the_run_with_its_detail(host, langfl
     assert data["details"] == {"status": status}
 
 
-async def test_an_unknown_flow_and_a_wrong_key_are_refused_without_showing_the_key(host, langflow):
+async def test_an_unknown_flow_and_a_wrong_key_are_refused_without_showing_the_key(host, langflow, caplog):
+    log_everything(caplog)
     unknown = failure(await run(host, langflow, config={"flow-id": "missing-flow"}))
     results = await run(host, langflow, config={"api-key": "sk-wrong-key-123"})
 
     assert unknown["code"] == "langflow.http_error"
     assert "Flow identifier missing-flow not found" in unknown["message"]
     assert failure(results)["details"] == {"status": 403}
-    assert "sk-wrong-key-123" not in json.dumps(results)
+    assert_secret_nowhere("sk-wrong-key-123", results, caplog)
 
 
 async def test_a_langflow_that_stops_answering_times_out_retryably_and_the_stream_is_closed(host, langflow):

@@ -3,8 +3,6 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.external_runners.host import types_of
@@ -12,9 +10,11 @@ from tests.external_runners.runs import (
     RunnerUnderTest,
     assert_cancelled_and_closed,
     assert_config_invalid,
+    assert_secret_nowhere,
     assert_timed_out_and_closed,
     deltas,
     failure,
+    log_everything,
     reply,
 )
 from tests.fakes.n8n_server import fake_n8n
@@ -115,7 +115,8 @@ async def test_each_auth_type_is_accepted_by_the_webhook(host, auth, config):
             assert claims["exp"] - claims["iat"] == 3600
 
 
-async def test_wrong_credentials_fail_with_n8ns_message_and_no_secret_shown(host):
+async def test_wrong_credentials_fail_with_n8ns_message_and_no_secret_shown(host, caplog):
+    log_everything(caplog)
     with fake_n8n(auth=("header", "X-N8N-Key", "right-value")) as n8n:
         config = {"auth-type": "header", "header-name": "X-N8N-Key", "header-value": "wrong-value-123"}
 
@@ -124,7 +125,7 @@ async def test_wrong_credentials_fail_with_n8ns_message_and_no_secret_shown(host
     data = failure(results)
     assert (data["code"], data["retryable"]) == ("n8n.http_error", False)
     assert "Authorization data is wrong!" in data["message"]
-    assert "wrong-value-123" not in json.dumps(results)
+    assert_secret_nowhere("wrong-value-123", results, caplog)
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,6 @@ scripted host (tests/external_runners/host.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.external_runners.host import types_of
@@ -13,9 +11,11 @@ from tests.external_runners.runs import (
     assert_cancelled_and_closed,
     assert_config_invalid,
     assert_empty_output,
+    assert_secret_nowhere,
     assert_timed_out_and_closed,
     completed_text,
     failure,
+    log_everything,
     picture_and_report,
 )
 from tests.fakes.tbox_server import APP_ID, TOKEN
@@ -119,13 +119,14 @@ async def test_tboxs_http_errors_fail_the_run(host, tbox, status, code, retryabl
     assert data["details"]["status"] == status
 
 
-async def test_a_wrong_token_is_refused_and_the_token_is_not_shown(host, tbox):
+async def test_a_wrong_token_is_refused_and_the_token_is_not_shown(host, tbox, caplog):
+    log_everything(caplog)
     results = await run(host, tbox, config={"api-key": "tbox-wrong-token-123"})
 
     data = failure(results)
     assert data["code"] == "tbox.http_error"
     assert "token is invalid" in data["message"]
-    assert "tbox-wrong-token-123" not in json.dumps(results)
+    assert_secret_nowhere("tbox-wrong-token-123", results, caplog)
 
 
 async def test_a_tbox_that_stops_answering_times_out_retryably_and_the_stream_is_closed(host, tbox):
