@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx2
 import pytest
 
 from runners.models import Run
@@ -41,6 +42,9 @@ def test_two_turns_through_the_worker_use_the_bridge_and_resume_the_session(work
     assert "hello harness" in [item["content"] for item in bridge["history_page"]["items"]]
     assert bridge["current_event"]["input"]["text"] == "hello harness"
     assert bridge["without_token_status"] == 401
+    # the run is over: its bridge, and with it the token in the MCP config, reaches nothing any more
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.post(bridge["url"], json={}, headers={"Authorization": bridge["authorization"]}, timeout=5)
     session = report["context"]["state"]["external.session_id"]
     assert session is None
 
