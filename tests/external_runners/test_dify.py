@@ -240,6 +240,17 @@ async def test_cancelling_a_run_stops_the_dify_task_and_closes_the_stream(host, 
     assert dify.stops == [("/v1/chat-messages/task-cancel/stop", {"user": "person_u-42"})]
 
 
+async def test_cancelling_a_workflow_run_stops_the_workflow_task_and_closes_the_stream(host, dify):
+    dify.stream(workflow_events({"summary": "never"}, chunks=("first", " second"), task_id="task-wf"), hold_after=3)
+    workflow = RunnerUnderTest(DIFY.runner_id, lambda fake: {**DIFY.base_config(fake), "app-type": "workflow"})
+
+    results = await workflow.cancelled_after_first_delta(host, dify)
+
+    assert [r["data"]["chunk"]["content"] for r in results if r["type"] == "message.delta"] == ["first"]
+    await assert_cancelled_and_closed(results, dify)
+    assert dify.stops == [("/v1/workflows/tasks/task-wf/stop", {"user": "person_u-42"})]
+
+
 async def test_input_images_and_files_are_uploaded_to_dify_and_sent_with_the_query(host, dify):
     dify.stream(chat_events("A cat and a report."))
 
