@@ -1,0 +1,575 @@
+"""`python -m langbot_sdk dev`: live development of a plugin against a running host.
+
+What belongs here: the development session on the author's machine. It runs the plugin runtime as a child
+process listening on 127.0.0.1 (only the author's plugin loaded), prints the child's output to the terminal,
+dials the host's development endpoint (`/ws/v1/dev/runtime/`, so it works from behind NAT), reports the
+runners, and relays the host's wire connections to the child. When a file of the plugin changes it restarts
+the child and reports the runners again; when the host goes away it dials again with backoff.
+
+The envelope on the host WebSocket (one JSON object per text message, `type` first):
+CLI -> host: `runners` {report}, `opened` {conn}, `open_failed` {conn, error}, `frame` {conn, data},
+`close` {conn}; host -> CLI: `registered` {session, workspace, available, errors}, `open` {conn},
+`frame` {conn, data}, `close` {conn}, `error` {code, message} (then the host closes the socket).
+A `frame`'s data is one wire frame, the exact text the runtime or the host sent: it is never re-encoded.
+
+Nothing here imports the host: the SDK is installed on machines that have no host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+
+from langbot_sdk.protocol import Action
+from langbot_sdk.wire import MAX_WIRE_MESSAGE_BYTES, Connection, WireError, connect_websocket
+
+__all__ = [
+    "DEV_PATH",
+    "TOKEN_ENV",
+    "DevSession",
+    "DevSessionError",
+    "LocalRuntime",
+    "dev_main",
+    "host_websocket_url",
+]
+
+DEV_PATH = "/ws/v1/dev/runtime/"
+TOKEN_ENV = "LANGBOT_DEV_TOKEN"
+WATCHED_SUFFIXES = frozenset({".py", ".yaml", ".yml", ".md"})
+# Folders whose files never change what the runtime loads (and can be large).
+_SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "venv", ".venv"})
+# The host closes with these when it refuses the token (before or after accepting the socket).
+REFUSED_CLOSE_CODES = frozenset({4401, 4403})
+MANIFEST_FILE = "manifest.yaml"
+LISTENING_MARK = "listening on ws://"
+# A host message carries one wire frame escaped inside JSON, so it can be somewhat larger than the frame.
+_HOST_MAX_SIZE = 4 * MAX_WIRE_MESSAGE_BYTES
+_LOG_PREFIX = "runtime | "
+
+Output = Callable[[str], None]
+
+
+class DevSessionError(Exception):
+    """Why the session cannot go on (the host refused the token, the runtime does not start)."""
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def host_websocket_url(value: str) -> str:
+    """The development endpoint for `--host`: an http(s) base URL becomes ws(s)://<host>/ws/v1/dev/runtime/;
+    a ws(s) URL with a path is used as given."""
+    raw = value.strip()
+    if "://" not in raw:
+        raw = f"http://{raw}"
+    parts = urlsplit(raw)
+    scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme.lower())
+    if scheme is None or not parts.netloc:
+        raise ValueError(f"--host must be an http(s):// or ws(s):// URL, not {value!r}")
+    path = parts.path
+    given_endpoint = path.rstrip("/").endswith(DEV_PATH.rstrip("/"))
+    if not given_endpoint and (parts.scheme.lower() in {"http", "https"} or path in {"", "/"}):
+        path = path.rstrip("/") + DEV_PATH
+    return urlunsplit((scheme, parts.netloc, path, parts.query, ""))
+
+
+# -- the local runtime --------------------------------------------------------------------------------
+
+
+class LocalRuntime:
+    """The plugin runtime child: `python -m langbot_sdk.runtime --listen 127.0.0.1:0`, loading only the
+    plugin under development, with a random token only this process knows."""
+
+    def __init__(self, plugin_dir: Path, *, out: Output = _print, python: str = sys.executable) -> None:
+        self.plugin_dir = plugin_dir
+        self.out = out
+        self.python = python
+        self.token = ""
+        self.url = ""
+        self.process: asyncio.subprocess.Process | None = None
+        self._pumps: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None and bool(self.url)
+
+    @property
+    def exited_by_itself(self) -> bool:
+        """The child ended without being asked to (a crash, a plugin that called exit)."""
+        return self.process is not None and self.process.returncode is not None and not self._stopping
+
+    def command(self) -> list[str]:
+        args = [self.python, "-m", "langbot_sdk.runtime", "--listen", "127.0.0.1:0", "--isolation", "none"]
+        if (self.plugin_dir / MANIFEST_FILE).is_file():
+            # The plugin directory itself: its siblings (other plugins next to it) stay out.
+            args += ["--plugin", str(self.plugin_dir)]
+        else:
+            args += ["--plugins-dir", str(self.plugin_dir)]
+        return args
+
+    async def start(self, *, timeout: float = 30.0) -> None:
+        self.token = secrets.token_urlsafe(32)
+        self.url = ""
+        self._stopping = False
+        env = {key: value for key, value in os.environ.items() if key != "LANGBOT_PLUGIN_DIRS"}
+        # The token travels in the environment, not argv, where any local user could read it.
+        env["LANGBOT_RUNTIME_TOKEN"] = self.token
+        env["PYTHONUNBUFFERED"] = "1"  # a runner's print() shows up as it happens
+        self.process = await asyncio.create_subprocess_exec(
+            *self.command(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            limit=1024 * 1024,
+            # Its own session: Ctrl-C in the terminal reaches this process only, which then stops the
+            # child in order (connections first) instead of both racing to exit.
+            start_new_session=True,
+        )
+        loop = asyncio.get_running_loop()
+        listening: asyncio.Future[str] = loop.create_future()
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        self._pumps = [
+            asyncio.create_task(self._pump(self.process.stderr, listening)),
+            asyncio.create_task(self._pump(self.process.stdout, None)),
+        ]
+        exited: asyncio.Future[Any] = asyncio.ensure_future(self.process.wait())
+        waiting: set[asyncio.Future[Any]] = {listening, exited}
+        try:
+            done, _ = await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            exited.cancel()
+        if listening in done:
+            self.url = listening.result()
+            self.out(f"local runtime (pid {self.process.pid}) listening on {self.url}")
+            return
+        code = self.process.returncode
+        await self.stop()
+        if code is not None:
+            raise DevSessionError(f"the local runtime exited with status {code} before listening (its output is above)")
+        raise DevSessionError(f"the local runtime did not listen within {timeout:g} s (its output is above)")
+
+    async def _pump(self, stream: asyncio.StreamReader, listening: asyncio.Future[str] | None) -> None:
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line over the limit: print what there is
+                raw = await stream.read(64 * 1024)
+            if not raw:
+                return
+            line = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if listening is not None and not listening.done() and LISTENING_MARK in line:
+                listening.set_result("ws://" + line.split(LISTENING_MARK, 1)[1].strip())
+                continue
+            self.out(_LOG_PREFIX + line)
+
+    async def list_runners(self, *, timeout: float = 30.0) -> dict[str, Any]:
+        """The runtime's `list_agent_runners` answer (a ListAgentRunnersResponse as JSON)."""
+        transport = await connect_websocket(self.url, token=self.token)
+        async with Connection(transport, name="dev-list") as connection:
+            return await connection.call(Action.LIST_AGENT_RUNNERS.value, {}, timeout=timeout)
+
+    async def stop(self, *, grace: float = 10.0) -> None:
+        process = self.process
+        if process is None:
+            return
+        self._stopping = True
+        self.url = ""
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), grace)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        # The pumps end at EOF; printing the child's last lines before going on keeps the log in order.
+        await asyncio.gather(*self._pumps, return_exceptions=True)
+        self._pumps = []
+
+
+# -- watching the plugin's files ----------------------------------------------------------------------
+
+Snapshot = dict[str, tuple[int, int]]
+
+
+def files_snapshot(root: Path) -> Snapshot:
+    """(mtime_ns, size) of every file the runtime may load from, by path relative to root."""
+    found: Snapshot = {}
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_DIRS]
+        for filename in filenames:
+            if Path(filename).suffix not in WATCHED_SUFFIXES or filename.startswith("."):
+                continue
+            path = Path(directory, filename)
+            with contextlib.suppress(OSError):  # removed while we walked
+                stat = path.stat()
+                found[path.relative_to(root).as_posix()] = (stat.st_mtime_ns, stat.st_size)
+    return found
+
+
+def snapshot_changes(before: Snapshot, after: Snapshot) -> list[str]:
+    changes = [f"{path} changed" for path in sorted(before.keys() & after.keys()) if before[path] != after[path]]
+    changes += [f"{path} added" for path in sorted(after.keys() - before.keys())]
+    changes += [f"{path} removed" for path in sorted(before.keys() - after.keys())]
+    return changes
+
+
+# -- the session --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _LocalConn:
+    websocket: ClientConnection
+    pump: asyncio.Task[None] | None = None
+
+
+class DevSession:
+    """One `dev` run: the local runtime, the host connection (dialled again whenever it drops) and the
+    relayed wire connections, one per `open` from the host."""
+
+    def __init__(
+        self,
+        *,
+        host_url: str,
+        token: str,
+        plugin_dir: Path,
+        out: Output = _print,
+        poll_interval: float = 0.5,
+        retry_initial: float = 0.5,
+        retry_max: float = 10.0,
+    ) -> None:
+        self.host_url = host_url
+        self.token = token
+        self.plugin_dir = plugin_dir
+        self.out = out
+        self.poll_interval = poll_interval
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.runtime = LocalRuntime(plugin_dir, out=out)
+        self.report: dict[str, Any] = {"runners": [], "plugins": []}
+        self._host: ClientConnection | None = None
+        self._send_lock = asyncio.Lock()
+        # Held while the runtime restarts: an `open` waits for the new runtime instead of failing.
+        self._runtime_lock = asyncio.Lock()
+        self._conns: dict[str, _LocalConn] = {}
+        self._fatal: str | None = None
+
+    async def run(self) -> None:
+        """Run until cancelled (Ctrl-C) or the host refuses the session (DevSessionError)."""
+        self.out(f"starting the local runtime for {self.plugin_dir}")
+        try:
+            await self.runtime.start()
+            self.report = await self._list_runners()
+            self._print_report(None, self.report)
+            watcher = asyncio.create_task(self._watch(), name="dev-watch")
+            try:
+                await self._host_loop()
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        finally:
+            await self._close_all_conns(notify=False)
+            await self.runtime.stop()
+
+    # -- the host connection --------------------------------------------------------------------------
+
+    async def _host_loop(self) -> None:
+        delay = self.retry_initial
+        while True:
+            problem = await self._connect_once()
+            if problem is None:  # it was up and registered: a drop now is a restart, dial again soon
+                delay = self.retry_initial
+                problem = "the host closed the connection"
+            self.out(f"{problem}; connecting again in {delay:g} s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.retry_max)
+
+    async def _connect_once(self) -> str | None:
+        """One connection to the host, served until it closes. None when it registered; else why not."""
+        try:
+            websocket = await connect(
+                self.host_url,
+                additional_headers={"Authorization": f"Bearer {self.token}"},
+                max_size=_HOST_MAX_SIZE,
+                open_timeout=10,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN):
+                raise DevSessionError(
+                    f"the host refused the development token ({status}): it is wrong, expired or revoked; "
+                    "create a new one in admin (Development tokens) and pass it with --token"
+                ) from exc
+            if status == HTTPStatus.NOT_FOUND:
+                raise DevSessionError(f"{self.host_url} is not a LangBot host's development endpoint (404)") from exc
+            return f"the host answered the handshake with HTTP {status}"
+        except InvalidURI as exc:
+            raise DevSessionError(f"bad host URL: {exc}") from exc
+        except (OSError, InvalidHandshake, TimeoutError) as exc:
+            return f"cannot reach the host at {self.host_url} ({exc or type(exc).__name__})"
+        self.out(f"connected to {self.host_url}")
+        registered = await self._serve_host(websocket)
+        if self._fatal is not None:
+            raise DevSessionError(self._fatal)
+        if websocket.close_code in REFUSED_CLOSE_CODES:
+            reason = websocket.close_reason or "the development token is wrong, expired or revoked"
+            raise DevSessionError(f"the host refused the session ({websocket.close_code}): {reason}")
+        return None if registered else "the host closed the connection before registering the runners"
+
+    async def _serve_host(self, websocket: ClientConnection) -> bool:
+        registered = False
+        self._host = websocket
+        try:
+            with contextlib.suppress(ConnectionClosed):
+                # A host that refuses the session may close before reading this; its `error` is read below.
+                await self._send({"type": "runners", "report": self.report})
+            async for message in websocket:
+                if isinstance(message, bytes):
+                    continue  # the envelope is text; nothing binary is defined
+                try:
+                    envelope = json.loads(message)
+                except json.JSONDecodeError:
+                    self.out("ignored a message from the host that is not JSON")
+                    continue
+                if not isinstance(envelope, dict):
+                    continue
+                if envelope.get("type") == "registered":
+                    registered = True
+                if await self._on_host_message(envelope):
+                    break
+        except ConnectionClosed:
+            pass
+        finally:
+            self._host = None
+            await self._close_all_conns(notify=False)
+            await websocket.close()
+        return registered
+
+    async def _on_host_message(self, envelope: Mapping[str, Any]) -> bool:
+        """Act on one host message; True when the session must end."""
+        kind = envelope.get("type")
+        conn = envelope.get("conn")
+        if kind == "registered":
+            self._print_registered(envelope)
+        elif kind == "error":
+            code = envelope.get("code") or "error"
+            self._fatal = f"the host refused the session: {envelope.get('message') or 'no reason given'} ({code})"
+            return True
+        elif kind == "open" and isinstance(conn, str):
+            await self._open(conn)
+        elif kind == "frame" and isinstance(conn, str):
+            data = envelope.get("data")
+            local = self._conns.get(conn)
+            if local is None:
+                await self._send({"type": "close", "conn": conn})
+            elif isinstance(data, str):
+                with contextlib.suppress(ConnectionClosed):  # its pump reports the close
+                    await local.websocket.send(data)
+        elif kind == "close" and isinstance(conn, str):
+            await self._close_conn(conn, notify=False)
+        return False
+
+    async def _send(self, envelope: Mapping[str, Any]) -> None:
+        websocket = self._host
+        if websocket is None:
+            return
+        text = json.dumps(envelope, separators=(",", ":"))
+        async with self._send_lock:
+            await websocket.send(text)
+
+    # -- relayed connections --------------------------------------------------------------------------
+
+    async def _open(self, conn: str) -> None:
+        if conn in self._conns:
+            await self._send({"type": "open_failed", "conn": conn, "error": f"connection {conn} is already open"})
+            return
+        async with self._runtime_lock:
+            if not self.runtime.running:
+                error = "the local runtime is not running (it exited; edit a file to restart it)"
+                await self._send({"type": "open_failed", "conn": conn, "error": error})
+                return
+            try:
+                websocket = await connect(
+                    self.runtime.url,
+                    additional_headers={"Authorization": f"Bearer {self.runtime.token}"},
+                    max_size=None,  # the runtime enforces the wire's cap itself
+                    compression=None,
+                    open_timeout=10,
+                )
+            except Exception as exc:
+                await self._send({"type": "open_failed", "conn": conn, "error": f"local runtime: {exc}"})
+                return
+        local = _LocalConn(websocket)
+        self._conns[conn] = local
+        # `opened` goes before any frame: the pump starts after it is sent.
+        await self._send({"type": "opened", "conn": conn})
+        local.pump = asyncio.create_task(self._pump_local(conn, local), name=f"dev-conn {conn}")
+
+    async def _pump_local(self, conn: str, local: _LocalConn) -> None:
+        try:
+            async for message in local.websocket:
+                data = message if isinstance(message, str) else message.decode("utf-8", "replace")
+                await self._send({"type": "frame", "conn": conn, "data": data})
+        except ConnectionClosed:
+            pass
+        finally:
+            if self._conns.get(conn) is local:  # the runtime closed it, not the host nor a reload
+                del self._conns[conn]
+                with contextlib.suppress(ConnectionClosed):
+                    await self._send({"type": "close", "conn": conn})
+
+    async def _close_conn(self, conn: str, *, notify: bool) -> None:
+        local = self._conns.pop(conn, None)
+        if local is None:
+            return
+        await local.websocket.close()
+        if local.pump is not None and local.pump is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError):
+                await local.pump
+        if notify:
+            with contextlib.suppress(ConnectionClosed):
+                await self._send({"type": "close", "conn": conn})
+
+    async def _close_all_conns(self, *, notify: bool) -> None:
+        for conn in list(self._conns):
+            await self._close_conn(conn, notify=notify)
+
+    # -- reload ---------------------------------------------------------------------------------------
+
+    async def _watch(self) -> None:
+        snapshot = files_snapshot(self.plugin_dir)
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            current = files_snapshot(self.plugin_dir)
+            if current == snapshot:
+                if self.runtime.exited_by_itself:
+                    code = self.runtime.process.returncode if self.runtime.process else None
+                    self.out(f"the local runtime exited with status {code}; edit a file to restart it")
+                    await self._runtime_gone()
+                continue
+            # An editor saves in steps (temporary file, rename): wait until the files hold still.
+            while True:
+                await asyncio.sleep(min(0.2, self.poll_interval))
+                settled = files_snapshot(self.plugin_dir)
+                if settled == current:
+                    break
+                current = settled
+            changes = snapshot_changes(snapshot, current)
+            snapshot = current
+            self.out("reloading: " + ", ".join(changes))
+            await self.reload()
+
+    async def _runtime_gone(self) -> None:
+        """The child died on its own: close the relayed connections and wait for a change."""
+        await self._close_all_conns(notify=True)
+        await self.runtime.stop()
+        self.runtime.process = None
+
+    async def reload(self) -> None:
+        """Restart the runtime on the plugin's current files and report its runners to the host again."""
+        async with self._runtime_lock:
+            await self._close_all_conns(notify=True)
+            await self.runtime.stop()
+            previous = self.report
+            try:
+                await self.runtime.start()
+                self.report = await self._list_runners()
+            except (DevSessionError, WireError) as exc:
+                self.out(f"the local runtime did not start: {exc}")
+                self.report = {
+                    "runners": [],
+                    "plugins": [{"path": str(self.plugin_dir), "status": "error", "error": str(exc)}],
+                }
+            self._print_report(previous, self.report)
+        with contextlib.suppress(ConnectionClosed):
+            await self._send({"type": "runners", "report": self.report})
+
+    async def _list_runners(self) -> dict[str, Any]:
+        try:
+            return await self.runtime.list_runners()
+        except WireError as exc:
+            raise DevSessionError(f"the local runtime did not list its runners: {exc}") from exc
+
+    # -- what the author reads ------------------------------------------------------------------------
+
+    def _print_report(self, previous: Mapping[str, Any] | None, report: Mapping[str, Any]) -> None:
+        ids = [str(runner.get("id")) for runner in report.get("runners", [])]
+        if previous is None:
+            listed = ", ".join(ids) if ids else "none"
+            self.out(f"local runtime: {len(ids)} runner(s): {listed}")
+        else:
+            before = {str(runner.get("id")) for runner in previous.get("runners", [])}
+            for runner_id in ids:
+                self.out(f"  {'reloaded' if runner_id in before else 'new'}: {runner_id}")
+            for runner_id in sorted(before - set(ids)):
+                self.out(f"  no longer loads: {runner_id}")
+        for plugin in report.get("plugins", []):
+            if plugin.get("status") == "error":
+                name = "/".join(filter(None, [plugin.get("author"), plugin.get("name")])) or plugin.get("path")
+                self.out(f"  plugin {name} failed to load: {plugin.get('error')}")
+            for warning in plugin.get("warnings") or []:
+                self.out(f"  warning: {warning}")
+
+    def _print_registered(self, envelope: Mapping[str, Any]) -> None:
+        available = [str(runner_id) for runner_id in envelope.get("available") or []]
+        workspace = envelope.get("workspace") or "?"
+        listed = ": " + ", ".join(available) if available else ""
+        self.out(
+            f"registered {len(available)} development runner(s) for workspace {workspace} "
+            f"(session {envelope.get('session') or '?'}){listed}"
+        )
+        for error in envelope.get("errors") or []:
+            if isinstance(error, Mapping):
+                subject = error.get("runner_id") or "runtime"
+                self.out(f"  not registered: {subject}: {error.get('error')}")
+
+
+def dev_main(*, host: str, token: str, directory: Path, out: Output = _print) -> int:
+    """The `dev` command: 0 after Ctrl-C, 1 when the session cannot go on, 2 for bad arguments."""
+    try:
+        url = host_websocket_url(host)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    plugin_dir = directory.expanduser().resolve()
+    if not plugin_dir.is_dir():
+        print(f"error: {directory} is not a directory", file=sys.stderr)
+        return 2
+    session = DevSession(host_url=url, token=token, plugin_dir=plugin_dir, out=out)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if task is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        await session.run()
+
+    try:
+        asyncio.run(main())
+    except DevSessionError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        out("stopped")
+    return 0
