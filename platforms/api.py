@@ -41,5 +41,5 @@ def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, b
         code = "invalid_argument" if exc.reason == "malformed" else "unauthorized"
         return JsonResponse(error_body(code, str(exc)), status=exc.status)
     for update in batch.updates:
-        platform_update_accept(bot=bot, update=update)
+        platform_update_accept(bot=bot, update=update, bot_current=True)
     return JsonResponse(batch.response if batch.response is not None else {"ok": True})

@@ -48,8 +48,11 @@ def _envelope(bot: Bot, envelope: dict[str, Any]) -> dict[str, Any]:
     return {**envelope, "bot_id": bot.bot_id, "source": EventSource.PLATFORM.value}
 
 
-def platform_update_accept(*, bot: Bot, update: InboundUpdate) -> EventIngestResult | None:
-    """Ingest one update (None when it went to the file-fetching task, or could not become an event)."""
+def platform_update_accept(*, bot: Bot, update: InboundUpdate, bot_current: bool = False) -> EventIngestResult | None:
+    """Ingest one update (None when it went to the file-fetching task, or could not become an event).
+
+    `bot_current` says the caller read `bot` for this request (a webhook), so the gateway need not read it
+    again; a long-lived connection's bot may have been disabled since, and is read again."""
     envelope = _envelope(bot, update.envelope)
     if update.files:
         if EventLog.objects.filter(workspace_id=bot.workspace_id, event_id=envelope.get("event_id")).exists():
@@ -59,13 +62,13 @@ def platform_update_accept(*, bot: Bot, update: InboundUpdate) -> EventIngestRes
         files = [asdict(f) for f in update.files]
         transaction.on_commit(lambda: platform_update_ingest.delay(bot.pk, envelope, files))
         return None
-    return _ingest(bot, envelope)
+    return _ingest(bot, envelope, bot_current=bot_current)
 
 
-def _ingest(bot: Bot, envelope: dict[str, Any]) -> EventIngestResult | None:
+def _ingest(bot: Bot, envelope: dict[str, Any], *, bot_current: bool) -> EventIngestResult | None:
     try:
         parsed = EventEnvelopeIn.model_validate(envelope)
-        return event_ingest(workspace=bot.workspace, envelope=parsed)
+        return event_ingest(workspace=bot.workspace, envelope=parsed, bot=bot if bot_current else None)
     except (ValidationError, EventRefusedError) as exc:
         # Answering the platform with an error would only make it redeliver the same update.
         logger.warning("bot %s: an update could not become an event: %s", bot.bot_id, exc)
@@ -109,4 +112,4 @@ def platform_update_ingest(
         attachments.append({"artifact_id": str(artifact.artifact_id)})
     envelope = {**envelope, "input": {**(envelope.get("input") or {}), "attachments": attachments}}
     envelope["data"] = {**(envelope.get("data") or {}), "platform_files": [f["ref"] for f in files]}
-    return _ingest(bot, envelope)
+    return _ingest(bot, envelope, bot_current=False)

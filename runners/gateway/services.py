@@ -75,15 +75,21 @@ def input_summary(*, text: str | None, contents: list[dict[str, Any]], attachmen
 
 
 def event_ingest(
-    *, workspace: Workspace, envelope: EventEnvelopeIn, resolution: BindingResolution | None = None
+    *,
+    workspace: Workspace,
+    envelope: EventEnvelopeIn,
+    resolution: BindingResolution | None = None,
+    bot: Bot | None = None,
 ) -> EventIngestResult:
     """Record the event and create its runs, or return what an earlier delivery of the same `event_id`
     created (`duplicate=True`). Raises `EventRefusedError` for a bot or attachment the workspace lacks.
 
     `resolution` is the event's routing when the caller has already resolved it (the web chat checks the
     binding it was asked for); it must be for this workspace, event type and bot. Resolved here otherwise.
+    `bot` is the envelope's bot when the caller has just read it (a platform webhook found the bot its URL
+    names): it is then not read a second time. Any other bot (or none) is looked up as usual.
     """
-    bot = _bot_of_workspace(workspace, envelope.bot_id)
+    bot = _bot_of_workspace(workspace, envelope.bot_id, known=bot)
     stored_attachments = _stored_attachments(workspace, envelope)
     event_id = envelope.event_id_or_new()
     conversation_id = envelope.conversation_id or conversation_id_derive(
@@ -215,10 +221,13 @@ def _routing_outcome(resolution: BindingResolution) -> tuple[str, dict[str, Any]
     return EventLog.Status.ACCEPTED, None
 
 
-def _bot_of_workspace(workspace: Workspace, bot_id: str | None) -> Bot | None:
+def _bot_of_workspace(workspace: Workspace, bot_id: str | None, *, known: Bot | None = None) -> Bot | None:
     if bot_id is None:
         return None
-    bot = bot_get(workspace=workspace, bot_id=bot_id)
+    if known is not None and known.bot_id == bot_id and known.workspace_id == workspace.pk:
+        bot: Bot | None = known
+    else:
+        bot = bot_get(workspace=workspace, bot_id=bot_id)
     if bot is None:
         raise EventRefusedError({"bot_id": f"No bot {bot_id!r} in this workspace."})
     if not bot.enabled:

@@ -5,9 +5,13 @@ run's input artifacts."""
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from artifacts.models import Artifact
 from bindings.models import Bot
+from platforms.inbound import platform_update_accept
+from platforms.interface import InboundUpdate
 from platforms.models import InboundRefusal
 from platforms.tasks import platform_update_ingest
 from runners.models import Run
@@ -213,3 +217,28 @@ def test_a_bot_created_over_rest_answers_on_its_webhook_and_its_secrets_are_not_
 
     assert answer.status_code == 200
     assert EventLog.objects.get().input["text"] == "hi from REST"
+
+
+def test_a_webhook_update_reads_its_bot_once(bot, fake_telegram):
+    update = fake_telegram.message_update("hello")
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = post_update(bot, update)
+
+    assert answer.status_code == 200
+    bot_table = connection.ops.quote_name(Bot._meta.db_table)
+    bot_reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and f"FROM {bot_table}" in q["sql"]]
+    assert len(bot_reads) == 1, bot_reads  # the webhook's own lookup; the gateway does not repeat it
+    assert Run.objects.filter(event__bot=bot).count() == 1
+
+
+def test_a_connection_holding_a_bot_disabled_since_makes_no_event(bot, fake_telegram):
+    held = Bot.objects.select_related("workspace").get(pk=bot.pk)  # as a long-lived connection keeps it
+    Bot.objects.filter(pk=bot.pk).update(enabled=False)
+
+    update = InboundUpdate(envelope={"event_id": "tg-held-1", "input": {"text": "hello"}})
+
+    result = platform_update_accept(bot=held, update=update)
+
+    assert result is None
+    assert not EventLog.objects.exists()
