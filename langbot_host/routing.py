@@ -4,12 +4,19 @@ from typing import Any
 
 from django.urls import path
 
-from platforms.routing import websocket_urlpatterns as platform_websocket_urlpatterns
+from platforms.routing import websocket_urlpatterns as onebot_websocket_urlpatterns
+from runners.runtime.dev_consumer import DevRuntimeConsumer
 from runners.webchat.consumers import ChatConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/v1/chat/", ChatConsumer.as_asgi()),
 ]
 
-# Sockets of machines, not browsers (OneBot's reverse WebSocket): no origin check, their own token.
+# Sockets of machines, not browsers (OneBot's reverse WebSocket, a development runtime's `langbot_sdk dev`):
+# no origin check and no session; each admits by its own token.
+platform_websocket_urlpatterns: list[Any] = [
+    *onebot_websocket_urlpatterns,
+    path("ws/v1/dev/runtime/", DevRuntimeConsumer.as_asgi()),
+]
+
 __all__ = ["platform_websocket_urlpatterns", "websocket_urlpatterns"]

@@ -21,7 +21,8 @@ from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from resources.models import KnowledgeBase, KnowledgeDocument, MCPServer, MCPTool
-from runners.models import PlatformActionRequest, ProxyCallAudit, Run, RunEvent
+from runners.models import DevelopmentSession, PlatformActionRequest, ProxyCallAudit, Run, RunEvent
+from runners.runtime.dev_access import dev_token_create
 from tests.factories import (
     AgentBindingFactory,
     BotFactory,
@@ -114,6 +115,10 @@ def theirs(db: Any) -> Theirs:
         resource=_m("resource"), scope=conversation, outcome="ok", created_at=timezone.now(),
     )  # fmt: skip
     key, _ = api_key_create(workspace=workspace, name=_m("key"))
+    dev_token, _ = dev_token_create(workspace=workspace, name=_m("devtoken"))
+    dev_session = DevelopmentSession.objects.create(
+        session_id=_m("session"), workspace=workspace, token=dev_token, peer=_m("peer"), runner_ids=[_m("runner")]
+    )
     purge = RetentionPurge.objects.create(
         sweep_started_at=timezone.now(), workspace=workspace, kind="artifacts", count=3, cutoff=timezone.now()
     )
@@ -127,7 +132,7 @@ def theirs(db: Any) -> Theirs:
     }  # fmt: skip
     rows: list[models.Model] = [
         workspace, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
-        storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge,
+        storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 

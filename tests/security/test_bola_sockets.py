@@ -20,6 +20,10 @@ SOCKETS = {
     # tests/streaming/test_chat_socket_auth.py; attachments of another workspace: test_chat_attachments.py.
     "ws/v1/chat/": "tests/streaming",
     "platforms/onebot/<slug:workspace_slug>/<slug:bot_id>/ws": "below",
+    # Admits by a workspace's development token, whose runners are registered for that workspace only and
+    # never listed in another's catalog: tests/runners/test_dev_runtime_socket.py; bound and run in that
+    # workspace only: tests/runners/test_runner_sources.py, tests/integration/test_dev_runtime_relay.py.
+    "ws/v1/dev/runtime/": "tests/runners",
 }
 
 

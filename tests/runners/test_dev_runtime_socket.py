@@ -1,0 +1,238 @@
+"""`/ws/v1/dev/runtime/` against the real ASGI application and channel layer: development tokens admit a
+development runtime and nothing else; its runners register for the token's workspace only; a worker's
+connection is relayed to the local runtime; a session that ends marks its runners missing and fails what
+was relayed through it, at once and retryably."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from bindings.models import RunnerDescriptor
+from langbot_host.asgi import application
+from langbot_sdk.protocol import Action, AgentAPIException
+from runners.models import DevelopmentSession, DevelopmentToken
+from runners.runtime import dev as dev_module
+from runners.runtime.dev import DevRunnerHost
+from runners.runtime.dev_access import dev_token_create, dev_tokens_revoke
+from tests.factories import WorkspaceFactory
+from tests.runners.dev_envelope_client import (
+    DEV_RUNNER_ID,
+    CommunicatorSocket,
+    EnvelopeClient,
+    dev_plugin_write,
+    local_runtime,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PATH = "/ws/v1/dev/runtime/"
+
+
+def _communicator(token: str | None) -> WebsocketCommunicator:
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token is not None else []
+    return WebsocketCommunicator(application, PATH, headers=headers)
+
+
+async def _refusal(token: str | None) -> tuple[dict[str, Any], int | None]:
+    communicator = _communicator(token)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    message = await communicator.receive_json_from(timeout=5)
+    closed = await communicator.receive_output(timeout=5)
+    assert closed["type"] == "websocket.close"
+    return message, closed.get("code")
+
+
+def _token(**kwargs: Any) -> tuple[DevelopmentToken, str]:
+    workspace = kwargs.pop("workspace", None) or WorkspaceFactory.create()
+    return dev_token_create(workspace=workspace, **kwargs)
+
+
+async def test_a_missing_wrong_expired_or_revoked_token_is_refused_with_a_reason():
+    def given() -> dict[str, str]:
+        _, good = _token()
+        expired, expired_plain = _token()
+        DevelopmentToken.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+        revoked, revoked_plain = _token()
+        dev_tokens_revoke(tokens=[revoked])
+        prefix, _, secret = good.rpartition("_")
+        return {
+            "wrong": f"{prefix}_{'x' * len(secret)}",
+            "api_key_shape": good.replace("lbdev_", "lbk_"),
+            "expired": expired_plain,
+            "revoked": revoked_plain,
+        }
+
+    tokens = await database_sync_to_async(given)()
+
+    missing, missing_code = await _refusal(None)
+    wrong, wrong_code = await _refusal(tokens["wrong"])
+    shaped, shaped_code = await _refusal(tokens["api_key_shape"])
+    expired, expired_code = await _refusal(tokens["expired"])
+    revoked, revoked_code = await _refusal(tokens["revoked"])
+
+    assert [missing["code"], wrong["code"], shaped["code"]] == ["unauthorized"] * 3
+    assert expired["code"] == "token_expired"
+    assert "expired" in expired["message"]
+    assert revoked["code"] == "token_revoked"
+    assert {missing_code, wrong_code, shaped_code, expired_code, revoked_code} == {4401}
+    assert await database_sync_to_async(DevelopmentSession.objects.count)() == 0
+
+
+def test_a_development_token_is_refused_by_the_rest_api_and_the_chat_ticket(workspace, api_client_for):
+    _, plaintext = dev_token_create(workspace=workspace)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+
+    assert client.get("/api/v1/runners").status_code == 401
+    assert client.post("/api/v1/ws-tickets", {}, format="json").status_code in (401, 403)
+    assert client.post("/api/v1/events", {"event_type": "message.received"}, format="json").status_code == 401
+    # The same request with the workspace's API key gets through: the refusal is the token's.
+    assert api_client_for(workspace).get("/api/v1/runners").status_code == 200
+
+
+async def test_runners_register_for_the_tokens_workspace_only_and_go_missing_when_it_disconnects(tmp_path: Path):
+    def given() -> tuple[Any, Any, str]:
+        mine, theirs = WorkspaceFactory.create(), WorkspaceFactory.create()
+        _, plaintext = dev_token_create(workspace=mine)
+        return mine, theirs, plaintext
+
+    mine, theirs, plaintext = await database_sync_to_async(given)()
+    communicator = _communicator(plaintext)
+    assert (await communicator.connect(timeout=5))[0]
+
+    async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
+        client = EnvelopeClient(CommunicatorSocket(communicator), runtime)
+        registered = await client.register()
+
+        assert registered["available"] == [DEV_RUNNER_ID]
+        assert registered["workspace"] == mine.slug
+
+        def listed() -> tuple[list[str], list[str], Any, Any]:
+            descriptor = RunnerDescriptor.objects.get(runner_id=DEV_RUNNER_ID)
+            session = DevelopmentSession.objects.get(session_id=registered["session"])
+
+            def ids(ws: Any) -> list[str]:
+                return [r["runner_id"] for r in _api(ws).get("/api/v1/runners").json()["items"]]
+
+            return ids(mine), ids(theirs), descriptor, session
+
+        in_mine, in_theirs, descriptor, session = await database_sync_to_async(listed)()
+        assert DEV_RUNNER_ID in in_mine
+        assert DEV_RUNNER_ID not in in_theirs
+        assert (descriptor.source, descriptor.source_key, descriptor.workspace_id) == (
+            "dev",
+            registered["session"],
+            mine.pk,
+        )
+        assert session.runner_ids == [DEV_RUNNER_ID]
+        assert session.ended_at is None
+
+        await client.aclose()
+
+    def after() -> tuple[str, Any]:
+        return (
+            RunnerDescriptor.objects.get(runner_id=DEV_RUNNER_ID).status,
+            DevelopmentSession.objects.get(session_id=registered["session"]).ended_at,
+        )
+
+    status, ended_at = await database_sync_to_async(after)()
+    assert status == RunnerDescriptor.Status.MISSING
+    assert ended_at is not None
+
+
+def _api(workspace: Any) -> APIClient:
+    from bindings.services import api_key_create
+
+    _, key = api_key_create(workspace=workspace)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+async def test_a_worker_connection_is_relayed_to_the_local_runtime_and_fails_when_the_session_ends(
+    tmp_path: Path,
+):
+    def given() -> str:
+        return dev_token_create(workspace=WorkspaceFactory.create())[1]
+
+    plaintext = await database_sync_to_async(given)()
+    communicator = _communicator(plaintext)
+    assert (await communicator.connect(timeout=5))[0]
+    async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
+        client = EnvelopeClient(CommunicatorSocket(communicator), runtime)
+        registered = await client.register()
+        host = DevRunnerHost(registered["session"], handlers={})
+
+        # A wire call from the "worker" reaches the author's runtime through the socket and back.
+        listed = await (await host.connection()).call(Action.LIST_AGENT_RUNNERS, {}, timeout=10)
+        assert [r["id"] for r in listed["runners"]] == [DEV_RUNNER_ID]
+        assert len(client.opened) == 1
+
+        # The CLI reloading closes its local connections; the worker opens a fresh one on its next call.
+        await client.close_local_connections()
+        await asyncio.sleep(0.3)
+        again = await (await host.connection()).call(Action.LIST_AGENT_RUNNERS, {}, timeout=10)
+        assert again["runners"]
+        assert len(client.opened) == 2
+
+        # The socket going away fails what is relayed through it at once, retryably.
+        connection = await host.connection()
+        pending = asyncio.ensure_future(connection.call(Action.LIST_AGENT_RUNNERS, {}, timeout=60))
+        await client.aclose()
+        with pytest.raises(AgentAPIException) as failed:
+            async with asyncio.timeout(10):
+                await pending
+        assert failed.value.error.code == "runtime_error"
+        assert failed.value.error.retryable
+        await host.aclose()
+
+
+async def test_a_session_that_is_gone_fails_the_run_retryably_instead_of_hanging(monkeypatch):
+    monkeypatch.setattr(dev_module, "OPEN_TIMEOUT", 0.5)
+    host = DevRunnerHost("0" * 32, handlers={})
+
+    async def run() -> None:
+        async with asyncio.timeout(5), host.run_agent({"run_id": "r"}) as stream:
+            async for _ in stream:
+                pass
+
+    with pytest.raises(AgentAPIException) as failed:
+        await run()
+
+    assert failed.value.error.code == "runtime_error"
+    assert failed.value.error.retryable
+    assert "development runtime" in failed.value.error.message
+
+
+async def test_revoking_the_token_disconnects_its_live_session(tmp_path: Path):
+    def given() -> tuple[DevelopmentToken, str]:
+        return _token()
+
+    token, plaintext = await database_sync_to_async(given)()
+    communicator = _communicator(plaintext)
+    assert (await communicator.connect(timeout=5))[0]
+    async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
+        client = EnvelopeClient(CommunicatorSocket(communicator), runtime)
+        registered = await client.register()
+
+        await database_sync_to_async(dev_tokens_revoke)(tokens=[token])
+
+        async with asyncio.timeout(10):
+            await client.ended.wait()
+        assert client.closed_code == 4401
+        assert client.errors[-1]["code"] == "token_revoked"
+        await client.aclose()
+
+    status = await database_sync_to_async(lambda: RunnerDescriptor.objects.get(runner_id=DEV_RUNNER_ID).status)()
+    assert registered["available"] == [DEV_RUNNER_ID]
+    assert status == RunnerDescriptor.Status.MISSING
