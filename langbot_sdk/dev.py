@@ -538,6 +538,8 @@ class DevSession:
             f"registered {len(available)} development runner(s) for workspace {workspace} "
             f"(session {envelope.get('session') or '?'}){listed}"
         )
+        if envelope.get("expires_at"):
+            self.out(f"  the development token expires at {envelope['expires_at']}")
         for error in envelope.get("errors") or []:
             if isinstance(error, Mapping):
                 subject = error.get("runner_id") or "runtime"

@@ -94,6 +94,7 @@ class FakeDevHost:
                         "type": "registered",
                         "session": session,
                         "workspace": "acme",
+                        "expires_at": "2026-12-01T00:00:00+00:00",
                         "available": [runner["id"] for runner in report["runners"]],
                         "errors": [
                             {"error": plugin["error"]} for plugin in report["plugins"] if plugin["status"] == "error"
@@ -256,6 +257,7 @@ async def test_it_registers_only_the_authors_plugin_and_prints_the_answer(
     async with dev_session(fake_host, plugin) as (lines, _):
         runners = await fake_host.wait_for("runners")
         line = await lines.wait_for("registered")
+        await lines.wait_for("the development token expires at 2026-12-01T00:00:00")
 
     assert [runner["id"] for runner in runners["report"]["runners"]] == [ECHO_ID]
     assert [(p["name"], p["status"]) for p in runners["report"]["plugins"]] == [("echo", "loaded")]
