@@ -255,7 +255,7 @@ class DevSession:
         out: Output = _print,
         poll_interval: float = 0.5,
         retry_initial: float = 0.5,
-        retry_max: float = 10.0,
+        retry_max: float = 5.0,
     ) -> None:
         self.host_url = host_url
         self.token = token
@@ -315,13 +315,13 @@ class DevSession:
             )
         except InvalidStatus as exc:
             status = exc.response.status_code
-            if status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN):
+            if status in (HTTPStatus.UNAUTHORIZED, HTTPStatus.FORBIDDEN, HTTPStatus.NOT_FOUND):
+                # A LangBot host accepts the socket and then says why it refuses a token, so a refusal at
+                # the handshake is most often an address that is not its development endpoint.
                 raise DevSessionError(
-                    f"the host refused the development token ({status}): it is wrong, expired or revoked; "
-                    "create a new one in admin (Development tokens) and pass it with --token"
+                    f"the host refused the connection to {self.host_url} (HTTP {status}): check --host (the "
+                    "address you open the host's admin at) and --token (a development token from its admin)"
                 ) from exc
-            if status == HTTPStatus.NOT_FOUND:
-                raise DevSessionError(f"{self.host_url} is not a LangBot host's development endpoint (404)") from exc
             return f"the host answered the handshake with HTTP {status}"
         except InvalidURI as exc:
             raise DevSessionError(f"bad host URL: {exc}") from exc

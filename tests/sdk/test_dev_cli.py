@@ -362,7 +362,7 @@ def _cli(*args: str) -> list[str]:
     ("refuse_with", "printed"),
     [
         ("error", "the development token has expired (dev_token_invalid)"),
-        ("http", "the host refused the development token (401)"),
+        ("http", "the host refused the connection to ws://127.0.0.1:"),
     ],
 )
 async def test_a_refused_token_ends_the_command_with_the_reason(tmp_path: Path, refuse_with: str, printed: str) -> None:
