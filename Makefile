@@ -14,6 +14,10 @@ REQUIREMENTS := requirements.txt requirements-dev.txt
 # The runner SDK (pyproject.toml's `langbot-sdk`) installed editable, so `import langbot_sdk` and
 # `python -m langbot_sdk` work from any directory, e.g. a plugin being written outside the checkout.
 SDK_STAMP := $(VENV)/.sdk-installed
+# LangBot's plugin runtime (`lbp rt`) in a virtualenv of its own, kept out of the host's (its dependencies
+# conflict with ours): the LangBot-plugin bridge tests start it, as does `make run` with LANGBOT_LANGBOT_RUNTIME.
+LBP_VENV := var/langbot-plugin-venv
+LBP_STAMP := $(LBP_VENV)/.requirements-installed
 
 PORT ?= 8000
 PYTEST_ARGS ?=
@@ -22,7 +26,7 @@ FUZZ_FACTOR ?= 10
 FUZZ_TESTS := tests/host/test_api_fuzz.py tests/streaming/test_chat_socket_fuzz.py tests/handlers/test_proxy_fuzz.py
 CELERY_LOGLEVEL ?= INFO
 
-.PHONY: help venv run test fuzz chaos lint docs bench web worker migrate static clean
+.PHONY: help venv lbp-venv run test fuzz chaos lint docs bench web worker migrate static clean
 
 help:
 	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
@@ -36,6 +40,7 @@ help:
 	@echo "make worker   a Celery worker with its beat schedule and its own plugin runtime, and the connector process"
 	@echo "make migrate  apply database migrations"
 	@echo "make venv     create .venv and install requirements-dev.txt when it changed"
+	@echo "make lbp-venv LangBot's plugin runtime (lbp rt) into var/langbot-plugin-venv (requirements-langbot-plugin.txt)"
 	@echo "make clean    remove caches and collected static files (keeps var/db.sqlite3 and .venv)"
 
 $(PY):
@@ -51,10 +56,17 @@ $(SDK_STAMP): pyproject.toml $(STAMP)
 
 venv: $(STAMP) $(SDK_STAMP)
 
+$(LBP_STAMP): requirements-langbot-plugin.txt
+	$(PYTHON) -m venv $(LBP_VENV)
+	$(LBP_VENV)/bin/python -m pip install --quiet -r requirements-langbot-plugin.txt
+	touch $(LBP_STAMP)
+
+lbp-venv: $(LBP_STAMP)
+
 run: venv
 	$(PY) scripts/run_stack.py
 
-test: venv
+test: venv lbp-venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The schemathesis, chat socket and proxy fuzz tests with fresh random draws (CI keeps derandomized ones).

@@ -262,6 +262,13 @@ LANGBOT_RUNTIME_CALL_TIMEOUT = env.float("LANGBOT_RUNTIME_CALL_TIMEOUT", default
 # A run (or call) that finds the runtime gone waits this long for it to come back (`make run` restarts it,
 # a stdio runtime is respawned) before failing with a retryable `runtime_error`.
 LANGBOT_RUNTIME_RECONNECT_WAIT = env.float("LANGBOT_RUNTIME_RECONNECT_WAIT", default=10.0)
+# LangBot's own plugin runtime (`lbp rt`, runners.runtime.langbot), opt-in: its control URL, e.g.
+# ws://127.0.0.1:5400/control/ws; empty (default) leaves it out. The token is the runtime's
+# LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN when it was started with one. SETTLE: seconds a runner refresh waits for
+# its plugins to come up (it launches them only once a host connected).
+LANGBOT_LANGBOT_RUNTIME_URL = env.str("LANGBOT_LANGBOT_RUNTIME_URL", default="")
+LANGBOT_LANGBOT_RUNTIME_TOKEN = env.str("LANGBOT_LANGBOT_RUNTIME_TOKEN", default="")
+LANGBOT_LANGBOT_RUNTIME_SETTLE = env.float("LANGBOT_LANGBOT_RUNTIME_SETTLE", default=10.0)
 
 # Event Gateway: bodies above LANGBOT_MAX_EVENT_BYTES answer 413; a raw platform payload (`data.raw`) above
 # LANGBOT_RAW_INLINE_MAX_BYTES is moved out of the event into an artifact (`raw_ref`).

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -185,4 +186,10 @@ def runner_descriptors_refresh(*, connect_wait: float | None = None) -> RunnerSy
     `connect_wait`: how long to wait for a runtime that is away (default: the link's reconnect wait; 0 for a
     person waiting on the answer, who should hear at once that the runtime is down)."""
     data = runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}, connect_wait=connect_wait)
-    return runner_descriptors_sync(report=ListAgentRunnersResponse.model_validate(data))
+    result = runner_descriptors_sync(report=ListAgentRunnersResponse.model_validate(data))
+    if settings.LANGBOT_LANGBOT_RUNTIME_URL:
+        # LangBot's own plugin runtime, opt-in (runners.runtime.langbot); imported only when configured.
+        from runners.runtime.langbot.catalog import langbot_runners_refresh, merge
+
+        merge(result, langbot_runners_refresh(settle=None if connect_wait is None else 0.0))
+    return result

@@ -1,0 +1,360 @@
+"""The host as LangBot's plugin runtime (`lbp rt`) expects its host: the control handshake, the runner
+catalog, runs and their cancellation, and the runtime's calls back to the host.
+
+Handshake (what LangBot does on connecting): `set_runtime_config` with a fixed runtime identity and worker
+policy (profile `oss_dev`, the runtime's own `data/plugins` tree); every other call carries one fixed
+installation binding, which fences the runtime to this host. The runtime then launches its plugins and asks
+`get_plugin_settings` for each; the answer names the installation by the plugin's `author/name`, so every
+later call of that plugin arrives with it as the trusted `installation_uuid`.
+
+Runs: `run_runner` streams LangBot `RunnerResult`s, translated into ours; `cancel_run` cancels that call
+(`__cancel_action`), which the runtime passes on to the plugin, and the run ends `cancelled`.
+
+Host calls: a runner's run-scoped call (state, history, events, models, tools, knowledge, storage) is
+translated into our proxy action and served by the worker's own proxy handlers, stamped as our plugin
+runtime stamps them (`langbot_sdk.runtime.service.PluginChannel`): the run token of the run the call names
+— only while that run is in flight through this bridge — and, as caller, the plugin the runtime says made
+the call. The handlers then refuse a call for another plugin's run, a stale run, or a resource or scope
+the binding does not grant, exactly as for our runners, and audit every call. A call with no equivalent
+here answers LangBot's error shape (`data.error` an AgentAPIError) naming the action.
+
+LangBot's runtime serves one control connection at a time: a newer one (another process refreshing the
+catalog) supersedes the older, which reconnects on its next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from django.conf import settings
+
+from langbot_sdk.protocol import AgentAPIException, ListAgentRunnersResponse, RunnerId
+from langbot_sdk.wire import CallInfo, Handler
+from runners.runtime.langbot import translate
+from runners.runtime.langbot.wire import LangBotCallError, LangBotConnection, LangBotHandler
+
+logger = logging.getLogger(__name__)
+
+INSTANCE_UUID = "langbot-host"
+RUNTIME_ID = "langbot-host-bridge"
+WORKER_POLICY = {
+    "max_cpus": 1.0,
+    "max_memory_mb": 1024,
+    "max_pids": 256,
+    "max_open_files": 1024,
+    "max_file_size_mb": 64,
+}
+# The one installation binding every tenant-scoped control call carries (`oss_dev` profile pins it).
+CONTROL_BINDING = {
+    "instance_uuid": INSTANCE_UUID,
+    "workspace_uuid": "langbot-host",
+    "placement_generation": 1,
+    "installation_uuid": "langbot-host-control",
+    "runtime_revision": 1,
+    "artifact_digest": hashlib.sha256(b"langbot-host-control").hexdigest(),
+}
+# Runs end `cancelled` once the runtime was asked to stop; its own stream has no terminal result then.
+CANCELLED_CODE = "cancelled"
+
+
+def _unavailable(message: str) -> AgentAPIException:
+    return AgentAPIException.runtime_error(message, retryable=True)
+
+
+@dataclass
+class _Run:
+    run_id: str
+    run_token: str | None
+    plugin_identity: str
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+    cancel_reason: str = ""
+
+
+class LangBotRuntime:
+    """This process's connection to LangBot's runtime, opened on first use and after it dropped."""
+
+    def __init__(self, url: str, *, token: str = "", handlers: Mapping[str, Handler] | None = None) -> None:
+        self.url = url
+        self.token = token
+        self.proxy_handlers = dict(handlers or {})
+        self.runs: dict[str, _Run] = {}
+        self._connection: LangBotConnection | None = None
+        self._lock = asyncio.Lock()
+
+    async def connection(self) -> LangBotConnection:
+        async with self._lock:
+            if self._connection is not None and not self._connection.closed.is_set():
+                return self._connection
+            try:
+                connection = await LangBotConnection.open(self.url, self._handlers(), token=self.token)
+                await connection.call(
+                    "set_runtime_config",
+                    {
+                        "runtime_identity": {"instance_uuid": INSTANCE_UUID, "runtime_id": RUNTIME_ID},
+                        "worker_policy": WORKER_POLICY,
+                        "runtime_profile": "oss_dev",
+                    },
+                    timeout=10.0,
+                )
+            except (OSError, TimeoutError, LangBotCallError) as exc:
+                raise _unavailable(f"LangBot plugin runtime at {self.url} unavailable: {exc}") from exc
+            except Exception as exc:  # websockets' handshake errors (refused token, not a WebSocket, ...)
+                raise _unavailable(f"LangBot plugin runtime at {self.url} refused the connection: {exc}") from exc
+            self._connection = connection
+            return connection
+
+    async def aclose(self) -> None:
+        if self._connection is not None:
+            await self._connection.aclose()
+            self._connection = None
+
+    # -- catalog ---------------------------------------------------------------------------------------
+
+    async def list_runners(self) -> list[dict[str, Any]]:
+        connection = await self.connection()
+        try:
+            answer = await connection.call("list_runners", {}, context=CONTROL_BINDING, timeout=30.0)
+        except (LangBotCallError, TimeoutError) as exc:
+            raise _unavailable(f"LangBot plugin runtime could not list its runners: {exc}") from exc
+        return [entry for entry in answer.get("runners") or [] if isinstance(entry, dict)]
+
+    async def report(self, *, settle: float = 0.0) -> ListAgentRunnersResponse:
+        """Our runner report of LangBot's agent runners. `settle`: how long to wait for the runtime's plugins
+        to come up (it launches them only once a host connected): the listing is asked again until it
+        holds runners and did not change from the last answer, or the time is up."""
+        deadline = time.monotonic() + settle
+        entries = await self.list_runners()
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            again = await self.list_runners()
+            if again and again == entries:
+                break
+            entries = again
+        runners = []
+        warnings: dict[str, list[str]] = {}
+        errors: list[str] = []
+        for entry in entries:
+            if "agent" not in ((entry.get("manifest") or {}).get("usages") or ["agent"]):
+                continue  # event processors: nothing of ours runs them
+            try:
+                manifest, notes = translate.runner_manifest(entry)
+            except (ValueError, TypeError) as exc:
+                errors.append(f"{entry.get('plugin_author')}/{entry.get('plugin_name')}: {exc}")
+                continue
+            runners.append(manifest)
+            warnings[manifest.id] = notes
+        plugins = translate.load_reports(entries, warnings)
+        plugins.extend(
+            translate.PluginLoadReport(path=f"langbot:{error.split(':')[0]}", status="error", error=error)
+            for error in errors
+        )
+        return ListAgentRunnersResponse(runners=runners, plugins=plugins)
+
+    # -- runs ------------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def run_agent(self, request: dict[str, Any]) -> AsyncIterator[AsyncIterator[dict[str, Any]]]:
+        runner_id = RunnerId.parse(str(request["runner_id"]))
+        context = dict(request["context"])
+        run = _Run(
+            run_id=str(context["run_id"]),
+            run_token=request.get("run_token"),
+            plugin_identity=f"{runner_id.author}/{runner_id.plugin}",
+        )
+        connection = await self.connection()
+        self.runs[run.run_id] = run
+        try:
+            yield self._results(connection, run, runner_id, context)
+        finally:
+            self.runs.pop(run.run_id, None)
+
+    async def _results(
+        self, connection: LangBotConnection, run: _Run, runner_id: RunnerId, context: dict[str, Any]
+    ) -> AsyncIterator[dict[str, Any]]:
+        deadline_at = (context.get("runtime") or {}).get("deadline_at")
+        timeout = max(1.0, float(deadline_at) - time.time() + 5.0) if deadline_at else 600.0
+        stream = connection.stream(
+            "run_runner",
+            {
+                "plugin_author": runner_id.author,
+                "plugin_name": runner_id.plugin,
+                "runner_name": runner_id.runner,
+                "context": translate.run_context(context),
+            },
+            context=CONTROL_BINDING,
+            timeout=timeout,
+        )
+        cancelled = asyncio.create_task(run.cancelled.wait())
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(stream))
+                await asyncio.wait({following, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():
+                    # Cancelling the pending read leaves the stream early: it sends `__cancel_action`.
+                    following.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                        await following
+                    yield _failed(run.run_id, CANCELLED_CODE, "the run was cancelled", reason=run.cancel_reason)
+                    return
+                try:
+                    item = following.result()
+                except StopAsyncIteration:
+                    return
+                except LangBotCallError as exc:
+                    yield _failed(run.run_id, "runtime_error", f"LangBot plugin runtime: {exc}", retryable=True)
+                    return
+                except TimeoutError:
+                    yield _failed(run.run_id, "runner.timeout", "the LangBot runner did not answer in time")
+                    return
+                for result in translate.results(item, run.run_id):
+                    yield result
+                    if result["type"] in ("run.completed", "run.failed"):
+                        return
+        finally:
+            cancelled.cancel()
+            with contextlib.suppress(Exception):
+                await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+
+    async def cancel_run(self, run_id: str, reason: str) -> None:
+        run = self.runs.get(run_id)
+        if run is None:
+            raise AgentAPIException.not_found(f"run {run_id!r} is not in flight on the LangBot plugin runtime")
+        run.cancel_reason = reason
+        run.cancelled.set()
+
+    # -- the runtime's calls ---------------------------------------------------------------------------
+
+    def _handlers(self) -> dict[str, LangBotHandler]:
+        handlers: dict[str, LangBotHandler] = {
+            "get_plugin_settings": self._plugin_settings,
+            "initialize_plugin_settings": self._plugin_settings,
+        }
+        for action in (
+            "state_get", "state_set", "state_delete", "state_list", "history_page", "history_search",
+            "event_get", "event_page", "invoke_llm", "invoke_llm_stream", "count_tokens", "get_tool_detail",
+            "call_tool", "retrieve_knowledge_base", "set_binary_storage", "get_binary_storage",
+            "delete_binary_storage", "get_binary_storage_keys",
+        ):  # fmt: skip
+            handlers[action] = self._host_call_handler(action)
+        return handlers
+
+    async def _plugin_settings(self, data: dict[str, Any], _context: dict[str, Any] | None) -> dict[str, Any]:
+        identity = f"{data.get('plugin_author')}/{data.get('plugin_name')}"
+        return {
+            "installation_uuid": identity,
+            "enabled": True,
+            "priority": 0,
+            "plugin_config": {},
+            "install_source": "local",
+            "install_info": {},
+        }
+
+    def _host_call_handler(self, action: str) -> LangBotHandler:
+        async def handle(data: dict[str, Any], context: dict[str, Any] | None) -> Any:
+            mapped = translate.host_call(action, data)
+            if mapped is None:
+                raise _refusal(
+                    AgentAPIException.invalid_argument(
+                        f"{action} outside a run has no equivalent on this host: runners reach host "
+                        "resources through run-scoped calls only"
+                    )
+                )
+            ours, request = mapped
+            handler = self.proxy_handlers.get(ours.value)
+            if handler is None:
+                raise _refusal(AgentAPIException.unauthorized(f"{action}: no run is in flight on this connection"))
+            run_id = str(data.get("run_id") or "")
+            run = self.runs.get(run_id)
+            # The runtime binds each plugin's calls to the installation it was given at registration, which
+            # is the plugin's identity (`_plugin_settings`); what runner code put in the payload is not used.
+            caller = str((context or {}).get("installation_uuid") or data.get("caller_plugin_identity") or "")
+            stamped = {
+                **request,
+                "run_id": run_id,
+                "run_token": run.run_token if run is not None else None,
+                "caller_plugin_identity": caller,
+            }
+            try:
+                # Our proxy handlers read nothing of the CallInfo of a call on our own wire.
+                called = handler(stamped, cast(CallInfo, None))
+                answer: Any = await called if inspect.isawaitable(called) else called
+            except AgentAPIException as exc:
+                raise _refusal(exc) from None
+            if isinstance(answer, dict):
+                return translate.host_answer(action, ours, answer)
+            return _stream_answers(answer)
+
+        return handle
+
+
+async def _stream_answers(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    try:
+        async for item in items:
+            yield item
+    except AgentAPIException as exc:
+        raise _refusal(exc) from None
+
+
+def _refusal(exc: AgentAPIException) -> LangBotCallError:
+    """LangBot's error shape for one of our refusals: its SDK raises `AgentAPIException(data.error)`."""
+    error = exc.error.model_dump(mode="json")
+    return LangBotCallError(f"{error['code']}: {error['message']}", {"error": error})
+
+
+def _failed(run_id: str, code: str, message: str, *, retryable: bool = False, reason: str = "") -> dict[str, Any]:
+    data: dict[str, Any] = {"code": code, "message": message, "retryable": retryable}
+    if reason:
+        data["details"] = {"reason": reason}
+    return {"run_id": run_id, "type": "run.failed", "data": data}
+
+
+class LangBotRunnerHost:
+    """`runners.runtime.hosts.RunnerHost` of LangBot's runtime, for one worker."""
+
+    def __init__(self, runtime: LangBotRuntime) -> None:
+        self.runtime = runtime
+
+    def run_agent(
+        self, request: dict[str, Any]
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[dict[str, Any]]]:
+        return self.runtime.run_agent(request)
+
+    async def cancel_run(self, run_id: str, reason: str, *, timeout: float) -> None:
+        await self.runtime.cancel_run(run_id, reason)
+
+    async def aclose(self) -> None:
+        await self.runtime.aclose()
+
+
+def langbot_runner_host(source_key: str, handlers: Mapping[str, Handler]) -> LangBotRunnerHost:
+    """`runners.runtime.hosts.RunnerHostFactory` of the `langbot` source."""
+    url = settings.LANGBOT_LANGBOT_RUNTIME_URL
+    if not url:
+        raise AgentAPIException.runtime_error(
+            "a LangBot runner was asked to run but LANGBOT_LANGBOT_RUNTIME_URL is not set", retryable=False
+        )
+    return LangBotRunnerHost(LangBotRuntime(url, token=settings.LANGBOT_LANGBOT_RUNTIME_TOKEN, handlers=handlers))
+
+
+def langbot_report(*, settle: float | None = None) -> ListAgentRunnersResponse:
+    """LangBot's agent runners as our report, over a connection of its own (sync callers). Raises
+    `AgentAPIException` (`runtime_error`) when the runtime cannot be reached."""
+    runtime = LangBotRuntime(settings.LANGBOT_LANGBOT_RUNTIME_URL, token=settings.LANGBOT_LANGBOT_RUNTIME_TOKEN)
+    wait = settings.LANGBOT_LANGBOT_RUNTIME_SETTLE if settle is None else settle
+
+    async def ask() -> ListAgentRunnersResponse:
+        try:
+            return await runtime.report(settle=wait)
+        finally:
+            await runtime.aclose()
+
+    return asyncio.run(ask())

@@ -1,0 +1,131 @@
+"""A runner written against LangBot's released plugin SDK (langbot-plugin, in its own virtualenv built by
+`make lbp-venv`), run by LangBot's own runtime (`lbp rt`, a real process) through this host's real worker:
+discovered as a `langbot` descriptor, bound, chatted with, its host calls answered and audited by the host's
+handlers under the binding's policy, and cancelled.
+
+The runtime's virtualenv missing is a failure, not a skip: `make test` builds it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import REPO_ROOT, _free_port, post_message, wait_status, wait_terminal
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+LBP = REPO_ROOT / "var" / "langbot-plugin-venv" / "bin" / "lbp"
+PLUGIN = Path(__file__).parent / "plugins" / "lbp-echo"
+RUNNER_ID = "plugin:lbptest/lbp-echo/echo"
+
+
+@pytest.fixture(scope="module")
+def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`lbp rt` with the test plugin installed in its `data/plugins` (directory `author__name`, as LangBot
+    installs plugins), listening for its host on a free control port."""
+    if not LBP.exists():
+        pytest.fail(f"{LBP} is missing: run `make lbp-venv` (make test builds it)")
+    home = tmp_path_factory.mktemp("lbp-rt")
+    shutil.copytree(PLUGIN, home / "data" / "plugins" / "lbptest__lbp-echo")
+    control, debug = _free_port(), _free_port()
+    log = (home / "rt.log").open("wb")
+    process = subprocess.Popen(
+        [str(LBP), "rt", "--ws-control-port", str(control), "--ws-debug-port", str(debug), "--skip-deps-check"],
+        cwd=home,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", control), timeout=0.5).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"lbp rt did not start:\n{(home / 'rt.log').read_text(errors='replace')[-3000:]}")
+            time.sleep(0.1)
+    yield f"ws://127.0.0.1:{control}/control/ws"
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture
+def langbot_binding(lbp_runtime: str, settings, start_worker):
+    from bindings.models import RunnerDescriptor
+    from runners.runtime.langbot.catalog import langbot_runners_refresh
+    from tests.factories import AgentBindingFactory, WorkspaceFactory
+
+    settings.LANGBOT_LANGBOT_RUNTIME_URL = lbp_runtime
+    result = langbot_runners_refresh(settle=20)
+    assert RUNNER_ID in result.available, result
+    descriptor = RunnerDescriptor.objects.get(runner_id=RUNNER_ID)
+    assert descriptor.source == RunnerDescriptor.Source.LANGBOT
+    assert descriptor.permissions["history"] == ["page"]
+    assert [item["name"] for item in descriptor.config_schema] == ["greeting"]
+    worker = start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
+    binding = AgentBindingFactory.create(
+        workspace=WorkspaceFactory.create(),
+        runner_id=RUNNER_ID,
+        runner_config={"greeting": "hi"},
+        state_policy={"enable_state": True, "state_scopes": ["conversation"]},
+    )
+    return binding, worker
+
+
+def _reply(run) -> str:
+    from transcripts.models import TranscriptItem
+
+    item = TranscriptItem.objects.filter(run_id=run.run_id, role=TranscriptItem.Role.ASSISTANT).first()
+    assert item is not None, f"run {run.run_id} left no assistant reply"
+    return item.content
+
+
+def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_audited(langbot_binding) -> None:
+    from runners.models import ProxyCallAudit
+
+    binding, _worker = langbot_binding
+    first = wait_terminal(post_message(binding, "hello world", conversation_id="lbp-1"), timeout=60)
+    assert first.status == "completed", (first.status, first.error)
+    assert _reply(first) == "hi: hello world (turn 1, history 1)"
+
+    second = wait_terminal(post_message(binding, "peek actor", conversation_id="lbp-1"), timeout=60)
+    assert second.status == "completed", (second.status, second.error)
+    # Conversation state carried over; the history holds both turns so far; actor state is refused because
+    # the binding enables the conversation scope only.
+    assert _reply(second) == "hi: peek actor (turn 2, history 3, actor refused (unauthorized))"
+
+    rows = list(ProxyCallAudit.objects.filter(run_id=str(second.run_id)).values_list("action", "outcome", "caller"))
+    assert ("state_get", "ok", "lbptest/lbp-echo") in rows
+    assert ("state_set", "ok", "lbptest/lbp-echo") in rows
+    assert ("history_page", "ok", "lbptest/lbp-echo") in rows
+    assert ("state_get", "unauthorized", "lbptest/lbp-echo") in rows
+
+    # Another conversation starts its own count.
+    other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
+    assert _reply(other) == "hi: again (turn 1, history 1)"
+
+
+def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
+    from runners.lifecycle.services import run_cancel_request
+
+    binding, _worker = langbot_binding
+    run = post_message(binding, "sleep", conversation_id="lbp-cancel")
+    wait_status(run, "running", timeout=30)
+    started = time.monotonic()
+    run_cancel_request(run=run, reason="user stop")
+    run = wait_terminal(run, timeout=30)
+    assert run.status == "cancelled", (run.status, run.error)
+    # The runner sleeps two minutes unless the cancellation reaches it.
+    assert time.monotonic() - started < 20
