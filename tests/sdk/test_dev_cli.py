@@ -189,7 +189,9 @@ class Lines(list[str]):
 
 
 @contextlib.asynccontextmanager
-async def dev_session(host: FakeDevHost, plugin_dir: Path) -> AsyncIterator[tuple[Lines, asyncio.Task[None]]]:
+async def dev_session(
+    host: FakeDevHost, plugin_dir: Path
+) -> AsyncIterator[tuple[Lines, asyncio.Task[None], DevSession]]:
     lines = Lines()
     session = DevSession(
         host_url=host_websocket_url(host.url),
@@ -202,7 +204,7 @@ async def dev_session(host: FakeDevHost, plugin_dir: Path) -> AsyncIterator[tupl
     )
     task = asyncio.create_task(session.run())
     try:
-        yield lines, task
+        yield lines, task, session
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, DevSessionError):
@@ -254,7 +256,7 @@ async def test_it_registers_only_the_authors_plugin_and_prints_the_answer(
     plugin = _echo(tmp_path)
     plugin_scaffold("alice/neighbour", directory=tmp_path / "plugins" / "neighbour")  # next to it, not loaded
 
-    async with dev_session(fake_host, plugin) as (lines, _):
+    async with dev_session(fake_host, plugin) as (lines, _, _):
         runners = await fake_host.wait_for("runners")
         line = await lines.wait_for("registered")
         await lines.wait_for("the development token expires at 2026-12-01T00:00:00")
@@ -276,7 +278,7 @@ async def test_a_run_is_relayed_through_the_local_runtime_with_its_proxy_calls(
         for part in ("Sunny ", "all day."):
             yield {"delta": {"role": "assistant", "content": part}}
 
-    async with dev_session(fake_host, plugin) as (lines, _):
+    async with dev_session(fake_host, plugin) as (lines, _, _):
         await fake_host.wait_for("runners")
         connection = await fake_host.open("c1", handlers={"invoke_llm_stream": model_stream})
         context = build_context(
@@ -308,18 +310,19 @@ async def test_an_edit_reloads_the_runtime_and_reports_the_runners_again(
     plugin = _echo(tmp_path)
     code = plugin / "components" / "agent_runner" / "default.py"
 
-    async with dev_session(fake_host, plugin) as (lines, task):
+    async with dev_session(fake_host, plugin) as (lines, task, _):
         await fake_host.wait_for("runners")
         before = await fake_host.open("c1")
         assert (await _run_text(before, ECHO_ID, "hello"))[1] == "hello"
 
-        code.write_text(code.read_text().replace('str(ctx.config.get("prefix") or "")', '"v2: "'))
+        code.write_text(code.read_text().replace('str(ctx.config.get("prefix") or "")', 'print("v2 ran") or "v2: "'))
         await fake_host.wait_for("runners", count=2)
         await fake_host.wait_for("close", conn="c1")  # the old runtime's connection is gone
         await lines.wait_for(r"reloading: components/agent_runner/default.py changed")
         await lines.wait_for(rf"reloaded: {ECHO_ID}")
         after = await fake_host.open("c2")
         assert (await _run_text(after, ECHO_ID, "hello"))[1] == "v2: hello"
+        await lines.wait_for(r"^runtime \| v2 ran$")  # the runner's own print, as it happens
 
         code.write_text("this is not python (\n")
         broken = await fake_host.wait_for("runners", count=3)
@@ -337,7 +340,7 @@ async def test_a_host_that_goes_away_and_comes_back_gets_the_runners_again(
 ) -> None:
     plugin = _echo(tmp_path)
 
-    async with dev_session(fake_host, plugin) as (lines, task):
+    async with dev_session(fake_host, plugin) as (lines, task, _):
         await fake_host.wait_for("runners")
         await lines.wait_for("registered")
         await fake_host.stop()  # `make run` restarted
@@ -422,3 +425,28 @@ async def test_ctrl_c_stops_the_local_runtime(fake_host: FakeDevHost, tmp_path: 
     assert "stopped" in rest.decode()
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)
+
+
+async def test_a_runtime_that_dies_is_reported_and_comes_back_on_the_next_edit(
+    fake_host: FakeDevHost, tmp_path: Path
+) -> None:
+    plugin = _echo(tmp_path)
+
+    async with dev_session(fake_host, plugin) as (lines, task, session):
+        await fake_host.wait_for("runners")
+        await fake_host.open("c1")
+        assert session.runtime.process is not None
+        os.kill(session.runtime.process.pid, signal.SIGKILL)
+        await lines.wait_for(r"the local runtime exited with status -9; edit a file to restart it")
+        await fake_host.wait_for("close", conn="c1")
+        await fake_host.send({"type": "open", "conn": "c2"})
+        failed = await fake_host.wait_for("open_failed", conn="c2")
+
+        (plugin / "README.md").write_text("# echo\n\nnow documented\n")
+        await lines.wait_for("reloading: README.md changed")
+        await fake_host.wait_for("runners", count=2)
+        connection = await fake_host.open("c3")
+        assert (await _run_text(connection, ECHO_ID, "alive")) == ([], "alive")
+        assert not task.done()
+
+    assert "not running" in failed["error"]
