@@ -574,4 +574,11 @@ def dev_main(*, host: str, token: str, directory: Path, out: Output = _print) ->
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         out("stopped")
+    finally:
+        # A second Ctrl-C can cut the orderly stop short; the child has its own session, so the terminal's
+        # signal never reached it: do not leave it behind.
+        process = session.runtime.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
     return 0
