@@ -477,7 +477,10 @@ class DevSession:
             changes = snapshot_changes(snapshot, current)
             snapshot = current
             self.out("reloading: " + ", ".join(changes))
-            await self.reload()
+            try:
+                await self.reload()
+            except Exception as exc:  # the session outlives a failed reload: the next save tries again
+                self.out(f"reload failed: {type(exc).__name__}: {exc}")
 
     async def _runtime_gone(self) -> None:
         """The child died on its own: close the relayed connections and wait for a change."""
@@ -517,6 +520,8 @@ class DevSession:
         if previous is None:
             listed = ", ".join(ids) if ids else "none"
             self.out(f"local runtime: {len(ids)} runner(s): {listed}")
+            if not report.get("plugins"):
+                self.out(f"  no plugin in {self.plugin_dir}: a plugin directory holds a {MANIFEST_FILE}")
         else:
             before = {str(runner.get("id")) for runner in previous.get("runners", [])}
             for runner_id in ids:
