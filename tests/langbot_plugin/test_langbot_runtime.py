@@ -61,8 +61,14 @@ def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.kill()
 
 
+@pytest.fixture(scope="module")
+def langbot_worker(lbp_runtime: str, start_worker):
+    """The host's real worker (Celery, its own plugin runtime) with the LangBot runtime configured."""
+    return start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
+
+
 @pytest.fixture
-def langbot_binding(lbp_runtime: str, settings, start_worker):
+def langbot_binding(lbp_runtime: str, settings, langbot_worker):
     from bindings.models import RunnerDescriptor
     from runners.runtime.langbot.catalog import langbot_runners_refresh
     from tests.factories import AgentBindingFactory, WorkspaceFactory
@@ -74,14 +80,13 @@ def langbot_binding(lbp_runtime: str, settings, start_worker):
     assert descriptor.source == RunnerDescriptor.Source.LANGBOT
     assert descriptor.permissions["history"] == ["page"]
     assert [item["name"] for item in descriptor.config_schema] == ["greeting"]
-    worker = start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
     binding = AgentBindingFactory.create(
         workspace=WorkspaceFactory.create(),
         runner_id=RUNNER_ID,
         runner_config={"greeting": "hi"},
         state_policy={"enable_state": True, "state_scopes": ["conversation"]},
     )
-    return binding, worker
+    return binding, langbot_worker
 
 
 def _reply(run) -> str:
@@ -106,11 +111,17 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
     # the binding enables the conversation scope only.
     assert _reply(second) == "hi: peek actor (turn 2, history 3, actor refused (unauthorized))"
 
-    rows = list(ProxyCallAudit.objects.filter(run_id=str(second.run_id)).values_list("action", "outcome", "caller"))
-    assert ("state_get", "ok", "lbptest/lbp-echo") in rows
-    assert ("state_set", "ok", "lbptest/lbp-echo") in rows
-    assert ("history_page", "ok", "lbptest/lbp-echo") in rows
-    assert ("state_get", "unauthorized", "lbptest/lbp-echo") in rows
+    caller = "lbptest/lbp-echo"
+    expected = {("state_get", "ok", caller), ("state_set", "ok", caller), ("history_page", "ok", caller)}
+    expected.add(("state_get", "unauthorized", caller))
+    # The worker writes audit rows in batches, at most AUDIT_FLUSH_SECONDS after a call.
+    deadline = time.monotonic() + 10
+    while True:
+        rows = set(ProxyCallAudit.objects.filter(run_id=str(second.run_id)).values_list("action", "outcome", "caller"))
+        if expected <= rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert rows == expected
 
     # Another conversation starts its own count.
     other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
