@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.processes import REPO_ROOT, _free_port, post_message, wait_status, wait_terminal
@@ -140,3 +141,42 @@ def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
     assert run.status == "cancelled", (run.status, run.error)
     # The runner sleeps two minutes unless the cancellation reaches it.
     assert time.monotonic() - started < 20
+
+
+def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(lbp_runtime, langbot_worker, start_web):
+    """As a user would: an operator refreshes the runner list (the web process reaches the LangBot runtime),
+    a binding is made over REST, and `POST /events?wait=` answers with the LangBot runner's reply."""
+    from bindings.services import api_key_create
+    from tests.factories import WorkspaceFactory
+
+    web = start_web(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
+    workspace = WorkspaceFactory.create()
+    _, key = api_key_create(workspace=workspace, is_operator=True)
+    with httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+        # The runtime launches its plugins once a host has connected: the first refresh may come before.
+        deadline = time.monotonic() + 30
+        while True:
+            refreshed = api.post("/api/v1/runners/refresh")
+            assert refreshed.status_code == 200, refreshed.text
+            listed = {runner["runner_id"]: runner for runner in refreshed.json()["items"]}
+            if RUNNER_ID in listed or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert listed[RUNNER_ID]["status"] == "available", listed
+        created = api.post(
+            "/api/v1/bindings",
+            json={
+                "binding_id": "lbp",
+                "name": "LangBot SDK echo",
+                "scope": {"scope_type": "workspace"},
+                "event_types": ["message.received"],
+                "runner_id": RUNNER_ID,
+                "runner_config": {"greeting": "rest"},
+                "state_policy": {"enable_state": True, "state_scopes": ["conversation"]},
+            },
+        )
+        assert created.status_code == 201, created.text
+        answered = api.post("/api/v1/events?wait=30", json={"conversation_id": "web-1", "input": {"text": "ping"}})
+    assert answered.status_code == 200, answered.text
+    [run] = answered.json()["runs"]
+    assert (run["status"], run["output"]) == ("completed", "rest: ping (turn 1, history 1)")
