@@ -161,7 +161,7 @@ def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(l
             listed = {runner["runner_id"]: runner for runner in refreshed.json()["items"]}
             if RUNNER_ID in listed or time.monotonic() > deadline:
                 break
-            time.sleep(0.5)
+            time.sleep(1)
         assert listed[RUNNER_ID]["status"] == "available", listed
         created = api.post(
             "/api/v1/bindings",

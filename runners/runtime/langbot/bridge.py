@@ -62,6 +62,7 @@ CONTROL_BINDING = {
     "runtime_revision": 1,
     "artifact_digest": hashlib.sha256(b"langbot-host-control").hexdigest(),
 }
+EMPTY_LISTING_GRACE = 5.0
 # Runs end `cancelled` once the runtime was asked to stop; its own stream has no terminal result then.
 CANCELLED_CODE = "cancelled"
 
@@ -131,8 +132,10 @@ class LangBotRuntime:
         """Our runner report of LangBot's agent runners. `settle`: how long to wait for the runtime's plugins
         to come up (it launches them only once a host connected): the listing is asked again until it
         holds runners and did not change from the last answer, or the time is up."""
-        deadline = time.monotonic() + settle
         entries = await self.list_runners()
+        # A runtime that lists nothing may be launching its plugins right now (it starts them once a host
+        # connected): even a person waiting on a refresh gets a few seconds for them.
+        deadline = time.monotonic() + max(settle, 0.0 if entries else EMPTY_LISTING_GRACE)
         while time.monotonic() < deadline:
             await asyncio.sleep(0.5)
             again = await self.list_runners()
