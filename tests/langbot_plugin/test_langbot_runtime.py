@@ -23,18 +23,20 @@ from tests.processes import REPO_ROOT, _free_port, post_message, wait_status, wa
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 LBP = REPO_ROOT / "var" / "langbot-plugin-venv" / "bin" / "lbp"
-PLUGIN = Path(__file__).parent / "plugins" / "lbp-echo"
+PLUGINS = Path(__file__).parent / "plugins"
 RUNNER_ID = "plugin:lbptest/lbp-echo/echo"
+INTRUDER_ID = "plugin:lbptest/lbp-intruder/steal"
 
 
 @pytest.fixture(scope="module")
 def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`lbp rt` with the test plugin installed in its `data/plugins` (directory `author__name`, as LangBot
+    """`lbp rt` with the test plugins installed in its `data/plugins` (directories `author__name`, as LangBot
     installs plugins), listening for its host on a free control port."""
     if not LBP.exists():
         pytest.fail(f"{LBP} is missing: run `make lbp-venv` (make test builds it)")
     home = tmp_path_factory.mktemp("lbp-rt")
-    shutil.copytree(PLUGIN, home / "data" / "plugins" / "lbptest__lbp-echo")
+    for name in ("lbp-echo", "lbp-intruder"):
+        shutil.copytree(PLUGINS / name, home / "data" / "plugins" / f"lbptest__{name}")
     control, debug = _free_port(), _free_port()
     log = (home / "rt.log").open("wb")
     process = subprocess.Popen(
@@ -76,7 +78,7 @@ def langbot_binding(lbp_runtime: str, settings, langbot_worker):
 
     settings.LANGBOT_LANGBOT_RUNTIME_URL = lbp_runtime
     result = langbot_runners_refresh(settle=20)
-    assert RUNNER_ID in result.available, result
+    assert {RUNNER_ID, INTRUDER_ID} <= set(result.available), result
     descriptor = RunnerDescriptor.objects.get(runner_id=RUNNER_ID)
     assert descriptor.source == RunnerDescriptor.Source.LANGBOT
     assert descriptor.permissions["history"] == ["page"]
@@ -141,6 +143,33 @@ def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
     assert run.status == "cancelled", (run.status, run.error)
     # The runner sleeps two minutes unless the cancellation reaches it.
     assert time.monotonic() - started < 20
+
+
+def test_a_langbot_plugin_cannot_act_for_another_plugins_run(langbot_binding) -> None:
+    """The intruder names a run of the echo plugin that is in flight: the bridge stamps that run's token, but
+    the caller is the intruder's installation, so the host refuses and audits it under the victim's run."""
+    from runners.lifecycle.services import run_cancel_request
+    from runners.models import ProxyCallAudit
+    from tests.factories import AgentBindingFactory
+
+    binding, _worker = langbot_binding
+    victim = post_message(binding, "sleep", conversation_id="lbp-victim")
+    wait_status(victim, "running", timeout=30)
+    intruder = AgentBindingFactory.create(
+        runner_id=INTRUDER_ID, state_policy={"enable_state": True, "state_scopes": ["conversation"]}
+    )
+    attempt = wait_terminal(post_message(intruder, f"steal {victim.run_id}", conversation_id="x"), timeout=60)
+    assert attempt.status == "completed", (attempt.status, attempt.error)
+    assert _reply(attempt) == "refused (unauthorized)"
+    deadline = time.monotonic() + 10
+    while True:
+        rows = set(ProxyCallAudit.objects.filter(run_id=str(victim.run_id)).values_list("action", "outcome", "caller"))
+        if rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert rows == {("state_get", "unauthorized", "lbptest/lbp-intruder")}
+    run_cancel_request(run=victim, reason="done")
+    assert wait_terminal(victim, timeout=30).status == "cancelled"
 
 
 def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(lbp_runtime, langbot_worker, start_web):
