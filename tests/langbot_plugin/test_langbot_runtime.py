@@ -126,6 +126,10 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
         time.sleep(0.1)
     assert rows == expected
 
+    unsupported = wait_terminal(post_message(binding, "version", conversation_id="lbp-3"), timeout=60)
+    assert _reply(unsupported).startswith("refused: ")
+    assert "the host does not provide get_langbot_version to LangBot plugins" in _reply(unsupported)
+
     # Another conversation starts its own count.
     other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
     assert _reply(other) == "hi: again (turn 1, history 1)"

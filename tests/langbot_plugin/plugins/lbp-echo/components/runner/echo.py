@@ -3,6 +3,7 @@
 Commands in the input text:
 - `sleep`: stream one chunk, then wait (until the host cancels the run);
 - `peek actor`: also read actor-scoped state (which the test's binding does not enable);
+- `version`: ask the host for LangBot's version, which this host does not provide;
 - anything else is echoed back, word by word, after the turn counter kept in conversation state.
 """
 
@@ -27,6 +28,15 @@ class EchoRunner(Runner):
             except asyncio.CancelledError:
                 await ctx.api.state_set("conversation", "cancelled", True)
                 raise
+            return
+        if text == "version":
+            # A LangBot host API with no equivalent on this host: refused with a message naming it.
+            try:
+                version = await self.plugin.get_langbot_version()
+                reply = f"version {version}"
+            except Exception as exc:
+                reply = f"refused: {exc}"
+            yield RunnerResult.run_completed(ctx.run_id, message=Message(role="assistant", content=reply))
             return
         got = await ctx.api.state_get("conversation", "turns")
         turns = int(got.get("value") or 0) + 1
