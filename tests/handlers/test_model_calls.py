@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from langbot_sdk.protocol import InvokeLLMResult, LLMStreamChunk
+from langbot_sdk.protocol import AgentAPIException, InvokeLLMResult, LLMStreamChunk
+from runners.models import ProxyCallAudit
 from tests.factories import ModelFactory, ModelProviderFactory
 from tests.fakes.openai_server import chunk, completion
 from tests.handlers.conftest import PROVIDER_KEY
@@ -257,3 +258,49 @@ def test_a_stream_that_finished_but_lost_its_done_marker_is_kept(model_run, fake
 
     assert "".join(c.delta.text() for c in chunks) == "Done."
     assert chunks[-1].finish_reason == "stop"
+
+
+def test_a_stream_whose_run_ends_closes_the_provider_connection_at_once(model_run, fake):
+    # The runtime cannot tell the host it stopped reading; the run ending on the worker (a cancel) must
+    # still close the provider's stream, not leave it open until the provider gives up.
+    run = model_run()
+    fake.stall(chunk({"role": "assistant", "content": "thinking"}))
+
+    async def read_one_then_end_the_run() -> tuple[dict[str, Any], AgentAPIException]:
+        stream = await run.handlers["invoke_llm_stream"](_payload(run, {"model_id": "m1", "messages": HI}), None)
+        first = await anext(stream)
+        run.active = False  # what the worker does when the run ends: its token is no longer active
+        with pytest.raises(AgentAPIException) as ended:
+            await anext(stream)
+        await run.audit.flush()
+        return first, ended.value
+
+    first, ended = asyncio.run(read_one_then_end_the_run())
+
+    assert LLMStreamChunk.model_validate(first).delta.content == "thinking"
+    assert fake.disconnected.wait(2)
+    assert ended.code == "unauthorized"
+    assert "ended while its invoke_llm_stream call was in progress" in ended.error.message
+    audit = ProxyCallAudit.objects.get(run_id=str(run.run.run_id), action="invoke_llm_stream")
+    assert audit.outcome == "unauthorized"
+
+
+def test_a_call_whose_run_ends_while_it_waits_for_the_provider_is_cut(model_run, fake):
+    run = model_run()
+    fake.stall(chunk({"role": "assistant", "content": "thinking"}))  # the answer never completes
+
+    async def call_then_end_the_run() -> AgentAPIException:
+        call = asyncio.ensure_future(
+            run.handlers["invoke_llm"](_payload(run, {"model_id": "m1", "messages": HI}), None)
+        )
+        assert await asyncio.to_thread(fake.first_chunk_sent.wait, 5)
+        run.active = False
+        with pytest.raises(AgentAPIException) as ended:
+            await asyncio.wait_for(call, 5)
+        await run.audit.flush()
+        return ended.value
+
+    ended = asyncio.run(call_then_end_the_run())
+
+    assert ended.code == "unauthorized"
+    assert fake.disconnected.wait(2)

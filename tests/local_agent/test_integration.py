@@ -1,5 +1,6 @@
 """The local-agent through the real worker and plugin runtime, against a local OpenAI-compatible server:
-a reply streams, and a second turn sees the first through history paging."""
+a reply streams, a second turn sees the first through history paging, and cancelling a run mid-stream
+closes the provider's connection."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from runners.lifecycle.services import run_cancel_request
 from runners.models import Run, RunEvent
 from runners.runtime.catalog import runner_descriptors_sync
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
@@ -84,3 +86,19 @@ def test_the_second_turn_sees_the_first_through_history_paging(local_agent_bindi
     ]
     history = RunEvent.objects.get(run=second, type="run.completed").data["metadata"]["history"]
     assert history["items_read"] == 2
+
+
+def test_cancelling_a_run_mid_stream_closes_the_providers_connection_at_once(local_agent_binding, fake):
+    # The provider sends one chunk and then nothing, for up to 10 s, watching for the client to go; the
+    # local-agent would wait 120 s (its `timeout`) for the next chunk.
+    fake.stall(chunk({"role": "assistant", "content": "Let me think"}))
+    run = post_message(local_agent_binding, "a long question", conversation_id="la-3")
+    assert fake.first_chunk_sent.wait(30), "the provider was never called"
+
+    run_cancel_request(run=run, reason="user pressed stop")
+
+    assert fake.disconnected.wait(5), "the provider's stream stayed open after the cancel"
+    run = wait_terminal(run, timeout=30)
+    assert run.status == Run.Status.CANCELLED, (run.status, run.error)
+    events = RunEvent.objects.filter(run=run).values_list("type", "data")
+    assert [data["chunk"]["content"] for type_, data in events if type_ == "message.delta"] == ["Let me think"]

@@ -18,6 +18,10 @@ Order, for every runtime → host action:
    → object within the run's scope (`not_found`, also for objects of other conversations or
    workspaces) → value caps; its work is bounded by the time left before the deadline.
 An unexpected failure answers `runtime_error`. Every call, allowed or refused, leaves one audit row.
+
+A call still in progress when its run ends here (cancelled, failed, past its lease) is cut within
+`RUN_END_POLL_SECONDS`: the runtime cannot tell the host it stopped reading a stream (a wire stream has no
+cancel frame), so without this a provider's stream or a slow call went on until the provider ended it.
 """
 
 from __future__ import annotations
@@ -55,6 +59,14 @@ FAMILIES: dict[Action, FamilyHandler] = {
     **storage.HANDLERS,
     **platform.HANDLERS,
 }
+
+RUN_END_POLL_SECONDS = 0.2
+"""How often a call in progress checks that its run is still active on this worker (a dictionary lookup)."""
+
+# The calls that wait on something outside the host (a model provider, an MCP server, an embedding model)
+# are cut when their run ends; the others are bounded database work, and a platform action waiting for an
+# operator may be meant to outlive its run.
+_CUT_AT_RUN_END = frozenset(providers.HANDLERS)
 
 _RESOURCE_FIELDS = ("model_id", "tool_name", "kb_id", "artifact_id", "area", "scope", "event_id", "action")
 
@@ -137,6 +149,8 @@ def proxy_handlers(
                 if remaining <= 0:
                     raise AgentAPIException.deadline_exceeded("the run's deadline has passed")
                 call = ProxyCall(action=action, request=request, session=session, deadline_at=deadline_at, db=db)
+                active = _run_active(sessions, token)
+                watch = RunEndWatch(active if action in _CUT_AT_RUN_END else None)
                 try:
                     async with asyncio.timeout(remaining):
                         result = await family(call)
@@ -144,6 +158,12 @@ def proxy_handlers(
                     raise AgentAPIException.deadline_exceeded(
                         f"{action.value} did not finish before the run's deadline"
                     ) from None
+                except asyncio.CancelledError:
+                    if not watch.taken_back():
+                        raise
+                    raise _ended(session.run_id, action) from None
+                finally:
+                    watch.stop()
             except AgentAPIException as exc:
                 record(exc.code)
                 raise
@@ -156,19 +176,66 @@ def proxy_handlers(
             if isinstance(result, dict):
                 record("ok")
                 return result
-            return _audited_stream(result, call, record)
+            return _audited_stream(result, call, record, active)
 
         return handle
 
     return {action.value: make(action) for action in PROXY_REQUEST_MODELS}
 
 
+def _run_active(sessions: SessionLookup, token: Any) -> Callable[[], bool]:
+    return lambda: sessions(token) is not None
+
+
+def _ended(run_id: str, action: Action) -> AgentAPIException:
+    # What any later call of the run gets (step 1); the runtime has stopped waiting for it anyway.
+    return AgentAPIException.unauthorized(f"run {run_id!r} ended while its {action.value} call was in progress")
+
+
+class RunEndWatch:
+    """Cancels the task that started it once `active()` turns false, checked every `RUN_END_POLL_SECONDS`
+    (no `active`: watches nothing). `stop()` when the watched work is over; after a CancelledError,
+    `taken_back()` says whether it was the watch's (and withdraws it, so the task can answer instead of
+    ending cancelled)."""
+
+    def __init__(self, active: Callable[[], bool] | None) -> None:
+        self._task = asyncio.current_task()
+        self.fired = False
+        self._watcher: asyncio.Task[None] | None = None
+        if active is not None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch(active))
+
+    async def _watch(self, active: Callable[[], bool]) -> None:
+        while True:
+            await asyncio.sleep(RUN_END_POLL_SECONDS)
+            if not active():
+                self.fired = True
+                if self._task is not None:
+                    self._task.cancel()
+                return
+
+    def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
+
+    def taken_back(self) -> bool:
+        if not self.fired or self._task is None:
+            return False
+        self.fired = False
+        # Another cancel (the connection closing) still stands: then the task ends cancelled after all.
+        return self._task.uncancel() == 0
+
+
 async def _audited_stream(
-    items: AsyncIterator[dict[str, Any]], call: ProxyCall, record: Callable[[str], None]
+    items: AsyncIterator[dict[str, Any]], call: ProxyCall, record: Callable[[str], None], active: Callable[[], bool]
 ) -> AsyncIterator[dict[str, Any]]:
-    """Forward a streamed answer; the whole stream is bounded by the deadline and audited once."""
+    """Forward a streamed answer; the whole stream is bounded by the deadline and by its run staying active
+    (the watch lives in the task that reads the stream), and audited once."""
     outcome = "ok"
+    watch: RunEndWatch | None = None
     try:
+        watch = RunEndWatch(active)
         while True:
             remaining = call.remaining()
             if remaining <= 0:
@@ -180,6 +247,10 @@ async def _audited_stream(
                 return
             except TimeoutError:
                 raise AgentAPIException.deadline_exceeded("the run's deadline has passed during the stream") from None
+            except asyncio.CancelledError:
+                if not watch.taken_back():
+                    raise
+                raise _ended(call.session.run_id, call.action) from None
             yield item
     except AgentAPIException as exc:
         outcome = exc.code
@@ -191,6 +262,8 @@ async def _audited_stream(
         outcome = ErrorCode.RUNTIME_ERROR.value
         raise
     finally:
+        if watch is not None:
+            watch.stop()
         aclose = getattr(items, "aclose", None)
         if aclose is not None:
             await _quietly(aclose())
