@@ -215,9 +215,9 @@ class LangBotConnection:
     async def _handle(self, seq: int, action: str, message: dict[str, Any]) -> None:
         handler = self.handlers.get(action)
         if handler is None:
-            message = f"the host does not provide {action} to LangBot plugins"
-            error = {"code": "invalid_argument", "message": message, "retryable": False, "details": {"action": action}}
-            await self._fail(seq, f"invalid_argument: {message}", {"error": error})
+            text = f"the host does not provide {action} to LangBot plugins"
+            error = {"code": "invalid_argument", "message": text, "retryable": False, "details": {"action": action}}
+            await self._fail(seq, f"invalid_argument: {text}", {"error": error})
             return
         data = message.get("data") if isinstance(message.get("data"), dict) else {}
         context = message.get("context") if isinstance(message.get("context"), dict) else None
