@@ -183,3 +183,13 @@ def test_our_run_context_becomes_langbots() -> None:
     assert context["resources"]["storage"] == {"plugin_storage": False, "workspace_storage": True}
     assert context["adapter"] == {"extra": {"adapter_type": "pipeline", "query_id": 7}}
     assert "bootstrap" not in context
+
+
+def test_a_streamed_model_answer_takes_langbots_frame_shape() -> None:
+    first = translate.stream_answer(Action.INVOKE_LLM_STREAM, {"delta": {"role": "assistant", "content": "He"}})
+    last = translate.stream_answer(
+        Action.INVOKE_LLM_STREAM,
+        {"delta": {"role": "assistant", "content": "llo"}, "finish_reason": "stop", "usage": {"total_tokens": 5}},
+    )
+    assert first == {"chunk": {"role": "assistant", "content": "He", "is_final": False}}
+    assert last == {"chunk": {"role": "assistant", "content": "llo", "is_final": True}, "usage": {"total_tokens": 5}}

@@ -37,7 +37,7 @@ from typing import Any, cast
 
 from django.conf import settings
 
-from langbot_sdk.protocol import AgentAPIException, ListAgentRunnersResponse, RunnerId
+from langbot_sdk.protocol import Action, AgentAPIException, ListAgentRunnersResponse, RunnerId
 from langbot_sdk.wire import CallInfo, Handler
 from runners.runtime.langbot import translate
 from runners.runtime.langbot.wire import LangBotCallError, LangBotConnection, LangBotHandler
@@ -294,15 +294,15 @@ class LangBotRuntime:
                 raise _refusal(exc) from None
             if isinstance(answer, dict):
                 return translate.host_answer(action, ours, answer)
-            return _stream_answers(answer)
+            return _stream_answers(ours, answer)
 
         return handle
 
 
-async def _stream_answers(items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+async def _stream_answers(ours: Action, items: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
     try:
         async for item in items:
-            yield item
+            yield translate.stream_answer(ours, item)
     except AgentAPIException as exc:
         raise _refusal(exc) from None
 

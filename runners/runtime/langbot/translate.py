@@ -343,3 +343,16 @@ def host_answer(action: str, ours: Action, answer: dict[str, Any]) -> dict[str, 
     if ours == Action.STORAGE_SET or ours == Action.STORAGE_DELETE:
         return {**answer, "success": True}
     return answer
+
+
+def stream_answer(ours: Action, item: dict[str, Any]) -> dict[str, Any]:
+    """LangBot's `invoke_llm_stream` frame (`{chunk, usage}`) for one of ours (`{delta, usage, finish_reason}`)."""
+    if ours != Action.INVOKE_LLM_STREAM:
+        return item
+    frame: dict[str, Any] = {}
+    delta = item.get("delta")
+    if isinstance(delta, dict):
+        frame["chunk"] = {**_message(delta), "is_final": item.get("finish_reason") is not None}
+    if isinstance(item.get("usage"), dict):
+        frame["usage"] = item["usage"]
+    return frame
