@@ -82,7 +82,10 @@ def langbot_binding(lbp_runtime: str, settings, langbot_worker):
     descriptor = RunnerDescriptor.objects.get(runner_id=RUNNER_ID)
     assert descriptor.source == RunnerDescriptor.Source.LANGBOT
     assert descriptor.permissions["history"] == ["page"]
-    assert [item["name"] for item in descriptor.config_schema] == ["greeting"]
+    assert [(item["name"], item["type"]) for item in descriptor.config_schema] == [
+        ("greeting", "string"),
+        ("model", "model-selector"),
+    ]
     binding = AgentBindingFactory.create(
         workspace=WorkspaceFactory.create(),
         runner_id=RUNNER_ID,
@@ -133,6 +136,30 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
     # Another conversation starts its own count.
     other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
     assert _reply(other) == "hi: again (turn 1, history 1)"
+
+
+def test_a_langbot_runner_streams_a_model_answer_through_the_hosts_model_calls(langbot_binding) -> None:
+    from runners.models import ProxyCallAudit
+    from tests.factories import ModelFactory, ModelProviderFactory
+    from tests.fakes.openai_server import chunk, fake_openai
+
+    binding, _worker = langbot_binding
+    with fake_openai() as fake:
+        provider = ModelProviderFactory.create(workspace=binding.workspace, base_url=fake.base_url)
+        model = ModelFactory.create(provider=provider, model_id="m-lbp")
+        binding.runner_config = {**binding.runner_config, "model": model.model_id}
+        binding.resource_policy = {"allowed_model_ids": [model.model_id]}
+        binding.save(update_fields=["runner_config", "resource_policy"])
+        fake.stream([chunk({"role": "assistant", "content": "Par"}), chunk({"content": "is"}, finish_reason="stop")])
+        run = wait_terminal(post_message(binding, "ask capital of France?", conversation_id="lbp-llm"), timeout=60)
+    assert run.status == "completed", (run.status, run.error)
+    assert _reply(run) == "Paris"
+    assert fake.requests[0]["messages"][-1] == {"role": "user", "content": "capital of France?"}
+    deadline = time.monotonic() + 10
+    while not ProxyCallAudit.objects.filter(run_id=str(run.run_id)).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    rows = set(ProxyCallAudit.objects.filter(run_id=str(run.run_id)).values_list("action", "resource", "outcome"))
+    assert rows == {("invoke_llm_stream", "model_id=m-lbp", "ok")}
 
 
 def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:

@@ -3,6 +3,7 @@
 Commands in the input text:
 - `sleep`: stream one chunk, then wait (until the host cancels the run);
 - `peek actor`: also read actor-scoped state (which the test's binding does not enable);
+- `ask <question>`: stream the answer of the binding's first model (a host model call);
 - `version`: ask the host for LangBot's version, which this host does not provide;
 - anything else is echoed back, word by word, after the turn counter kept in conversation state.
 """
@@ -28,6 +29,17 @@ class EchoRunner(Runner):
             except asyncio.CancelledError:
                 await ctx.api.state_set("conversation", "cancelled", True)
                 raise
+            return
+        if text.startswith("ask "):
+            # A model call streamed through the host's model handlers, the binding's first model.
+            model_id = ctx.resources.models[0].model_id
+            parts = []
+            async for chunk in ctx.api.invoke_llm_stream(model_id, [Message(role="user", content=text[4:])]):
+                if chunk.content:
+                    parts.append(str(chunk.content))
+                    yield RunnerResult.message_delta(ctx.run_id, MessageChunk(role="assistant", content=chunk.content))
+            answer = "".join(parts)
+            yield RunnerResult.run_completed(ctx.run_id, message=Message(role="assistant", content=answer))
             return
         if text == "version":
             # A LangBot host API with no equivalent on this host: refused with a message naming it.
