@@ -25,19 +25,24 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from langbot_sdk.protocol import Action, AgentAPIError, AgentAPIException, ErrorCode
 from langbot_sdk.wire import Connection, Handler
 from langbot_sdk.wire.framing import MAX_WIRE_MESSAGE_BYTES, OVERSIZE_HEAD_BYTES
 from langbot_sdk.wire.transport import FrameTooLarge, TransportClosed
-from runners.runtime.dev_access import dev_session_group
+from runners.runtime.dev_access import dev_session_group, dev_session_live
 
 logger = logging.getLogger(__name__)
 
 # How long the session's consumer and the CLI get to open a connection: a local WebSocket, so seconds are
 # plenty; a session that has ended answers nothing, and this is how long a run waits to learn that.
 OPEN_TIMEOUT = 10.0
+# How often an open connection checks that its session is still live in the database: a web process that
+# died without closing the session (killed, crashed) never sends `dev.closed`, and the session is ended by
+# whoever notices (the author's next connection with the same token, an operator).
+SESSION_CHECK_SECONDS = 5.0
 
 
 class DevRuntimeUnavailable(AgentAPIException):
@@ -57,13 +62,29 @@ def _unavailable(session_id: str, why: str) -> DevRuntimeUnavailable:
 class ChannelRelayTransport:
     """Wire frames to and from one local connection of a development runtime, through the channel layer."""
 
-    def __init__(self, layer: Any, *, conn: str, reply_channel: str, consumer_channel: str) -> None:
+    def __init__(self, layer: Any, *, conn: str, reply_channel: str, consumer_channel: str, session_id: str) -> None:
         self._layer = layer
         self.conn = conn
+        self.session_id = session_id
         self._reply = reply_channel
         self._consumer = consumer_channel
         self._closed = False
         self._why = ""
+        self._watch = asyncio.get_running_loop().create_task(self._watch_session())
+
+    async def _watch_session(self) -> None:
+        """Tell the reader its session ended when the database says so (the reader is never cancelled in
+        a channel-layer receive: a message on its way would be lost)."""
+        while not self._closed:
+            await asyncio.sleep(SESSION_CHECK_SECONDS)
+            try:
+                live = await database_sync_to_async(dev_session_live)(session_id=self.session_id)
+            except Exception:
+                logger.warning("development connection %s: session check failed", self.conn, exc_info=True)
+                continue
+            if not live and not self._closed:
+                await self._layer.send(self._reply, {"type": "dev.closed", "error": "the development session ended"})
+                return
 
     async def send(self, frame: bytes) -> None:
         if self._closed:
@@ -86,6 +107,7 @@ class ChannelRelayTransport:
         raise TransportClosed(self._why or "closed")
 
     async def close(self) -> None:
+        self._watch.cancel()
         if self._closed:
             return
         self._closed, self._why = True, "closed by the worker"
@@ -108,7 +130,11 @@ async def dev_connection_open(session_id: str) -> ChannelRelayTransport:
                 message = await layer.receive(reply)
                 if message.get("type") == "dev.opened":
                     return ChannelRelayTransport(
-                        layer, conn=conn, reply_channel=reply, consumer_channel=str(message["channel"])
+                        layer,
+                        conn=conn,
+                        reply_channel=reply,
+                        consumer_channel=str(message["channel"]),
+                        session_id=session_id,
                     )
                 if message.get("type") == "dev.closed":
                     raise _unavailable(session_id, str(message.get("error") or "it refused the connection"))

@@ -127,6 +127,19 @@ def dev_session_open(*, token: DevelopmentToken, peer: str = "") -> DevelopmentS
     )
 
 
+def dev_sessions_supersede(*, session: DevelopmentSession, runner_ids: list[str]) -> list[str]:
+    """End the other live sessions of the same token that serve any of `runner_ids`; returns their ids (the
+    caller tells their consumers, `dev_session_end_message`).
+
+    It is the same author's runtime connecting again — the host restarted under the old socket without
+    seeing it close, or a second `dev` of the same plugin — and the newer connection is the one the author
+    is looking at. Another token's session keeps its runners (the catalog refuses the ids)."""
+    superseded = _sessions_to_supersede(session=session, runner_ids=runner_ids)
+    for session_id in superseded:
+        dev_session_close(session_id=session_id, reason=f"superseded by session {session.session_id}")
+    return superseded
+
+
 def dev_session_runners_sync(*, session: DevelopmentSession, report: ListAgentRunnersResponse) -> RunnerSyncResult:
     """Make the session's development runners match the CLI's report (its workspace only)."""
     result = runner_descriptors_sync(
@@ -137,6 +150,27 @@ def dev_session_runners_sync(*, session: DevelopmentSession, report: ListAgentRu
     )
     DevelopmentSession.objects.filter(pk=session.pk).update(runner_ids=sorted(result.available + result.errored))
     return result
+
+
+def _sessions_to_supersede(*, session: DevelopmentSession, runner_ids: list[str]) -> list[str]:
+    holders = set(
+        RunnerDescriptor.objects.filter(runner_id__in=runner_ids, source=RunnerDescriptor.Source.DEV)
+        .exclude(status=RunnerDescriptor.Status.MISSING)
+        .exclude(source_key=session.session_id)
+        .values_list("source_key", flat=True)
+    )
+    if not holders:
+        return []
+    return list(
+        DevelopmentSession.objects.filter(session_id__in=holders, token_id=session.token_id).values_list(
+            "session_id", flat=True
+        )
+    )
+
+
+def dev_session_live(*, session_id: str) -> bool:
+    """Whether the session is still connected as far as the database knows (workers poll this)."""
+    return DevelopmentSession.objects.filter(session_id=session_id, ended_at__isnull=True).exists()
 
 
 def dev_session_close(*, session_id: str, reason: str) -> list[str]:
@@ -153,14 +187,17 @@ def dev_session_close(*, session_id: str, reason: str) -> list[str]:
     return result.missing
 
 
+def dev_session_end_message(*, code: str, message: str) -> dict[str, str]:
+    """The channel-layer message that makes a session's consumer close it with this error."""
+    return {"type": SESSION_END_MESSAGE_TYPE, "code": code, "message": message}
+
+
 def dev_session_end_request(*, session_id: str, code: str, message: str) -> None:
-    """Ask the consumer holding the session (in whichever web process) to close it."""
+    """Ask the consumer holding the session (in whichever web process) to close it. From sync code only."""
     layer = get_channel_layer()
     if layer is None:
         return
-    async_to_sync(layer.group_send)(
-        dev_session_group(session_id), {"type": SESSION_END_MESSAGE_TYPE, "code": code, "message": message}
-    )
+    async_to_sync(layer.group_send)(dev_session_group(session_id), dev_session_end_message(code=code, message=message))
 
 
 def dev_sessions_live(*, workspace_ids: Iterable[int] | None = None) -> Any:

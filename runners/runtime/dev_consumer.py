@@ -12,9 +12,10 @@ development token (`Authorization: Bearer lbdev_...`). The envelope is JSON text
   consumer keeps conn → reply channel and passes frames both ways, never interpreting them.
 
 A refused token is answered after the handshake with one `error` message and close code 4401, so the CLI
-can say why; revoking the token or its expiry ends a live session the same way. When the socket closes,
-the session's runners are marked missing and every relayed worker connection is told `dev.closed`, which
-fails its runs in flight with a retryable `runtime_error`.
+can say why; revoking the token or its expiry ends a live session the same way. An operator disconnecting
+the session, or a newer connection of the same token taking its runners over, closes it with 4403. When
+the socket closes, the session's runners are marked missing and every relayed worker connection is told
+`dev.closed`, which fails its runs in flight with a retryable `runtime_error`.
 
 Thin: tokens, sessions and the catalog are `runners.runtime.dev_access`'s.
 """
@@ -35,9 +36,11 @@ from runners.models import DevelopmentSession, DevelopmentToken
 from runners.runtime.dev_access import (
     DevTokenRefused,
     dev_session_close,
+    dev_session_end_message,
     dev_session_group,
     dev_session_open,
     dev_session_runners_sync,
+    dev_sessions_supersede,
     dev_token_authenticate,
 )
 
@@ -45,6 +48,7 @@ logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_BAD_MESSAGE = 4400
+CLOSE_ENDED = 4403
 # Worker connections relayed through one session at a time: one per worker process that ran its runners.
 MAX_RELAYED_CONNECTIONS = 256
 # channels_redis forgets a group member after a day; a session may be longer.
@@ -172,6 +176,16 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
         except DevTokenRefused as exc:
             await self._end(exc.code, exc.message, CLOSE_UNAUTHORIZED)
             return
+        superseded = await database_sync_to_async(dev_sessions_supersede)(
+            session=session, runner_ids=[manifest.id for manifest in report.runners]
+        )
+        for session_id in superseded:
+            await self.channel_layer.group_send(
+                dev_session_group(session_id),
+                dev_session_end_message(
+                    code="superseded", message="a newer connection with this development token serves these runners"
+                ),
+            )
         result = await database_sync_to_async(dev_session_runners_sync)(session=session, report=report)
         await self.send_json(
             {
@@ -210,6 +224,8 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "close", "conn": conn})
 
     async def dev_session_end(self, message: dict[str, Any]) -> None:
-        await self._end(
-            str(message.get("code") or "unauthorized"), str(message.get("message") or ""), CLOSE_UNAUTHORIZED
-        )
+        """The token was revoked (4401), or an operator or a newer connection of the same token ended the
+        session (4403): either way the CLI stops rather than dialling again."""
+        code = str(message.get("code") or "unauthorized")
+        close_code = CLOSE_UNAUTHORIZED if code in ("unauthorized", "token_revoked", "token_expired") else CLOSE_ENDED
+        await self._end(code, str(message.get("message") or ""), close_code)

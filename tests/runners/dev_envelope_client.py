@@ -54,7 +54,8 @@ class CommunicatorSocket:
         return dict(json.loads(output["text"]))
 
     async def close(self) -> None:
-        await self.communicator.disconnect()
+        # The consumer's disconnect writes (runners missing, session ended): let it finish, not be cancelled.
+        await self.communicator.disconnect(timeout=10)
 
 
 class WebSocketHostSocket:

@@ -37,6 +37,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 PATH = "/ws/v1/dev/runtime/"
 
 
+@pytest.fixture(autouse=True)
+async def _close_thread_connections():
+    """The consumer and the relay's session check use the database from asgiref's executor thread, whose
+    connection outlives the test and would hold the test database open at teardown."""
+    yield
+    from django.db import connections
+
+    await database_sync_to_async(connections.close_all)()
+
+
 def _communicator(token: str | None) -> WebsocketCommunicator:
     headers = [(b"authorization", f"Bearer {token}".encode())] if token is not None else []
     return WebsocketCommunicator(application, PATH, headers=headers)
@@ -236,3 +246,71 @@ async def test_revoking_the_token_disconnects_its_live_session(tmp_path: Path):
     status = await database_sync_to_async(lambda: RunnerDescriptor.objects.get(runner_id=DEV_RUNNER_ID).status)()
     assert registered["available"] == [DEV_RUNNER_ID]
     assert status == RunnerDescriptor.Status.MISSING
+
+
+async def test_a_newer_connection_of_the_same_token_takes_over_runners_a_dead_session_still_holds(tmp_path: Path):
+    """A web process killed under a session never closes it; the author's CLI dialling again must get its
+    runners back, while another token of the workspace still may not take them."""
+    from langbot_sdk.protocol import ListAgentRunnersResponse
+    from runners.runtime.dev_access import dev_session_open, dev_session_runners_sync
+
+    async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
+        report = await runtime.list_runners()
+
+        def given() -> tuple[str, str, str]:
+            token, plaintext = _token()
+            _, other_plaintext = dev_token_create(workspace=token.workspace)
+            stale = dev_session_open(token=token)
+            dev_session_runners_sync(session=stale, report=ListAgentRunnersResponse.model_validate(report))
+            return stale.session_id, plaintext, other_plaintext
+
+        stale_id, plaintext, other_plaintext = await database_sync_to_async(given)()
+
+        other = _communicator(other_plaintext)
+        assert (await other.connect(timeout=5))[0]
+        other_client = EnvelopeClient(CommunicatorSocket(other), runtime)
+        refused = await other_client.register()
+        await other_client.aclose()
+        assert refused["available"] == []
+        assert "already served" in refused["errors"][0]["error"]
+
+        communicator = _communicator(plaintext)
+        assert (await communicator.connect(timeout=5))[0]
+        client = EnvelopeClient(CommunicatorSocket(communicator), runtime)
+        registered = await client.register()
+
+        def after() -> tuple[str, Any, str]:
+            descriptor = RunnerDescriptor.objects.get(runner_id=DEV_RUNNER_ID)
+            stale = DevelopmentSession.objects.get(session_id=stale_id)
+            return descriptor.source_key, stale.ended_at, descriptor.status
+
+        source_key, stale_ended_at, status = await database_sync_to_async(after)()
+        assert registered["available"] == [DEV_RUNNER_ID]
+        assert (source_key, status) == (registered["session"], RunnerDescriptor.Status.AVAILABLE)
+        assert stale_ended_at is not None
+        await client.aclose()
+
+
+async def test_a_relayed_connection_closes_when_its_session_ends_without_a_word_from_its_web_process(
+    tmp_path: Path, monkeypatch
+):
+    monkeypatch.setattr(dev_module, "SESSION_CHECK_SECONDS", 0.2)
+    plaintext = await database_sync_to_async(lambda: _token()[1])()
+    communicator = _communicator(plaintext)
+    assert (await communicator.connect(timeout=5))[0]
+    async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
+        client = EnvelopeClient(CommunicatorSocket(communicator), runtime)
+        registered = await client.register()
+        host = DevRunnerHost(registered["session"], handlers={})
+        connection = await host.connection()
+        assert not connection.closed
+
+        # What a killed web process leaves: the session ended in the database, nobody told the worker.
+        await database_sync_to_async(
+            lambda: DevelopmentSession.objects.filter(session_id=registered["session"]).update(ended_at=timezone.now())
+        )()
+
+        async with asyncio.timeout(15):  # a shared CI machine can be slow; the point is that it closes
+            await connection.wait_closed()
+        await host.aclose()
+        await client.aclose()
