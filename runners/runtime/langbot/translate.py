@@ -335,7 +335,9 @@ def host_answer(action: str, ours: Action, answer: dict[str, Any]) -> dict[str, 
     if ours in (Action.HISTORY_PAGE, Action.HISTORY_SEARCH):
         return {**answer, "items": [_transcript_item(item) for item in answer.get("items") or []]}
     if ours == Action.GET_TOOL_DETAIL:
-        return {"tool": answer}
+        return {"tool": {**answer, "name": answer.get("tool_name")}}
+    if ours == Action.RETRIEVE_KNOWLEDGE_BASE:
+        return {**answer, "results": answer.get("entries") or []}
     if ours == Action.STORAGE_GET:
         return {**answer, "value_base64": answer.get("value_base64") or ""}
     if ours == Action.STORAGE_LIST:
