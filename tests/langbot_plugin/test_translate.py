@@ -153,9 +153,11 @@ def test_our_answers_take_the_shape_langbot_reads() -> None:
     )  # fmt: skip
     [item] = page["items"]
     assert (item["transcript_id"], item["event_id"], item["created_at"]) == ("t1", "", 1767323045)
-    assert translate.host_answer("get_tool_detail", Action.GET_TOOL_DETAIL, {"name": "add"}) == {
-        "tool": {"name": "add"}
-    }
+    detail = translate.host_answer("get_tool_detail", Action.GET_TOOL_DETAIL, {"tool_name": "add", "parameters": {}})
+    assert detail == {"tool": {"tool_name": "add", "name": "add", "parameters": {}}}
+    entries = [{"id": "d1", "content": "Paris is the capital", "score": 0.9, "metadata": {}}]
+    found = translate.host_answer("retrieve_knowledge_base", Action.RETRIEVE_KNOWLEDGE_BASE, {"entries": entries})
+    assert found["results"] == entries
     assert translate.host_answer("state_set", Action.STATE_SET, {})["success"] is True
 
 
