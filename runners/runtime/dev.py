@@ -12,7 +12,9 @@ runtime's are.
 One connection per worker process and session, opened on first use and again after it closed (the CLI
 reloaded its runtime, or a transient failure). A session that is gone (nothing answers `dev.open` in
 `OPEN_TIMEOUT` seconds, or the CLI refused to open) and a connection dropped under a run fail that run with
-a retryable `runtime_error` naming the development runtime, never a hang.
+a retryable `runtime_error` naming the development runtime, never a hang. The web process holding the
+socket beats a heartbeat (`dev_access.dev_session_live`); a connection checks it every
+`SESSION_CHECK_SECONDS`, and a session found without one is ended (its runners go missing).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ logger = logging.getLogger(__name__)
 # How long the session's consumer and the CLI get to open a connection: a local WebSocket, so seconds are
 # plenty; a session that has ended answers nothing, and this is how long a run waits to learn that.
 OPEN_TIMEOUT = 10.0
-# How often an open connection checks that its session is still live in the database: a web process that
-# died without closing the session (killed, crashed) never sends `dev.closed`, and the session is ended by
-# whoever notices (the author's next connection with the same token, an operator).
+# How often an open connection checks that its session is still live (`dev_session_live`: not ended, and
+# its web process's heartbeat fresh): a web process that stopped or died without closing the session never
+# sends `dev.closed`.
 SESSION_CHECK_SECONDS = 5.0
 
 
@@ -121,6 +123,8 @@ async def dev_connection_open(session_id: str) -> ChannelRelayTransport:
     layer = get_channel_layer()
     if layer is None:
         raise _unavailable(session_id, "the host has no channel layer")
+    if not await database_sync_to_async(dev_session_live)(session_id=session_id):
+        raise _unavailable(session_id, "the session has ended; connect with `python -m langbot_sdk dev` again")
     reply = await layer.new_channel()
     conn = uuid.uuid4().hex
     await layer.group_send(dev_session_group(session_id), {"type": "dev.open", "conn": conn, "reply_to": reply})

@@ -23,6 +23,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.core.cache import cache
 from django.utils import timezone
 
 from bindings.models import RunnerDescriptor, Workspace
@@ -37,6 +38,11 @@ DEV_TOKEN_DEFAULT_LIFETIME = timedelta(days=7)
 DEV_TOKEN_MAX_LIFETIME = timedelta(days=90)
 # Channel-layer message a session's consumer acts on: close the socket with this error.
 SESSION_END_MESSAGE_TYPE = "dev.session_end"
+# The consumer holding a session refreshes a cache key every HEARTBEAT seconds, kept for ALIVE seconds: a web
+# process that stops (daphne does not run consumers' disconnect when it is terminated) or dies leaves the
+# session without one, and workers then end it instead of waiting on a socket nobody holds.
+DEV_SESSION_HEARTBEAT_SECONDS = 10.0
+DEV_SESSION_ALIVE_SECONDS = 30
 
 
 class DevTokenRefused(Exception):  # noqa: N818 - reads as what happened to the token
@@ -168,8 +174,21 @@ def _sessions_to_supersede(*, session: DevelopmentSession, runner_ids: list[str]
     )
 
 
+def dev_session_alive_key(session_id: str) -> str:
+    return f"langbot:dev:alive:{session_id}"
+
+
 def dev_session_live(*, session_id: str) -> bool:
-    """Whether the session is still connected as far as the database knows (workers poll this)."""
+    """Whether the session is connected: not ended, and its consumer's heartbeat is fresh. One found without
+    a heartbeat is ended here (its runners go missing), so runs stop being admitted to it."""
+    if cache.get(dev_session_alive_key(session_id)) is None:
+        if dev_session_close(session_id=session_id, reason="its web process stopped answering"):
+            logger.warning("development session %s ended: no heartbeat from its web process", session_id)
+            # Should its consumer live after all (the key was lost), it closes and the CLI dials again.
+            dev_session_end_request(
+                session_id=session_id, code="session_lost", message="the host lost this session; connect again"
+            )
+        return False
     return DevelopmentSession.objects.filter(session_id=session_id, ended_at__isnull=True).exists()
 
 

@@ -28,13 +28,17 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.core.cache import cache
 from django.utils import timezone
 from pydantic import ValidationError
 
 from langbot_sdk.protocol import ListAgentRunnersResponse
 from runners.models import DevelopmentSession, DevelopmentToken
 from runners.runtime.dev_access import (
+    DEV_SESSION_ALIVE_SECONDS,
+    DEV_SESSION_HEARTBEAT_SECONDS,
     DevTokenRefused,
+    dev_session_alive_key,
     dev_session_close,
     dev_session_end_message,
     dev_session_group,
@@ -49,10 +53,9 @@ logger = logging.getLogger(__name__)
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_BAD_MESSAGE = 4400
 CLOSE_ENDED = 4403
+CLOSE_RECONNECT = 4000
 # Worker connections relayed through one session at a time: one per worker process that ran its runners.
 MAX_RELAYED_CONNECTIONS = 256
-# channels_redis forgets a group member after a day; a session may be longer.
-GROUP_REFRESH_SECONDS = 3600.0
 
 
 def _bearer(scope: dict[str, Any]) -> str:
@@ -89,6 +92,7 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
         self.token = token
         self.session = await database_sync_to_async(dev_session_open)(token=token, peer=peer)
         await self.channel_layer.group_add(dev_session_group(self.session.session_id), self.channel_name)
+        await cache.aset(dev_session_alive_key(self.session.session_id), 1, DEV_SESSION_ALIVE_SECONDS)
         self._keeper = asyncio.get_running_loop().create_task(self._keep(token.expires_at.timestamp()))
         logger.info(
             "development session %s connected for workspace %s from %s",
@@ -98,7 +102,8 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
         )
 
     async def _keep(self, expires_at: float) -> None:
-        """Refresh the group membership and end the session when its token expires."""
+        """Beat the session's heartbeat (workers end a session without one), keep the group membership
+        (channels_redis forgets members after a day), and end the session when its token expires."""
         session = self.session
         assert session is not None
         while True:
@@ -106,9 +111,14 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
             if remaining <= 0:
                 await self._end("token_expired", "the development token has expired", CLOSE_UNAUTHORIZED)
                 return
-            await asyncio.sleep(min(remaining, GROUP_REFRESH_SECONDS))
-            if self.session is not None:
+            await asyncio.sleep(min(remaining, DEV_SESSION_HEARTBEAT_SECONDS))
+            if self.session is None:
+                return
+            try:
+                await cache.aset(dev_session_alive_key(session.session_id), 1, DEV_SESSION_ALIVE_SECONDS)
                 await self.channel_layer.group_add(dev_session_group(session.session_id), self.channel_name)
+            except Exception:
+                logger.warning("development session %s: heartbeat failed", session.session_id, exc_info=True)
 
     async def _end(self, code: str, message: str, close_code: int) -> None:
         await self.send_json({"type": "error", "code": code, "message": message})
@@ -125,6 +135,7 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.send(reply_to, {"type": "dev.closed", "error": "the development runtime left"})
         self.conns.clear()
         await self.channel_layer.group_discard(dev_session_group(session.session_id), self.channel_name)
+        await cache.adelete(dev_session_alive_key(session.session_id))
         missing = await database_sync_to_async(dev_session_close)(
             session_id=session.session_id, reason=f"disconnected ({code})"
         )
@@ -225,7 +236,13 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
 
     async def dev_session_end(self, message: dict[str, Any]) -> None:
         """The token was revoked (4401), or an operator or a newer connection of the same token ended the
-        session (4403): either way the CLI stops rather than dialling again."""
+        session (4403): either way the CLI stops rather than dialling again. A session the host lost (a
+        worker found no heartbeat) closes with 4000: the CLI dials again and gets a new one."""
         code = str(message.get("code") or "unauthorized")
-        close_code = CLOSE_UNAUTHORIZED if code in ("unauthorized", "token_revoked", "token_expired") else CLOSE_ENDED
+        if code in ("unauthorized", "token_revoked", "token_expired"):
+            close_code = CLOSE_UNAUTHORIZED
+        elif code in ("superseded", "disconnected"):
+            close_code = CLOSE_ENDED
+        else:
+            close_code = CLOSE_RECONNECT
         await self._end(code, str(message.get("message") or ""), close_code)

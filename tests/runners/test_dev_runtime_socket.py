@@ -314,3 +314,47 @@ async def test_a_relayed_connection_closes_when_its_session_ends_without_a_word_
             await connection.wait_closed()
         await host.aclose()
         await client.aclose()
+
+
+async def test_a_session_whose_web_process_stopped_beating_is_ended_by_the_worker_that_notices(
+    tmp_path: Path, monkeypatch
+):
+    """daphne, terminated, does not run its consumers' disconnect: the session's heartbeat stops and the
+    worker relaying a run to it closes the connection, ends the session and marks its runners missing (here
+    the key is deleted under a live consumer, which is then asked to close so its CLI dials again)."""
+    from django.core.cache import cache
+
+    from runners.runtime.dev_access import dev_session_alive_key
+
+    monkeypatch.setattr(dev_module, "SESSION_CHECK_SECONDS", 0.2)
+    plaintext = await database_sync_to_async(lambda: _token()[1])()
+    communicator = _communicator(plaintext)
+    assert (await communicator.connect(timeout=5))[0]
+    async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
+        client = EnvelopeClient(CommunicatorSocket(communicator), runtime)
+        registered = await client.register()
+        host = DevRunnerHost(registered["session"], handlers={})
+        connection = await host.connection()
+
+        await cache.adelete(dev_session_alive_key(registered["session"]))  # the web process stopped beating
+
+        async with asyncio.timeout(15):
+            await connection.wait_closed()
+        with pytest.raises(AgentAPIException) as refused:
+            await host.connection()
+        # Had its consumer lived after all, it is told, and closes so that the CLI dials again.
+        async with asyncio.timeout(15):
+            await client.ended.wait()
+        assert client.closed_code == 4000
+        assert client.errors[-1]["code"] == "session_lost"
+        await host.aclose()
+        await client.aclose()
+
+    def after() -> tuple[str, str]:
+        session = DevelopmentSession.objects.get(session_id=registered["session"])
+        return RunnerDescriptor.objects.get(runner_id=DEV_RUNNER_ID).status, session.close_reason
+
+    status, reason = await database_sync_to_async(after)()
+    assert status == RunnerDescriptor.Status.MISSING
+    assert reason == "its web process stopped answering"
+    assert "session has ended" in refused.value.error.message
