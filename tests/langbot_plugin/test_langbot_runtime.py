@@ -162,6 +162,33 @@ def test_a_langbot_runner_streams_a_model_answer_through_the_hosts_model_calls(l
     assert rows == {("invoke_llm_stream", "model_id=m-lbp", "ok")}
 
 
+def test_a_langbot_runner_keeps_plugin_storage_where_the_binding_allows_it(langbot_binding) -> None:
+    from runners.models import ProxyCallAudit
+
+    binding, _worker = langbot_binding
+    binding.resource_policy = {"storage_areas": []}
+    binding.save(update_fields=["resource_policy"])
+    refused = wait_terminal(post_message(binding, "store colour blue", conversation_id="lbp-s1"), timeout=60)
+    assert refused.status == "failed"  # the binding grants no storage area: LangBot's SDK refuses it itself
+    assert "storage" in refused.error["message"].lower(), refused.error
+
+    binding.resource_policy = {"storage_areas": ["plugin"]}
+    binding.save(update_fields=["resource_policy"])
+    stored = wait_terminal(post_message(binding, "store colour blue", conversation_id="lbp-s2"), timeout=60)
+    assert stored.status == "completed", (stored.status, stored.error)
+    assert _reply(stored) == "stored blue"
+    deadline = time.monotonic() + 10
+    expected = {("storage_set", "area=plugin key=colour", "ok"), ("storage_get", "area=plugin key=colour", "ok")}
+    while True:
+        rows = set(
+            ProxyCallAudit.objects.filter(run_id=str(stored.run_id)).values_list("action", "resource", "outcome")
+        )
+        if expected <= rows or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert rows == expected
+
+
 def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
     from runners.lifecycle.services import run_cancel_request
 

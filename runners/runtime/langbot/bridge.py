@@ -63,6 +63,7 @@ CONTROL_BINDING = {
     "artifact_digest": hashlib.sha256(b"langbot-host-control").hexdigest(),
 }
 EMPTY_LISTING_GRACE = 5.0
+LISTING_STABLE_SECONDS = 2.0
 # Runs end `cancelled` once the runtime was asked to stop; its own stream has no terminal result then.
 CANCELLED_CODE = "cancelled"
 
@@ -130,18 +131,22 @@ class LangBotRuntime:
 
     async def report(self, *, settle: float = 0.0) -> ListAgentRunnersResponse:
         """Our runner report of LangBot's agent runners. `settle`: how long to wait for the runtime's plugins
-        to come up (it launches them only once a host connected): the listing is asked again until it
-        holds runners and did not change from the last answer, or the time is up."""
+        to come up (it launches them only once a host connected, all at once, and lists a plugin only once it
+        registered): the listing is asked again until it holds runners and stayed the same for
+        `LISTING_STABLE_SECONDS`, or the time is up."""
         entries = await self.list_runners()
-        # A runtime that lists nothing may be launching its plugins right now (it starts them once a host
-        # connected): even a person waiting on a refresh gets a few seconds for them.
-        deadline = time.monotonic() + max(settle, 0.0 if entries else EMPTY_LISTING_GRACE)
+        # A runtime that lists nothing may be launching its plugins right now: even a person waiting on a
+        # refresh gets a few seconds for them.
+        now = time.monotonic()
+        deadline = now + max(settle, 0.0 if entries else EMPTY_LISTING_GRACE)
+        unchanged_since = now
         while time.monotonic() < deadline:
+            if entries and time.monotonic() - unchanged_since >= LISTING_STABLE_SECONDS:
+                break
             await asyncio.sleep(0.5)
             again = await self.list_runners()
-            if again and again == entries:
-                break
-            entries = again
+            if again != entries:
+                entries, unchanged_since = again, time.monotonic()
         runners = []
         warnings: dict[str, list[str]] = {}
         errors: list[str] = []

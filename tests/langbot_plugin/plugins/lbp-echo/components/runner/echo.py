@@ -4,6 +4,7 @@ Commands in the input text:
 - `sleep`: stream one chunk, then wait (until the host cancels the run);
 - `peek actor`: also read actor-scoped state (which the test's binding does not enable);
 - `ask <question>`: stream the answer of the binding's first model (a host model call);
+- `store <key> <value>`: write plugin storage and read it back;
 - `version`: ask the host for LangBot's version, which this host does not provide;
 - anything else is echoed back, word by word, after the turn counter kept in conversation state.
 """
@@ -40,6 +41,13 @@ class EchoRunner(Runner):
                     yield RunnerResult.message_delta(ctx.run_id, MessageChunk(role="assistant", content=chunk.content))
             answer = "".join(parts)
             yield RunnerResult.run_completed(ctx.run_id, message=Message(role="assistant", content=answer))
+            return
+        if text.startswith("store "):
+            # Plugin storage inside a run: the host's storage handlers, the binding's storage areas.
+            key, _, value = text[6:].partition(" ")
+            await self.plugin.set_plugin_storage(key, value.encode())
+            back = (await self.plugin.get_plugin_storage(key)).decode()
+            yield RunnerResult.run_completed(ctx.run_id, message=Message(role="assistant", content=f"stored {back}"))
             return
         if text == "version":
             # A LangBot host API with no equivalent on this host: refused with a message naming it.
