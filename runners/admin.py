@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.cache import cache
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
@@ -29,6 +30,8 @@ from runners.runtime.catalog import runner_descriptors_refresh
 from runners.runtime.dev_access import (
     DEV_TOKEN_DEFAULT_LIFETIME,
     DEV_TOKEN_MAX_LIFETIME,
+    dev_session_alive_key,
+    dev_session_close,
     dev_session_end_request,
     dev_token_create,
     dev_tokens_revoke,
@@ -465,12 +468,12 @@ class DevelopmentTokenAdmin(WorkspaceScopedAdmin[DevelopmentToken]):
 class DevelopmentSessionAdmin(ReadOnlyWorkspaceAdmin[DevelopmentSession]):
     """Who has a development runtime connected, since when, serving which runners."""
 
-    list_display = ["session_short", "workspace", "token", "peer", "runners", "connected_at", "ended_at"]
+    list_display = ["session_short", "workspace", "token", "state", "peer", "runners", "connected_at", "ended_at"]
     list_filter = [("ended_at", admin.EmptyFieldListFilter), "workspace"]
     list_select_related = ["workspace", "token"]
     search_fields = ["session_id", "peer"]
     fields = readonly_fields = (
-        "session_id", "workspace", "token", "peer", "runners", "connected_at", "ended_at", "close_reason",
+        "session_id", "workspace", "token", "state", "peer", "runners", "connected_at", "ended_at", "close_reason",
     )  # fmt: skip
     actions = ["disconnect"]
 
@@ -482,11 +485,20 @@ class DevelopmentSessionAdmin(ReadOnlyWorkspaceAdmin[DevelopmentSession]):
     def runners(self, obj: DevelopmentSession) -> str:
         return ", ".join(obj.runner_ids or []) or "—"
 
+    @admin.display(description="state")
+    def state(self, obj: DevelopmentSession) -> str:
+        if obj.ended_at is not None:
+            return "ended"
+        # A web process that stopped without closing leaves the row open; its heartbeat tells.
+        return "connected" if cache.get(dev_session_alive_key(obj.session_id)) is not None else "not answering"
+
     @admin.action(description="Disconnect selected sessions")
     def disconnect(self, request: HttpRequest, queryset: QuerySet[DevelopmentSession]) -> None:
         live = list(queryset.filter(ended_at__isnull=True).values_list("session_id", flat=True))
         for session_id in live:
+            # Ended here, so that one whose web process is gone ends too; a live one's CLI is told and stops.
+            dev_session_close(session_id=session_id, reason=f"disconnected by {request.user}")
             dev_session_end_request(
                 session_id=session_id, code="disconnected", message=f"disconnected by {request.user}"
             )
-        messages.success(request, f"Asked {len(live)} session(s) to disconnect.")
+        messages.success(request, f"Disconnected {len(live)} session(s); their runners are missing now.")

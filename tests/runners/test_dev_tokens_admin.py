@@ -1,4 +1,5 @@
-"""Development tokens in admin: minted with a required expiry and shown once, revocable; sessions listed."""
+"""Development tokens in admin: minted with a required expiry and shown once, revocable; sessions listed
+with their runners and whether their web process still answers, and disconnected."""
 
 from __future__ import annotations
 
@@ -6,12 +7,22 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.core.cache import cache
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runners.models import DevelopmentSession, DevelopmentToken
-from runners.runtime.dev_access import DevTokenRefused, dev_session_open, dev_token_authenticate, dev_token_create
+from bindings.models import RunnerDescriptor
+from langbot_sdk.protocol import ListAgentRunnersResponse
+from runners.models import DevelopmentToken
+from runners.runtime.dev_access import (
+    DevTokenRefused,
+    dev_session_alive_key,
+    dev_session_open,
+    dev_session_runners_sync,
+    dev_token_authenticate,
+    dev_token_create,
+)
 from tests.factories import UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -80,13 +91,45 @@ def test_a_token_without_a_future_expiry_is_not_minted(admin_client):
     assert DevelopmentToken.objects.count() == 0
 
 
-def test_sessions_are_listed_with_their_runners(admin_client):
+def test_sessions_are_listed_with_their_runners_and_state_and_can_be_disconnected(admin_client):
     token, _ = dev_token_create(workspace=WorkspaceFactory.create(), name="laptop")
     session = dev_session_open(token=token, peer="203.0.113.5:4242")
-    DevelopmentSession.objects.filter(pk=session.pk).update(runner_ids=["plugin:alice/weather/default"])
+    dev_session_runners_sync(session=session, report=_report(RUNNER_ID))
+    changelist = reverse("admin:runners_developmentsession_changelist")
 
-    page = admin_client.get(reverse("admin:runners_developmentsession_changelist")).content.decode()
+    cache.set(dev_session_alive_key(session.session_id), 1, 30)
+    page = admin_client.get(changelist).content.decode()
+    cache.delete(dev_session_alive_key(session.session_id))
+    gone = admin_client.get(changelist).content.decode()
 
     assert session.session_id[:8] in page
-    assert "plugin:alice/weather/default" in page
+    assert RUNNER_ID in page
     assert "203.0.113.5:4242" in page
+    assert ">connected<" in page
+    assert ">not answering<" in gone  # its web process stopped without closing it
+
+    # Disconnecting ends it even with nobody holding its socket: the runner is missing at once.
+    admin_client.post(changelist, {"action": "disconnect", "_selected_action": [session.pk]})
+    session.refresh_from_db()
+    assert session.ended_at is not None
+    assert session.close_reason == "disconnected by root"
+    assert RunnerDescriptor.objects.get(runner_id=RUNNER_ID).status == RunnerDescriptor.Status.MISSING
+
+
+RUNNER_ID = "plugin:alice/weather/default"
+
+
+def _report(runner_id: str) -> ListAgentRunnersResponse:
+    return ListAgentRunnersResponse.model_validate(
+        {
+            "runners": [
+                {
+                    "id": runner_id,
+                    "name": "default",
+                    "label": {"en_US": "Weather"},
+                    "metadata": {"plugin": {"author": "alice", "name": "weather", "version": "0.1.0"}},
+                }
+            ],
+            "plugins": [],
+        }
+    )
