@@ -2,10 +2,12 @@
 a plugin with `python -m langbot_sdk new`, its own tests pass, connect it with `python -m langbot_sdk dev`
 and a development token, chat with it through a binding, edit the runner file, and the next reply shows the
 edit — the host never restarts. Every step is the real command in its own process, started from the
-author's directory outside the repository."""
+author's directory outside the repository; the edited runner answers in the debug chat's socket."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+import websockets
+from websockets.typing import Origin
 
 from bindings.services import api_key_create
 from runners.runtime.dev_access import dev_token_create
@@ -146,4 +150,23 @@ def test_scaffold_test_connect_chat_edit_and_chat_again_without_restarting_the_h
         dev.wait_for(rf"reloaded: {RUNNER_ID}", after=registered)
         dev.wait_for(r"registered 1 development runner", after=registered + 1)
 
-        assert chat("hello again") == "echo: HELLO AGAIN!"
+        ticket = me.post("/api/v1/ws-tickets")
+        assert ticket.status_code == 201, ticket.text
+        socket_url = web.url.replace("http://", "ws://") + ticket.json()["url"]
+        assert asyncio.run(debug_chat(socket_url, web.url, "echoer", "hello again")) == "echo: HELLO AGAIN!"
+
+
+async def debug_chat(url: str, origin: str, binding_id: str, text: str) -> str:
+    """What the debug chat page does: send a message to a binding over /ws/v1/chat/ and read the reply."""
+    async with websockets.connect(url, origin=Origin(origin), open_timeout=30) as socket:
+        await socket.send(json.dumps({"type": "message", "binding_id": binding_id, "text": text}))
+        async with asyncio.timeout(30):
+            while True:
+                message = json.loads(await socket.recv())
+                assert message["type"] != "error", message
+                if message["type"] != "run.event":
+                    continue
+                event = message["event"]
+                assert event["type"] != "run.failed", event
+                if event["type"] == "message.completed":
+                    return str(event["data"]["message"]["content"])
