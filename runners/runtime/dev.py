@@ -28,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 
 from langbot_sdk.protocol import Action, AgentAPIError, AgentAPIException, ErrorCode
@@ -45,6 +46,9 @@ OPEN_TIMEOUT = 10.0
 # its web process's heartbeat fresh): a web process that stopped or died without closing the session never
 # sends `dev.closed`.
 SESSION_CHECK_SECONDS = 5.0
+# How long a frame waits for room in the consumer's full channel before the connection gives up (doubling
+# waits from 10 ms, about 10 s in all).
+SEND_FULL_WAIT_SECONDS = 5.0
 
 
 class DevRuntimeUnavailable(AgentAPIException):
@@ -89,9 +93,20 @@ class ChannelRelayTransport:
                 return
 
     async def send(self, frame: bytes) -> None:
-        if self._closed:
-            raise TransportClosed(self._why or "closed")
-        await self._layer.send(self._consumer, {"type": "dev.frame", "conn": self.conn, "data": frame.decode()})
+        message = {"type": "dev.frame", "conn": self.conn, "data": frame.decode()}
+        delay = 0.01
+        while not self._closed:
+            try:
+                await self._layer.send(self._consumer, message)
+                return
+            except ChannelFull:
+                # The consumer's channel is full (its web process is behind): wait for it, not forever.
+                if delay > SEND_FULL_WAIT_SECONDS:
+                    self._closed, self._why = True, "the development runtime's relay stayed full"
+                    break
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise TransportClosed(self._why or "closed")
 
     async def receive(self) -> bytes:
         while not self._closed:

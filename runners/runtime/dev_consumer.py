@@ -23,10 +23,12 @@ Thin: tokens, sessions and the catalog are `runners.runtime.dev_access`'s.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
+from channels.exceptions import ChannelFull
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.core.cache import cache
 from django.utils import timezone
@@ -131,8 +133,9 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
         self.session = None
         if self._keeper is not None and self._keeper is not asyncio.current_task():
             self._keeper.cancel()
-        for reply_to in self.conns.values():
-            await self.channel_layer.send(reply_to, {"type": "dev.closed", "error": "the development runtime left"})
+        for reply_to in list(self.conns.values()):
+            with contextlib.suppress(ChannelFull):
+                await self.channel_layer.send(reply_to, {"type": "dev.closed", "error": "the development runtime left"})
         self.conns.clear()
         await self.channel_layer.group_discard(dev_session_group(session.session_id), self.channel_name)
         await cache.adelete(dev_session_alive_key(session.session_id))
@@ -155,18 +158,27 @@ class DevRuntimeConsumer(AsyncJsonWebsocketConsumer):
         if kind not in ("opened", "open_failed", "frame", "close"):
             await self._end("bad_message", f"unknown message type {kind!r}", CLOSE_BAD_MESSAGE)
             return
-        if reply_to is None:
+        if reply_to is None or not isinstance(conn, str):
             return  # a conn the worker already closed: its late frames have nobody to go to
         if kind == "opened":
-            await self.channel_layer.send(reply_to, {"type": "dev.opened", "channel": self.channel_name})
+            await self._to_worker(conn, reply_to, {"type": "dev.opened", "channel": self.channel_name})
         elif kind == "frame":
             data = content.get("data")
             if isinstance(data, str):
-                await self.channel_layer.send(reply_to, {"type": "dev.frame", "data": data})
+                await self._to_worker(conn, reply_to, {"type": "dev.frame", "data": data})
         else:
-            self.conns.pop(conn, None)  # type: ignore[arg-type]
+            self.conns.pop(conn, None)
             error = str(content.get("error") or "the development runtime closed the connection")
-            await self.channel_layer.send(reply_to, {"type": "dev.closed", "error": error[:500]})
+            await self._to_worker(conn, reply_to, {"type": "dev.closed", "error": error[:500]})
+
+    async def _to_worker(self, conn: str, reply_to: str, message: dict[str, Any]) -> None:
+        """A worker that stopped reading (its channel is full) loses its connection, not the session."""
+        try:
+            await self.channel_layer.send(reply_to, message)
+        except ChannelFull:
+            logger.warning("development connection %s: the worker is not reading; closing it", conn)
+            if self.conns.pop(conn, None) is not None:
+                await self.send_json({"type": "close", "conn": conn})
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         try:

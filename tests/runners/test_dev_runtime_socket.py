@@ -358,3 +358,25 @@ async def test_a_session_whose_web_process_stopped_beating_is_ended_by_the_worke
     assert status == RunnerDescriptor.Status.MISSING
     assert reason == "its web process stopped answering"
     assert "session has ended" in refused.value.error.message
+
+
+async def test_a_frame_the_relay_has_no_room_for_closes_the_connection_instead_of_crashing_the_worker(monkeypatch):
+    from channels.layers import get_channel_layer
+
+    from langbot_sdk.wire import TransportClosed
+    from runners.live.layers import BatchedRedisChannelLayer
+    from runners.runtime.dev import ChannelRelayTransport
+
+    monkeypatch.setattr(dev_module, "SEND_FULL_WAIT_SECONDS", 0.05)
+    hosts = get_channel_layer().hosts  # the configured Redis
+    small = BatchedRedisChannelLayer(hosts=hosts, capacity=1, expiry=5, prefix="asgi-test-full")
+    transport = ChannelRelayTransport(
+        small, conn="c1", reply_channel=await small.new_channel(), consumer_channel="dev-full-consumer", session_id="s"
+    )
+    try:
+        await transport.send(b'{"seq_id":1}')  # fills the consumer's channel, which nobody reads
+        with pytest.raises(TransportClosed, match="stayed full"):
+            await transport.send(b'{"seq_id":2}')
+    finally:
+        await transport.close()
+        await small.flush()
