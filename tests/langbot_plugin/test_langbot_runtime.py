@@ -8,6 +8,8 @@ The runtime's virtualenv missing is a failure, not a skip: `make test` builds it
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
 import socket
 import subprocess
@@ -28,20 +30,15 @@ RUNNER_ID = "plugin:lbptest/lbp-echo/echo"
 INTRUDER_ID = "plugin:lbptest/lbp-intruder/steal"
 
 
-@pytest.fixture(scope="module")
-def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`lbp rt` with the test plugins installed in its `data/plugins` (directories `author__name`, as LangBot
-    installs plugins), listening for its host on a free control port."""
+def _start_lbp_rt(home: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
     if not LBP.exists():
         pytest.fail(f"{LBP} is missing: run `make lbp-venv` (make test builds it)")
-    home = tmp_path_factory.mktemp("lbp-rt")
-    for name in ("lbp-echo", "lbp-intruder"):
-        shutil.copytree(PLUGINS / name, home / "data" / "plugins" / f"lbptest__{name}")
     control, debug = _free_port(), _free_port()
     log = (home / "rt.log").open("wb")
     process = subprocess.Popen(
         [str(LBP), "rt", "--ws-control-port", str(control), "--ws-debug-port", str(debug), "--skip-deps-check"],
         cwd=home,
+        env={**os.environ, **(env or {})},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -56,12 +53,52 @@ def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 process.kill()
                 pytest.fail(f"lbp rt did not start:\n{(home / 'rt.log').read_text(errors='replace')[-3000:]}")
             time.sleep(0.1)
-    yield f"ws://127.0.0.1:{control}/control/ws"
+    return process, control
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
     process.terminate()
     try:
         process.wait(10)
     except subprocess.TimeoutExpired:
         process.kill()
+
+
+@pytest.fixture(scope="module")
+def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`lbp rt` with the test plugins installed in its `data/plugins` (directories `author__name`, as LangBot
+    installs plugins), listening for its host on a free control port."""
+    home = tmp_path_factory.mktemp("lbp-rt")
+    for name in ("lbp-echo", "lbp-intruder"):
+        shutil.copytree(PLUGINS / name, home / "data" / "plugins" / f"lbptest__{name}")
+    process, control = _start_lbp_rt(home)
+    yield f"ws://127.0.0.1:{control}/control/ws"
+    _stop(process)
+
+
+def test_a_runtime_with_a_control_token_admits_only_a_host_presenting_it(tmp_path: Path) -> None:
+    from langbot_sdk.protocol import AgentAPIException
+    from runners.runtime.langbot import LangBotRuntime
+
+    token = "t" * 40
+    process, control = _start_lbp_rt(tmp_path, {"LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN": token})
+    url = f"ws://127.0.0.1:{control}/control/ws"
+    try:
+        with pytest.raises(AgentAPIException) as refused:
+            asyncio.run(LangBotRuntime(url, token="wrong" * 8).report())
+        assert refused.value.code == "runtime_error"
+        assert "refused the connection" in refused.value.error.message
+
+        async def listing() -> int:
+            runtime = LangBotRuntime(url, token=token)
+            try:
+                return len((await runtime.report()).runners)
+            finally:
+                await runtime.aclose()
+
+        assert asyncio.run(listing()) == 0  # admitted; no plugins installed
+    finally:
+        _stop(process)
 
 
 @pytest.fixture(scope="module")
