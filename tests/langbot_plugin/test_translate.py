@@ -96,6 +96,19 @@ def test_load_reports_group_runners_by_plugin_with_their_warnings() -> None:
             {"type": "action.requested", "data": {"action": "message.react", "target": None, "payload": {"e": 1}}},
             [("action.requested", {"action": "message.react", "target": {}, "payload": {"e": 1}})],
         ),
+        (
+            {"type": "tool.call.started", "data": {"tool_call_id": "c1", "tool_name": "add", "parameters": {"a": 1}}},
+            [("tool.call.started", {"tool_call_id": "c1", "tool_name": "add", "parameters": {"a": 1}})],
+        ),
+        (
+            {"type": "tool.call.completed", "data": {"tool_call_id": "c1", "tool_name": "add", "result": {"v": 2},
+                                                     "error": None}},
+            [("tool.call.completed", {"tool_call_id": "c1", "tool_name": "add", "result": {"v": 2}, "error": None})],
+        ),
+        (
+            {"type": "state.updated", "data": {"scope": "conversation", "key": "turns", "value": 3}},
+            [("state.updated", {"scope": "conversation", "key": "turns", "value": 3})],
+        ),
         ({"type": "processor.log", "data": {"text": "thinking", "level": "info"}}, []),
     ],
 )  # fmt: skip
