@@ -7,7 +7,8 @@ Sends are grouped like a group commit (issue 19): a run dispatched while nothing
 once, in a message of its own; runs dispatched by other threads while that send is in flight wait in
 memory and go together, in one message carrying their ids, as soon as it returns. An idle process adds
 no delay; a busy one sends one message for the runs that arrived during one publish. A message for one
-run carries its id alone (`args=[run_id]`), as before; a message for several carries the list.
+run carries its id alone (`args=[run_id]`), as before; a message for several carries the list. Workers
+from before lists existed ignore a list (a malformed run id to them): upgrade the workers first.
 
 One process sends one message at a time, so it keeps one producer (and one Redis client on its channel)
 instead of taking a producer from Celery's pool and building a client for every publish; a forked child
