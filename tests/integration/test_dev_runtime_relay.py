@@ -4,7 +4,8 @@ over the channel-layer relay, and the runtime is a real `python -m langbot_sdk.r
 tests/runners/dev_envelope_client.py plays the CLI).
 
 The dev runner is listed and bindable in its token's workspace only, answers `POST /events?wait=`, its
-proxy calls (state) are answered by the worker's handlers and audited, cancel reaches it, and when the
+proxy calls (state) are answered by the worker's handlers and audited, one outside its manifest is refused
+and audited, cancel reaches it, and when the
 runtime disconnects its runner goes missing and new runs are refused with a clear reason.
 """
 
@@ -93,12 +94,12 @@ def _binding(runner_id: str) -> dict[str, Any]:
     }
 
 
-def _audited(run_id: str, timeout: float = 15) -> list[tuple[str, str, str]]:
+def _audited(run_id: str, count: int = 2, timeout: float = 15) -> list[tuple[str, str, str]]:
     deadline = time.monotonic() + timeout
     rows: list[tuple[str, str, str]] = []
     while time.monotonic() < deadline:
         rows = list(ProxyCallAudit.objects.filter(run_id=run_id).values_list("action", "outcome", "runner_id"))
-        if len(rows) >= 2:
+        if len(rows) >= count:
             break
         time.sleep(0.2)
     return rows
@@ -139,6 +140,13 @@ def test_a_development_runner_is_listed_bound_run_audited_and_cancelled_in_its_w
             ("state_get", "ok", DEV_RUNNER_ID),
             ("state_set", "ok", DEV_RUNNER_ID),
         ]
+
+        # The host decides what the dev runner may do, as for any runner: a call outside its manifest is
+        # refused, and the refusal is audited.
+        probe = me.post("/api/v1/events?wait=30", json={"conversation_id": "c1", "input": {"text": "probe"}})
+        [probed] = probe.json()["runs"]
+        assert probed["output"] == "probe:unauthorized"
+        assert ("history_search", "unauthorized", DEV_RUNNER_ID) in _audited(probed["run_id"], count=1)
 
         started = me.post("/api/v1/events", json={"conversation_id": "c2", "input": {"text": "wait"}})
         waiting = Run.objects.get(run_id=started.json()["runs"][0]["run_id"])

@@ -300,7 +300,8 @@ execution:
 DEV_RUNNER_PY = """\
 import asyncio
 
-from langbot_sdk.protocol import AgentRunContext, AgentRunResult
+from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
+from langbot_sdk.proxy import channel_for_run
 from langbot_sdk.runner import AgentRunner
 
 REPLY_PREFIX = "{prefix}"
@@ -309,6 +310,17 @@ REPLY_PREFIX = "{prefix}"
 class DevBot(AgentRunner):
     async def run(self, ctx: AgentRunContext):
         text = ctx.input.text or ""
+        if text == "probe":
+            # Past the SDK's own check, straight to the host: history search is not in the manifest.
+            try:
+                await channel_for_run(ctx.run_id).call(
+                    "history_search", {{"run_id": ctx.run_id, "query": "x"}}, timeout=30
+                )
+                outcome = "allowed"
+            except AgentAPIException as exc:
+                outcome = exc.error.code
+            yield AgentRunResult.message_completed(ctx.run_id, f"probe:{{outcome}}")
+            return
         if text == "wait":
             yield AgentRunResult.message_delta(ctx.run_id, "waiting ")
             await asyncio.sleep(120)
