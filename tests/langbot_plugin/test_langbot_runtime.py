@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.processes import REPO_ROOT, _free_port, post_message, wait_status, wait_terminal
+from tests.processes import REPO_ROOT, _free_port, post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -132,6 +132,15 @@ def langbot_binding(lbp_runtime: str, settings, langbot_worker):
     return binding, langbot_worker
 
 
+def _wait_first_delta(run, timeout: float = 30) -> None:
+    from runners.models import RunEvent
+
+    deadline = time.monotonic() + timeout
+    while not RunEvent.objects.filter(run=run, type="message.delta").exists():
+        assert time.monotonic() < deadline, f"run {run.run_id} streamed nothing in {timeout}s"
+        time.sleep(0.1)
+
+
 def _reply(run) -> str:
     from transcripts.models import TranscriptItem
 
@@ -228,16 +237,16 @@ def test_a_langbot_runner_keeps_plugin_storage_where_the_binding_allows_it(langb
 
 def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
     from runners.lifecycle.services import run_cancel_request
+    from runners.runtime.langbot.bridge import CANCELLED_MESSAGE
 
     binding, _worker = langbot_binding
     run = post_message(binding, "sleep", conversation_id="lbp-cancel")
-    wait_status(run, "running", timeout=30)
-    started = time.monotonic()
+    _wait_first_delta(run)  # the runner is sleeping (two minutes unless the cancellation reaches it)
     run_cancel_request(run=run, reason="user stop")
     run = wait_terminal(run, timeout=30)
     assert run.status == "cancelled", (run.status, run.error)
-    # The runner sleeps two minutes unless the cancellation reaches it.
-    assert time.monotonic() - started < 20
+    # Ended by the bridge on the cancel it passed to the LangBot runtime, not by the host's cancel grace.
+    assert run.error["message"] == CANCELLED_MESSAGE, run.error
 
 
 def test_a_langbot_plugin_cannot_act_for_another_plugins_run(langbot_binding) -> None:
@@ -249,7 +258,7 @@ def test_a_langbot_plugin_cannot_act_for_another_plugins_run(langbot_binding) ->
 
     binding, _worker = langbot_binding
     victim = post_message(binding, "sleep", conversation_id="lbp-victim")
-    wait_status(victim, "running", timeout=30)
+    _wait_first_delta(victim)  # in flight through the bridge, its token held there
     intruder = AgentBindingFactory.create(
         runner_id=INTRUDER_ID, state_policy={"enable_state": True, "state_scopes": ["conversation"]}
     )
@@ -265,6 +274,22 @@ def test_a_langbot_plugin_cannot_act_for_another_plugins_run(langbot_binding) ->
     assert rows == {("state_get", "unauthorized", "lbptest/lbp-intruder")}
     run_cancel_request(run=victim, reason="done")
     assert wait_terminal(victim, timeout=30).status == "cancelled"
+
+
+def test_a_run_on_a_superseded_connection_fails_retryable_and_the_worker_reconnects(langbot_binding) -> None:
+    """LangBot's runtime serves one control connection: another process connecting (a refresh) takes it over.
+    The run in flight on the worker's connection fails with a retryable runtime_error; the next run reconnects."""
+    from runners.runtime.langbot.catalog import langbot_runners_refresh
+
+    binding, _worker = langbot_binding
+    run = post_message(binding, "sleep", conversation_id="lbp-superseded")
+    _wait_first_delta(run)  # the runner is sleeping on the worker's connection
+    assert RUNNER_ID in langbot_runners_refresh(settle=0).available  # this process's connection, now the runtime's
+    run = wait_terminal(run, timeout=30)
+    assert run.status == "failed"
+    assert (run.error["code"], run.error["retryable"]) == ("runtime_error", True), run.error
+    after = wait_terminal(post_message(binding, "back", conversation_id="lbp-superseded-2"), timeout=60)
+    assert _reply(after) == "hi: back (turn 1, history 1)"
 
 
 def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(lbp_runtime, langbot_worker, start_web):

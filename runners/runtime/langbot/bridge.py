@@ -66,6 +66,7 @@ EMPTY_LISTING_GRACE = 5.0
 LISTING_STABLE_SECONDS = 2.0
 # Runs end `cancelled` once the runtime was asked to stop; its own stream has no terminal result then.
 CANCELLED_CODE = "cancelled"
+CANCELLED_MESSAGE = "the run was cancelled; the LangBot runtime was told to stop it"
 
 
 def _unavailable(message: str) -> AgentAPIException:
@@ -211,7 +212,7 @@ class LangBotRuntime:
                     following.cancel()
                     with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
                         await following
-                    yield _failed(run.run_id, CANCELLED_CODE, "the run was cancelled", reason=run.cancel_reason)
+                    yield _failed(run.run_id, CANCELLED_CODE, CANCELLED_MESSAGE, reason=run.cancel_reason)
                     return
                 try:
                     item = following.result()
