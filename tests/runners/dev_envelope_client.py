@@ -97,15 +97,14 @@ class LocalRuntime:
         self.log: list[str] = []
 
     async def start(self) -> LocalRuntime:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The token in the environment, as the CLI passes it (a leading "-" would read as an option in argv).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "LANGBOT_RUNTIME_TOKEN": self.token}
         self.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "langbot_sdk.runtime",
             "--listen",
             "127.0.0.1:0",
-            "--token",
-            self.token,
             "--plugins-dir",
             str(self.plugins_dir),
             cwd=str(REPO_ROOT),
