@@ -88,8 +88,14 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'd
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share the embedded database: WAL lets readers proceed beside one writer and
     # IMMEDIATE transactions take the write lock up front instead of failing on upgrade.
+    # A writer waits this long for the lock (sqlite3's default is 5 s, which a burst of runs on two cores
+    # outlasts); past it the request answers 503 `unavailable` (`langbot_host.core.db_unavailable`).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", "transaction_mode": "IMMEDIATE"}
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": env.float("LANGBOT_SQLITE_BUSY_TIMEOUT", default=30.0),
+        }
     )
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.bool(

@@ -4,6 +4,7 @@ are a query's own failure (still a 500): told apart on the errors psycopg really
 from __future__ import annotations
 
 import socket
+import sqlite3
 
 import psycopg
 import pytest
@@ -55,4 +56,25 @@ def test_a_query_that_failed_is_not_unavailable(error: Exception) -> None:
 
 def test_errors_that_are_not_operational_are_not_unavailable() -> None:
     assert not database_unavailable(_as_django(psycopg.errors.UndefinedTable("no such table"), ProgrammingError))
-    assert not database_unavailable(OperationalError("database is locked"))  # SQLite's
+
+
+def test_an_sqlite_database_locked_past_its_busy_timeout_is_unavailable(tmp_path) -> None:
+    path = tmp_path / "locked.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x INTEGER)")
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer, mid-transaction
+    waiter = sqlite3.connect(path, timeout=0.05, isolation_level=None)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as locked:
+            waiter.execute("INSERT INTO t VALUES (1)")
+    finally:
+        waiter.close()
+        holder.execute("ROLLBACK")
+        holder.close()
+
+    assert database_unavailable(_as_django(locked.value))
+    # A query SQLite refused for its own reasons stays the query's failure.
+    broken = sqlite3.connect(":memory:")
+    with pytest.raises(sqlite3.OperationalError) as no_table:
+        broken.execute("SELECT * FROM missing")
+    assert not database_unavailable(_as_django(no_table.value))
