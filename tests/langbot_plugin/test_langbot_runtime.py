@@ -9,71 +9,23 @@ The runtime's virtualenv missing is a failure, not a skip: `make test` builds it
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.processes import REPO_ROOT, _free_port, post_message, wait_terminal
+from tests.langbot_plugin.conftest import (
+    INTRUDER_ID,
+    RUNNER_ID,
+    assistant_reply,
+    start_lbp_rt,
+    stop_process,
+    wait_first_delta,
+)
+from tests.processes import post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-LBP = REPO_ROOT / "var" / "langbot-plugin-venv" / "bin" / "lbp"
-PLUGINS = Path(__file__).parent / "plugins"
-RUNNER_ID = "plugin:lbptest/lbp-echo/echo"
-INTRUDER_ID = "plugin:lbptest/lbp-intruder/steal"
-
-
-def _start_lbp_rt(home: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
-    if not LBP.exists():
-        pytest.fail(f"{LBP} is missing: run `make lbp-venv` (make test builds it)")
-    control, debug = _free_port(), _free_port()
-    log = (home / "rt.log").open("wb")
-    process = subprocess.Popen(
-        [str(LBP), "rt", "--ws-control-port", str(control), "--ws-debug-port", str(debug), "--skip-deps-check"],
-        cwd=home,
-        env={**os.environ, **(env or {})},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", control), timeout=0.5).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"lbp rt did not start:\n{(home / 'rt.log').read_text(errors='replace')[-3000:]}")
-            time.sleep(0.1)
-    return process, control
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
-@pytest.fixture(scope="module")
-def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`lbp rt` with the test plugins installed in its `data/plugins` (directories `author__name`, as LangBot
-    installs plugins), listening for its host on a free control port."""
-    home = tmp_path_factory.mktemp("lbp-rt")
-    for name in ("lbp-echo", "lbp-intruder"):
-        shutil.copytree(PLUGINS / name, home / "data" / "plugins" / f"lbptest__{name}")
-    process, control = _start_lbp_rt(home)
-    yield f"ws://127.0.0.1:{control}/control/ws"
-    _stop(process)
 
 
 def test_a_runtime_with_a_control_token_admits_only_a_host_presenting_it(tmp_path: Path) -> None:
@@ -81,7 +33,7 @@ def test_a_runtime_with_a_control_token_admits_only_a_host_presenting_it(tmp_pat
     from runners.runtime.langbot import LangBotRuntime
 
     token = "t" * 40
-    process, control = _start_lbp_rt(tmp_path, {"LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN": token})
+    process, control = start_lbp_rt(tmp_path, {"LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN": token})
     url = f"ws://127.0.0.1:{control}/control/ws"
     try:
         with pytest.raises(AgentAPIException) as refused:
@@ -98,55 +50,7 @@ def test_a_runtime_with_a_control_token_admits_only_a_host_presenting_it(tmp_pat
 
         assert asyncio.run(listing()) == 0  # admitted; no plugins installed
     finally:
-        _stop(process)
-
-
-@pytest.fixture(scope="module")
-def langbot_worker(lbp_runtime: str, start_worker):
-    """The host's real worker (Celery, its own plugin runtime) with the LangBot runtime configured."""
-    return start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
-
-
-@pytest.fixture
-def langbot_binding(lbp_runtime: str, settings, langbot_worker):
-    from bindings.models import RunnerDescriptor
-    from runners.runtime.langbot.catalog import langbot_runners_refresh
-    from tests.factories import AgentBindingFactory, WorkspaceFactory
-
-    settings.LANGBOT_LANGBOT_RUNTIME_URL = lbp_runtime
-    result = langbot_runners_refresh(settle=20)
-    assert {RUNNER_ID, INTRUDER_ID} <= set(result.available), result
-    descriptor = RunnerDescriptor.objects.get(runner_id=RUNNER_ID)
-    assert descriptor.source == RunnerDescriptor.Source.LANGBOT
-    assert descriptor.permissions["history"] == ["page"]
-    assert [(item["name"], item["type"]) for item in descriptor.config_schema] == [
-        ("greeting", "string"),
-        ("model", "model-selector"),
-    ]
-    binding = AgentBindingFactory.create(
-        workspace=WorkspaceFactory.create(),
-        runner_id=RUNNER_ID,
-        runner_config={"greeting": "hi"},
-        state_policy={"enable_state": True, "state_scopes": ["conversation"]},
-    )
-    return binding, langbot_worker
-
-
-def _wait_first_delta(run, timeout: float = 30) -> None:
-    from runners.models import RunEvent
-
-    deadline = time.monotonic() + timeout
-    while not RunEvent.objects.filter(run=run, type="message.delta").exists():
-        assert time.monotonic() < deadline, f"run {run.run_id} streamed nothing in {timeout}s"
-        time.sleep(0.1)
-
-
-def _reply(run) -> str:
-    from transcripts.models import TranscriptItem
-
-    item = TranscriptItem.objects.filter(run_id=run.run_id, role=TranscriptItem.Role.ASSISTANT).first()
-    assert item is not None, f"run {run.run_id} left no assistant reply"
-    return item.content
+        stop_process(process)
 
 
 def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_audited(langbot_binding) -> None:
@@ -155,13 +59,13 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
     binding, _worker = langbot_binding
     first = wait_terminal(post_message(binding, "hello world", conversation_id="lbp-1"), timeout=60)
     assert first.status == "completed", (first.status, first.error)
-    assert _reply(first) == "hi: hello world (turn 1, history 1)"
+    assert assistant_reply(first) == "hi: hello world (turn 1, history 1)"
 
     second = wait_terminal(post_message(binding, "peek actor", conversation_id="lbp-1"), timeout=60)
     assert second.status == "completed", (second.status, second.error)
     # Conversation state carried over; the history holds both turns so far; actor state is refused because
     # the binding enables the conversation scope only.
-    assert _reply(second) == "hi: peek actor (turn 2, history 3, actor refused (unauthorized))"
+    assert assistant_reply(second) == "hi: peek actor (turn 2, history 3, actor refused (unauthorized))"
 
     caller = "lbptest/lbp-echo"
     expected = {("state_get", "ok", caller), ("state_set", "ok", caller), ("history_page", "ok", caller)}
@@ -176,12 +80,12 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
     assert rows == expected
 
     unsupported = wait_terminal(post_message(binding, "version", conversation_id="lbp-3"), timeout=60)
-    assert _reply(unsupported).startswith("refused: ")
-    assert "the host does not provide get_langbot_version to LangBot plugins" in _reply(unsupported)
+    assert assistant_reply(unsupported).startswith("refused: ")
+    assert "the host does not provide get_langbot_version to LangBot plugins" in assistant_reply(unsupported)
 
     # Another conversation starts its own count.
     other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
-    assert _reply(other) == "hi: again (turn 1, history 1)"
+    assert assistant_reply(other) == "hi: again (turn 1, history 1)"
 
 
 def test_a_langbot_runner_streams_a_model_answer_through_the_hosts_model_calls(langbot_binding) -> None:
@@ -199,7 +103,7 @@ def test_a_langbot_runner_streams_a_model_answer_through_the_hosts_model_calls(l
         fake.stream([chunk({"role": "assistant", "content": "Par"}), chunk({"content": "is"}, finish_reason="stop")])
         run = wait_terminal(post_message(binding, "ask capital of France?", conversation_id="lbp-llm"), timeout=60)
     assert run.status == "completed", (run.status, run.error)
-    assert _reply(run) == "Paris"
+    assert assistant_reply(run) == "Paris"
     assert fake.requests[0]["messages"][-1] == {"role": "user", "content": "capital of France?"}
     deadline = time.monotonic() + 10
     while not ProxyCallAudit.objects.filter(run_id=str(run.run_id)).exists() and time.monotonic() < deadline:
@@ -222,7 +126,7 @@ def test_a_langbot_runner_keeps_plugin_storage_where_the_binding_allows_it(langb
     binding.save(update_fields=["resource_policy"])
     stored = wait_terminal(post_message(binding, "store colour blue", conversation_id="lbp-s2"), timeout=60)
     assert stored.status == "completed", (stored.status, stored.error)
-    assert _reply(stored) == "stored blue"
+    assert assistant_reply(stored) == "stored blue"
     deadline = time.monotonic() + 10
     expected = {("storage_set", "area=plugin key=colour", "ok"), ("storage_get", "area=plugin key=colour", "ok")}
     while True:
@@ -241,7 +145,7 @@ def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
 
     binding, _worker = langbot_binding
     run = post_message(binding, "sleep", conversation_id="lbp-cancel")
-    _wait_first_delta(run)  # the runner is sleeping (two minutes unless the cancellation reaches it)
+    wait_first_delta(run)  # the runner is sleeping (two minutes unless the cancellation reaches it)
     run_cancel_request(run=run, reason="user stop")
     run = wait_terminal(run, timeout=30)
     assert run.status == "cancelled", (run.status, run.error)
@@ -258,13 +162,13 @@ def test_a_langbot_plugin_cannot_act_for_another_plugins_run(langbot_binding) ->
 
     binding, _worker = langbot_binding
     victim = post_message(binding, "sleep", conversation_id="lbp-victim")
-    _wait_first_delta(victim)  # in flight through the bridge, its token held there
+    wait_first_delta(victim)  # in flight through the bridge, its token held there
     intruder = AgentBindingFactory.create(
         runner_id=INTRUDER_ID, state_policy={"enable_state": True, "state_scopes": ["conversation"]}
     )
     attempt = wait_terminal(post_message(intruder, f"steal {victim.run_id}", conversation_id="x"), timeout=60)
     assert attempt.status == "completed", (attempt.status, attempt.error)
-    assert _reply(attempt) == "refused (unauthorized)"
+    assert assistant_reply(attempt) == "refused (unauthorized)"
     deadline = time.monotonic() + 10
     while True:
         rows = set(ProxyCallAudit.objects.filter(run_id=str(victim.run_id)).values_list("action", "outcome", "caller"))
@@ -283,13 +187,13 @@ def test_a_run_on_a_superseded_connection_fails_retryable_and_the_worker_reconne
 
     binding, _worker = langbot_binding
     run = post_message(binding, "sleep", conversation_id="lbp-superseded")
-    _wait_first_delta(run)  # the runner is sleeping on the worker's connection
+    wait_first_delta(run)  # the runner is sleeping on the worker's connection
     assert RUNNER_ID in langbot_runners_refresh(settle=0).available  # this process's connection, now the runtime's
     run = wait_terminal(run, timeout=30)
     assert run.status == "failed"
     assert (run.error["code"], run.error["retryable"]) == ("runtime_error", True), run.error
     after = wait_terminal(post_message(binding, "back", conversation_id="lbp-superseded-2"), timeout=60)
-    assert _reply(after) == "hi: back (turn 1, history 1)"
+    assert assistant_reply(after) == "hi: back (turn 1, history 1)"
 
 
 def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(lbp_runtime, langbot_worker, start_web):

@@ -1,0 +1,119 @@
+"""What the LangBot-SDK tests share: LangBot's own runtime (`lbp rt`, from the virtualenv `make lbp-venv`
+builds) with the test plugins installed, the host's real worker pointed at it, and a binding to the echo runner.
+
+One runtime and one worker serve the whole package: a worker lives until the end of the session and takes
+runs from the session's queue, so a second one pointed at a runtime already stopped would fail runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.processes import REPO_ROOT, _free_port
+
+LBP = REPO_ROOT / "var" / "langbot-plugin-venv" / "bin" / "lbp"
+PLUGINS = Path(__file__).parent / "plugins"
+RUNNER_ID = "plugin:lbptest/lbp-echo/echo"
+INTRUDER_ID = "plugin:lbptest/lbp-intruder/steal"
+
+
+def start_lbp_rt(home: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
+    if not LBP.exists():
+        pytest.fail(f"{LBP} is missing: run `make lbp-venv` (make test builds it)")
+    control, debug = _free_port(), _free_port()
+    log = (home / "rt.log").open("wb")
+    process = subprocess.Popen(
+        [str(LBP), "rt", "--ws-control-port", str(control), "--ws-debug-port", str(debug), "--skip-deps-check"],
+        cwd=home,
+        env={**os.environ, **(env or {})},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", control), timeout=0.5).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"lbp rt did not start:\n{(home / 'rt.log').read_text(errors='replace')[-3000:]}")
+            time.sleep(0.1)
+    return process, control
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="package")
+def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`lbp rt` with the test plugins installed in its `data/plugins` (directories `author__name`, as LangBot
+    installs plugins), listening for its host on a free control port."""
+    home = tmp_path_factory.mktemp("lbp-rt")
+    for name in ("lbp-echo", "lbp-intruder"):
+        shutil.copytree(PLUGINS / name, home / "data" / "plugins" / f"lbptest__{name}")
+    process, control = start_lbp_rt(home)
+    yield f"ws://127.0.0.1:{control}/control/ws"
+    stop_process(process)
+
+
+@pytest.fixture(scope="package")
+def langbot_worker(lbp_runtime: str, start_worker):
+    """The host's real worker (Celery, its own plugin runtime) with the LangBot runtime configured."""
+    return start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
+
+
+@pytest.fixture
+def langbot_binding(lbp_runtime: str, settings, langbot_worker):
+    from bindings.models import RunnerDescriptor
+    from runners.runtime.langbot.catalog import langbot_runners_refresh
+    from tests.factories import AgentBindingFactory, WorkspaceFactory
+
+    settings.LANGBOT_LANGBOT_RUNTIME_URL = lbp_runtime
+    result = langbot_runners_refresh(settle=20)
+    assert {RUNNER_ID, INTRUDER_ID} <= set(result.available), result
+    descriptor = RunnerDescriptor.objects.get(runner_id=RUNNER_ID)
+    assert descriptor.source == RunnerDescriptor.Source.LANGBOT
+    assert descriptor.permissions["history"] == ["page"]
+    assert [(item["name"], item["type"]) for item in descriptor.config_schema] == [
+        ("greeting", "string"),
+        ("model", "model-selector"),
+    ]
+    binding = AgentBindingFactory.create(
+        workspace=WorkspaceFactory.create(),
+        runner_id=RUNNER_ID,
+        runner_config={"greeting": "hi"},
+        state_policy={"enable_state": True, "state_scopes": ["conversation"]},
+    )
+    return binding, langbot_worker
+
+
+def wait_first_delta(run, timeout: float = 30) -> None:
+    from runners.models import RunEvent
+
+    deadline = time.monotonic() + timeout
+    while not RunEvent.objects.filter(run=run, type="message.delta").exists():
+        assert time.monotonic() < deadline, f"run {run.run_id} streamed nothing in {timeout}s"
+        time.sleep(0.1)
+
+
+def assistant_reply(run) -> str:
+    from transcripts.models import TranscriptItem
+
+    item = TranscriptItem.objects.filter(run_id=run.run_id, role=TranscriptItem.Role.ASSISTANT).first()
+    assert item is not None, f"run {run.run_id} left no assistant reply"
+    return item.content
