@@ -1,23 +1,28 @@
 """What the LangBot-SDK tests share: LangBot's own runtime (`lbp rt`, from the virtualenv `make lbp-venv`
 builds) with the test plugins installed, the host's real worker pointed at it, and a binding to the echo runner.
 
-One runtime and one worker serve the whole package: a worker lives until the end of the session and takes
-runs from the session's queue, so a second one pointed at a runtime already stopped would fail runs.
+One runtime and one worker, on a queue of the package's own, serve the whole package: a worker lives until
+the end of the session and takes runs from the queue it was started on, so any other worker on that queue
+(another package's, or a second one pointed at a runtime already stopped) would fail LangBot runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
+from django.conf import settings
 
-from tests.processes import REPO_ROOT, _free_port
+from tests.processes import REPO_ROOT, WebProcess, _free_port
 
 LBP = REPO_ROOT / "var" / "langbot-plugin-venv" / "bin" / "lbp"
 PLUGINS = Path(__file__).parent / "plugins"
@@ -72,9 +77,34 @@ def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="package")
-def langbot_worker(lbp_runtime: str, start_worker):
+def langbot_queue(celery_queue: str) -> Iterator[str]:
+    """A Celery queue of this package's own, where this process and its web processes send runs.
+
+    Workers live until the end of the session and take runs from the queue they were started on: a worker
+    of another package (started without the LangBot runtime) would fail the LangBot runs it took.
+    """
+    from langbot_host.celery import app
+
+    # Named afresh each time: with the test order shuffled the package may be set up again, and the worker
+    # started the first time (pointed at a runtime stopped since) still consumes the first queue.
+    queue = f"{celery_queue}-langbot-{uuid.uuid4().hex[:6]}"
+    app.conf.task_default_queue = queue
+    yield queue
+    app.conf.task_default_queue = celery_queue
+    with contextlib.suppress(redis.RedisError):
+        redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(queue)
+
+
+@pytest.fixture(scope="package")
+def langbot_worker(lbp_runtime: str, langbot_queue: str, start_worker):
     """The host's real worker (Celery, its own plugin runtime) with the LangBot runtime configured."""
-    return start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
+    return start_worker(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime, CELERY_TASK_DEFAULT_QUEUE=langbot_queue)
+
+
+@pytest.fixture
+def start_langbot_web(lbp_runtime: str, langbot_queue: str, start_web) -> Callable[[], WebProcess]:
+    """Start daphne sending runs to this package's queue, with the LangBot runtime configured."""
+    return lambda: start_web(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime, CELERY_TASK_DEFAULT_QUEUE=langbot_queue)
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ async def _chat(url: str, origin: str, session: str, binding_id: str) -> dict[st
     return seen
 
 
-def test_the_debug_chat_streams_a_langbot_runners_reply_and_cancels_its_slower_turn(langbot_binding, start_web):
+def test_the_debug_chat_streams_a_langbot_runners_reply_and_cancels_its_slower_turn(langbot_binding, start_langbot_web):
     from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
     from bindings.models import WorkspaceMembership
@@ -107,7 +107,7 @@ def test_the_debug_chat_streams_a_langbot_runners_reply_and_cancels_its_slower_t
     hasher = PBKDF2PasswordHasher()
     member = UserFactory.create(password=hasher.encode("pw", hasher.salt()))
     WorkspaceMembership.objects.create(workspace=binding.workspace, user=member)
-    web = start_web()
+    web = start_langbot_web()
     config, session = _sign_in(web.url, member.username)
     assert config["workspace"] == binding.workspace.slug
     assert binding.binding_id in {target["binding_id"] for target in config["bindings"]}, config["bindings"]

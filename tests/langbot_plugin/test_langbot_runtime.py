@@ -196,13 +196,13 @@ def test_a_run_on_a_superseded_connection_fails_retryable_and_the_worker_reconne
     assert assistant_reply(after) == "hi: back (turn 1, history 1)"
 
 
-def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(lbp_runtime, langbot_worker, start_web):
+def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(langbot_worker, start_langbot_web):
     """As a user would: an operator refreshes the runner list (the web process reaches the LangBot runtime),
     a binding is made over REST, and `POST /events?wait=` answers with the LangBot runner's reply."""
     from bindings.services import api_key_create
     from tests.factories import WorkspaceFactory
 
-    web = start_web(LANGBOT_LANGBOT_RUNTIME_URL=lbp_runtime)
+    web = start_langbot_web()
     workspace = WorkspaceFactory.create()
     _, key = api_key_create(workspace=workspace, is_operator=True)
     with httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
