@@ -58,13 +58,15 @@ async def _chat(url: str, origin: str, session: str, binding_id: str) -> dict[st
             assert queued["type"] == "run.status", queued
             conversation_id, seen["first"] = queued["conversation_id"], queued["run_id"]
             deltas: list[str] = []
-            while True:
+            # Until the run has ended and, when it completed, its completed message has arrived too.
+            while seen.get("first_status", "running") == "running" or (
+                seen["first_status"] == "completed" and "completed" not in seen
+            ):
                 message = await _next_run_message(socket)
                 assert message["run_id"] == seen["first"], message
                 if message["type"] == "run.status":
                     if message["status"] in ("completed", "failed", "cancelled"):
                         seen["first_status"] = message["status"]
-                        break
                     continue
                 event = message["event"]
                 assert event["type"] != "run.failed", event
