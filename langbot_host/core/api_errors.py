@@ -182,6 +182,14 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
     """Answers a view (admin, chat pages) that could not get a database connection with a 503, logged
     as one warning: through `handler500`, Django would log each one as an error with its traceback."""
 
+    # Synchronous only, on purpose. It is the innermost middleware, and under ASGI Django picks each
+    # middleware's mode from the one inside it: async-capable here made CSRF, auth, messages and
+    # X-Frame-Options async too, and each then ran its process_request/process_response as a thread hop
+    # of its own (about a dozen hops per request; `python -m bench asgi_cost`). Sync, the whole chain runs
+    # on the request's one thread. `process_exception` is called the same way in either mode.
+    async_capable = False
+    sync_capable = True
+
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not database_unavailable(exception):
             return None
