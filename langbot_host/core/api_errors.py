@@ -184,9 +184,9 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
 
     # Synchronous only, on purpose. It is the innermost middleware, and under ASGI Django picks each
     # middleware's mode from the one inside it: async-capable here made CSRF, auth, messages and
-    # X-Frame-Options async too, and each then ran its process_request/process_response as a thread hop
-    # of its own (about a dozen hops per request; `python -m bench asgi_cost`). Sync, the whole chain runs
-    # on the request's one thread. `process_exception` is called the same way in either mode.
+    # X-Frame-Options async too, and each then ran its process_request/process_view/process_response as
+    # a thread hand-off of its own (`python -m bench asgi_cost`; bench/README.md). Sync, the whole chain
+    # runs on the request's one thread. `process_exception` is called the same way in either mode.
     async_capable = False
     sync_capable = True
 
