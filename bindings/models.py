@@ -236,6 +236,11 @@ class RunnerDescriptor(models.Model):
     def __str__(self) -> str:
         return self.runner_id
 
+    def visible_to(self, workspace_id: int | None) -> bool:
+        """Whether a binding or run of this workspace may use the runner: another workspace's development
+        runner is as unknown there as a runner never installed."""
+        return self.workspace_id is None or self.workspace_id == workspace_id
+
     def label_text(self, locale: str = "en_US") -> str:
         return _i18n_text(self.label, locale) or self.runner_name
 

@@ -172,9 +172,11 @@ def _runner_config_fields(
     *, workspace_id: int | None, runner_id: str, config: dict[str, Any], stored_secrets: dict[str, Any]
 ) -> dict[str, Any]:
     descriptor = RunnerDescriptor.objects.filter(runner_id=runner_id).first()
-    # Another workspace's development runner is as unknown here as a runner never installed.
-    foreign = descriptor is not None and descriptor.workspace_id not in (None, workspace_id)
-    if descriptor is None or foreign or descriptor.status == RunnerDescriptor.Status.MISSING:
+    if (
+        descriptor is None
+        or not descriptor.visible_to(workspace_id)
+        or descriptor.status == RunnerDescriptor.Status.MISSING
+    ):
         raise BindingValidationError(
             {"runner_id": f"Runner {runner_id!r} is not available; install its plugin and refresh the runners."}
         )

@@ -135,8 +135,8 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
             details={"binding_id": run.binding_key},
         )
         return None
-    if descriptor is not None and descriptor.workspace_id not in (None, run.workspace_id):
-        descriptor = None  # another workspace's development runner
+    if descriptor is not None and not descriptor.visible_to(run.workspace_id):
+        descriptor = None
     if descriptor is None or descriptor.status != RunnerDescriptor.Status.AVAILABLE:
         reason = "is not known" if descriptor is None else f"is {descriptor.status}"
         if descriptor is not None and descriptor.load_error:

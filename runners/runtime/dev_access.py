@@ -12,7 +12,6 @@ the connection ends they are marked missing.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import secrets
@@ -27,6 +26,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from bindings.models import RunnerDescriptor, Workspace
+from bindings.services import api_key_secret_digest
 from langbot_sdk.protocol import ListAgentRunnersResponse
 from runners.models import DevelopmentSession, DevelopmentToken
 from runners.runtime.catalog import RunnerSyncResult, runner_descriptors_sync
@@ -59,11 +59,6 @@ def dev_session_group(session_id: str) -> str:
     return f"langbot.dev.{session_id}"
 
 
-def _digest(secret: str) -> str:
-    # 256 bits of entropy: a plain digest suffices, as for API keys.
-    return hashlib.sha256(secret.encode()).hexdigest()
-
-
 # --- tokens ---------------------------------------------------------------------------------------------
 
 
@@ -88,7 +83,7 @@ def dev_token_create(
         workspace=workspace,
         name=name,
         prefix=prefix,
-        secret_sha256=_digest(secret),
+        secret_sha256=api_key_secret_digest(secret),
         expires_at=expires_at,
         created_by=created_by if getattr(created_by, "pk", None) else None,
     )
@@ -102,7 +97,7 @@ def dev_token_authenticate(*, plaintext: str) -> DevelopmentToken:
     token = None
     if len(parts) == 3 and parts[0] == DEV_TOKEN_PREFIX:
         token = DevelopmentToken.objects.select_related("workspace").filter(prefix=parts[1]).first()
-    if token is None or not hmac.compare_digest(token.secret_sha256, _digest(parts[2])):
+    if token is None or not hmac.compare_digest(token.secret_sha256, api_key_secret_digest(parts[2])):
         raise DevTokenRefused("unauthorized", "not a valid development token (create one in admin)")
     if token.revoked_at is not None:
         raise DevTokenRefused("token_revoked", "this development token was revoked")
