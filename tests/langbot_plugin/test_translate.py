@@ -54,8 +54,11 @@ def test_a_listed_runner_becomes_our_manifest_with_what_has_no_equivalent_named(
         ("mood", "select", None),
     ]
     assert manifest.metadata["plugin"] == {"author": "alice", "name": "weather", "version": "1.2.0"}
-    assert any("count_tokens" in warning for warning in warnings)
+    # Any granted model may have its tokens counted here: nothing dropped, nothing to warn about.
+    assert not any("count_tokens" in warning for warning in warnings)
+    assert any("capability ['steering'] has no equivalent" in warning for warning in warnings)
     assert any("'box' dropped" in warning for warning in warnings)
+    assert manifest.metadata["langbot"]["warnings"] == warnings
 
 
 def test_a_runner_without_a_plugin_runner_id_is_refused() -> None:
@@ -174,6 +177,35 @@ def test_our_answers_take_the_shape_langbot_reads() -> None:
     assert translate.host_answer("state_set", Action.STATE_SET, {})["success"] is True
 
 
+def test_a_tool_result_is_the_object_langbots_sdk_requires() -> None:
+    """LangBot's SDK validates `tool.call.completed`'s `result` as an object: a bare string failed the run."""
+
+    def answered(answer: dict[str, Any]) -> Any:
+        return translate.host_answer("call_tool", Action.CALL_TOOL, answer)["result"]
+
+    assert answered({"result": "4", "is_error": False}) == {"content": "4"}
+    # The tool reported an error: still an answer the runner can hand to its model.
+    assert answered({"result": "division by zero", "is_error": True}) == {"content": "division by zero", "is_error": True}
+    reference = {"preview": "aaa", "artifact_id": "a1", "size": 40000, "truncated": True}
+    assert answered({"result": reference, "is_error": False}) == reference
+    assert answered({"result": None}) == {"content": ""}
+
+
+def test_a_rerank_call_and_its_scores_take_langbots_shape() -> None:
+    action, request = _call(
+        "invoke_rerank",
+        {"run_id": "r1", "rerank_model_uuid": "rr", "query": "capital", "documents": ["a", "b"], "top_k": 1,
+         "extra_args": {}},
+    )  # fmt: skip
+    assert (action, request) == (Action.INVOKE_RERANK, {"model_id": "rr", "query": "capital", "documents": ["a", "b"],
+                                                        "top_k": 1})  # fmt: skip
+    PROXY_REQUEST_MODELS[Action.INVOKE_RERANK].model_validate({**request, "run_id": "r1"})
+    scores = translate.host_answer(
+        "invoke_rerank", Action.INVOKE_RERANK, {"results": [{"index": 1, "score": 0.9, "document": None}]}
+    )
+    assert scores == {"results": [{"index": 1, "relevance_score": 0.9}]}
+
+
 def test_our_run_context_becomes_langbots() -> None:
     context = translate.run_context(
         {
@@ -193,7 +225,7 @@ def test_our_run_context_becomes_langbots() -> None:
     )
     assert context["trigger"]["source"] == "host_adapter"
     assert context["resources"]["models"] == [
-        {"model_id": "m1", "model_type": "llm", "provider": None, "operations": ["invoke", "stream"]}
+        {"model_id": "m1", "model_type": "llm", "provider": None, "operations": ["invoke", "stream", "count_tokens"]}
     ]
     assert context["resources"]["storage"] == {"plugin_storage": False, "workspace_storage": True}
     assert context["adapter"] == {"extra": {"adapter_type": "pipeline", "query_id": 7}}

@@ -62,6 +62,8 @@ CONTROL_BINDING = {
     "runtime_revision": 1,
     "artifact_digest": hashlib.sha256(b"langbot-host-control").hexdigest(),
 }
+# What `get_langbot_version` answers plugins.
+HOST_VERSION = "langbot-host"
 EMPTY_LISTING_GRACE = 5.0
 LISTING_STABLE_SECONDS = 2.0
 # Runs end `cancelled` once the runtime was asked to stop; its own stream has no terminal result then.
@@ -246,11 +248,12 @@ class LangBotRuntime:
         handlers: dict[str, LangBotHandler] = {
             "get_plugin_settings": self._plugin_settings,
             "initialize_plugin_settings": self._plugin_settings,
+            "get_langbot_version": self._version,
         }
         for action in (
             "state_get", "state_set", "state_delete", "state_list", "history_page", "history_search",
-            "event_get", "event_page", "invoke_llm", "invoke_llm_stream", "count_tokens", "get_tool_detail",
-            "call_tool", "retrieve_knowledge_base", "set_binary_storage", "get_binary_storage",
+            "event_get", "event_page", "invoke_llm", "invoke_llm_stream", "count_tokens", "invoke_rerank",
+            "get_tool_detail", "call_tool", "retrieve_knowledge_base", "set_binary_storage", "get_binary_storage",
             "delete_binary_storage", "get_binary_storage_keys",
         ):  # fmt: skip
             handlers[action] = self._host_call_handler(action)
@@ -266,6 +269,10 @@ class LangBotRuntime:
             "install_source": "local",
             "install_info": {},
         }
+
+    async def _version(self, _data: dict[str, Any], _context: dict[str, Any] | None) -> dict[str, Any]:
+        # Not a LangBot release number: this host is not LangBot, and a plugin comparing versions should see so.
+        return {"version": HOST_VERSION}
 
     def _host_call_handler(self, action: str) -> LangBotHandler:
         async def handle(data: dict[str, Any], context: dict[str, Any] | None) -> Any:

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 # --- catalog ------------------------------------------------------------------------------------------
 
 _CAPABILITIES = ("streaming", "tool_calling", "knowledge_retrieval", "multimodal_input", "interrupt")
+# LangBot's model operation `count_tokens` needs no grant here: any model granted to the run may be counted.
+_UNGATED: dict[str, set[str]] = {"models": {"count_tokens"}}
 _PERMISSIONS: dict[str, set[str]] = {
     "models": {"invoke", "stream", "rerank"},
     "tools": {"detail", "call"},
@@ -47,11 +49,14 @@ def runner_manifest(entry: dict[str, Any]) -> tuple[AgentRunnerManifest, list[st
     warnings: list[str] = []
     capabilities_in = manifest.get("capabilities") or {}
     capabilities = {name: bool(capabilities_in.get(name)) for name in _CAPABILITIES}
+    unknown = sorted(name for name, on in capabilities_in.items() if on and name not in _CAPABILITIES)
+    if unknown:
+        warnings.append(f"{runner_id}: capability {unknown} has no equivalent on this host")
     permissions: dict[str, list[str]] = {}
     for family, allowed in _PERMISSIONS.items():
         requested = list((manifest.get("permissions") or {}).get(family) or [])
         permissions[family] = [op for op in requested if op in allowed]
-        dropped = [op for op in requested if op not in allowed]
+        dropped = [op for op in requested if op not in allowed and op not in _UNGATED.get(family, set())]
         if dropped:
             warnings.append(f"{runner_id}: permission {family} {dropped} has no equivalent on this host")
     config_schema = []
@@ -76,7 +81,12 @@ def runner_manifest(entry: dict[str, Any]) -> tuple[AgentRunnerManifest, list[st
                 "name": parsed.plugin,
                 "version": str(entry.get("plugin_version") or ""),
             },
-            "langbot": {"usages": manifest.get("usages") or [], "component_kind": manifest.get("component_kind")},
+            "langbot": {
+                "usages": manifest.get("usages") or [],
+                "component_kind": manifest.get("component_kind"),
+                # Kept with the descriptor so the admin's runner list can show what the mapping dropped.
+                "warnings": warnings,
+            },
         },
     )
     return ours, warnings
@@ -147,7 +157,7 @@ def run_context(context: dict[str, Any]) -> dict[str, Any]:
                 "model_id": model["model_id"],
                 "model_type": model.get("kind"),
                 "provider": model.get("provider"),
-                "operations": [op for op in model.get("operations") or [] if op in _PERMISSIONS["models"]],
+                "operations": _model_operations(model.get("operations") or []),
             }
             for model in resources.get("models") or []
         ],
@@ -176,6 +186,13 @@ def run_context(context: dict[str, Any]) -> dict[str, Any]:
     if adapter:
         out["adapter"] = {"extra": {"adapter_type": adapter.get("adapter_type"), **(adapter.get("data") or {})}}
     return out
+
+
+def _model_operations(operations: list[str]) -> list[str]:
+    """LangBot's SDK checks `count_tokens` as an operation of its own; here it comes with any grant. An empty
+    list means every operation to the SDK, so it stays empty."""
+    kept = [op for op in operations if op in _PERMISSIONS["models"]]
+    return [*kept, "count_tokens"] if kept else []
 
 
 # --- results --------------------------------------------------------------------------------------------
@@ -301,6 +318,15 @@ def host_call(action: str, data: dict[str, Any]) -> tuple[Action, dict[str, Any]
             if data.get("extra_args"):
                 request["extra_args"] = data["extra_args"]
         return Action(action), request
+    if action == "invoke_rerank":
+        request = {
+            "model_id": data.get("rerank_model_uuid"),
+            "query": data.get("query"),
+            "documents": data.get("documents") or [],
+        }
+        if data.get("top_k") is not None:
+            request["top_k"] = data["top_k"]
+        return Action.INVOKE_RERANK, request
     if action == "get_tool_detail":
         return Action.GET_TOOL_DETAIL, _pick(data, "tool_name")
     if action == "call_tool":
@@ -336,6 +362,10 @@ def host_answer(action: str, ours: Action, answer: dict[str, Any]) -> dict[str, 
         return {**answer, "items": [_transcript_item(item) for item in answer.get("items") or []]}
     if ours == Action.GET_TOOL_DETAIL:
         return {"tool": {**answer, "name": answer.get("tool_name")}}
+    if ours == Action.CALL_TOOL:
+        return {"result": tool_result(answer)}
+    if ours == Action.INVOKE_RERANK:
+        return {"results": [_rerank_item(item) for item in answer.get("results") or []]}
     if ours == Action.RETRIEVE_KNOWLEDGE_BASE:
         return {**answer, "results": answer.get("entries") or []}
     if ours == Action.STORAGE_GET:
@@ -345,6 +375,27 @@ def host_answer(action: str, ours: Action, answer: dict[str, Any]) -> dict[str, 
     if ours == Action.STORAGE_SET or ours == Action.STORAGE_DELETE:
         return {**answer, "success": True}
     return answer
+
+
+def tool_result(answer: dict[str, Any]) -> dict[str, Any]:
+    """LangBot's tool result, which its SDK requires to be an object (`ToolCallCompletedPayload.result`), for
+    our `CallToolResult`. A text result is `{"content": <text>}`; a long result stored as an artifact keeps
+    our reference object (`preview`, `artifact_id`, `size`, `truncated`). A tool that reported an error is
+    still an answer, as in our protocol (`is_error: true`, the tool's words in `content`), so the runner can
+    hand it to its model; a call the host refused is LangBot's error shape instead (see the bridge)."""
+    result = answer.get("result")
+    out: dict[str, Any] = dict(result) if isinstance(result, dict) else {"content": "" if result is None else result}
+    if answer.get("is_error"):
+        out["is_error"] = True
+    return out
+
+
+def _rerank_item(item: dict[str, Any]) -> dict[str, Any]:
+    """LangBot's rerank score (`index`, `relevance_score`) for one of ours (`index`, `score`, `document`)."""
+    out = {"index": item.get("index"), "relevance_score": item.get("score")}
+    if item.get("document") is not None:
+        out["document"] = item["document"]
+    return out
 
 
 def stream_answer(ours: Action, item: dict[str, Any]) -> dict[str, Any]:
