@@ -33,8 +33,8 @@ async def test_a_streamed_flow_sends_its_tokens_as_deltas_then_one_message(host,
 
     results = await run(host, langflow, "hello")
 
-    assert types_of(results) == ["message.delta"] * 3 + ["state.updated", "message.completed", "run.completed"]
-    assert [r["data"]["chunk"]["content"] for r in results[:3]] == ["Hel", "lo", " there"]
+    assert types_of(results) == ["state.updated"] + ["message.delta"] * 3 + ["message.completed", "run.completed"]
+    assert [r["data"]["chunk"]["content"] for r in results[1:4]] == ["Hel", "lo", " there"]
     assert completed_text(results) == "Hello there"
     assert results[-1]["data"]["usage"] == {
         "prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17, "source": "langflow",
@@ -119,6 +119,33 @@ async def test_an_error_event_fails_the_run_with_langflows_message(host, langflo
     assert "invalid model" in data["message"]
 
 
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_failing_component_is_the_same_readable_non_retryable_failure_streamed_or_not(
+    host, langflow, streaming
+):
+    message = "Error running graph: Error building Component OpenAI: invalid model 'gpt-x'"
+    langflow.component_failure(message)
+
+    data = failure(await run(host, langflow, streaming=streaming))
+
+    assert (data["code"], data["retryable"]) == ("langflow.error", False)
+    assert data["message"] == f"Langflow reported an error: {message}"
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_failed_first_turn_keeps_its_session_for_the_next_turn(host, langflow, streaming):
+    langflow.component_failure("Error building Component OpenAI: rate limited by the provider")
+    langflow.reply("second turn")
+
+    first = await run(host, langflow, "turn one", conversation_id="langbot-conv-1", streaming=streaming)
+    await run(host, langflow, "turn two", conversation_id="langbot-conv-1", streaming=streaming)
+
+    assert failure(first)["code"] == "langflow.error"
+    one, two = langflow.requests
+    assert two["session_id"] == one["session_id"]
+    assert host.state[SESSION_KEY] == one["session_id"]
+
+
 @pytest.mark.parametrize(
     ("status", "code", "retryable"),
     [(400, "langflow.http_error", False), (422, "langflow.http_error", False), (500, "langflow.unavailable", True)],
@@ -174,7 +201,7 @@ async def test_cancelling_a_run_closes_the_langflow_stream(host, langflow):
 
     results = await LANGFLOW.cancelled_after_first_delta(host, langflow)
 
-    assert results[0]["data"]["chunk"]["content"] == "first"
+    assert results[1]["data"]["chunk"]["content"] == "first"
     await assert_cancelled_and_closed(results, langflow)
 
 

@@ -132,7 +132,10 @@ async def test_wrong_credentials_fail_with_n8ns_message_and_no_secret_shown(host
     ("status", "message", "code", "retryable"),
     [
         (404, 'The requested webhook "POST x" is not registered.', "n8n.http_error", False),
-        (500, "Error in workflow", "n8n.unavailable", True),
+        (500, "Error in workflow", "n8n.error", False),
+        (500, "Workflow could not be started!", "n8n.error", False),
+        (502, "Bad Gateway", "n8n.unavailable", True),
+        (500, "Internal Server Error", "n8n.unavailable", True),
         (429, "Too many requests", "n8n.rate_limited", True),
     ],
 )
@@ -160,6 +163,57 @@ async def test_an_error_item_in_the_stream_fails_the_run(host, n8n):
 
     assert data["code"] == "n8n.error"
     assert "Node 'AI Agent' failed" in data["message"]
+
+
+async def test_a_node_failing_mid_stream_is_named_in_the_failure(host, n8n):
+    n8n.stream_failure("AI Agent")
+
+    data = failure(await run(host, n8n))
+
+    assert (data["code"], data["retryable"]) == ("n8n.error", False)
+    assert "node 'AI Agent' failed" in data["message"]
+    assert data["details"] == {"node": "AI Agent"}
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+async def test_a_streamed_respond_to_webhook_item_replies_its_output_key(host, n8n, streaming):
+    n8n.respond_item({"response": "echo: hello", "extra": 1})
+
+    results = await run(host, n8n, "hello", streaming=streaming)
+
+    assert reply(results) == "echo: hello"
+    assert deltas(results) == (["echo: hello"] if streaming else [])
+
+
+async def test_a_streamed_item_of_json_text_without_the_output_key_is_relayed_as_it_came(host, n8n):
+    n8n.respond_item({"other": "value"})
+
+    assert reply(await run(host, n8n)) == '{"other": "value"}'
+
+
+@pytest.mark.parametrize(
+    ("answer", "config", "expected"),
+    [
+        ({"output": "chat hello"}, {}, "chat hello"),
+        ([{"output": "chat hello"}], {"output-key": "response"}, "chat hello"),
+        ({"response": "langbot hello", "output": "chat hello"}, {}, "langbot hello"),
+        ({"output": "chat hello"}, {"output-key": "answer"}, '{"output": "chat hello"}'),
+    ],
+)
+async def test_n8ns_chat_trigger_output_is_the_reply_with_the_default_output_key(host, n8n, answer, config, expected):
+    n8n.json(answer)
+
+    assert reply(await run(host, n8n, config=config)) == expected
+
+
+async def test_a_chat_trigger_url_reads_output_first(host, n8n):
+    n8n.json({"output": "from the agent", "response": "something else"})
+
+    results = await run(host, n8n, "hello", config={"webhook-url": n8n.chat_url})
+
+    assert reply(results) == "from the agent"
+    assert n8n.requests[0]["chatInput"] == "hello"
+    assert n8n.requests[0]["sessionId"] == "person_u-42"
 
 
 async def test_a_webhook_that_stops_answering_times_out_retryably(host, n8n):

@@ -10,6 +10,9 @@ for tests of the langflow-agent runner.
   `.messages`, `.artifacts`).
 * `fail(status, detail)` answers an error with Langflow's body `{"detail": ...}`; an unknown flow id answers
   404 `{"detail": "Flow identifier ... not found"}`.
+* `component_failure(message)`: a component of the flow fails, as Langflow reports it: streamed, an `error`
+  event `{"error": message}` after the user's message; not streamed, 500 with `detail` the JSON *text* of
+  Langflow's exception body `{"message", "traceback", "description", "code", "suggestion"}`.
 * Every call needs `x-api-key: <key>`; otherwise 403 `{"detail": "Invalid or missing API key"}`.
 
 Requests' JSON bodies are kept in `requests` and their query parameters in `params`; `disconnected` is set
@@ -38,6 +41,13 @@ class _Entry:
     detail: str | None = None
     hold_after: int | None = None
     usage: dict[str, Any] | None = None
+    failure: str | None = None
+
+
+def exception_detail(message: str) -> str:
+    """The `detail` of Langflow's 500 when a flow fails: its exception body serialized as JSON text."""
+    body = {"message": message, "traceback": None, "description": None, "code": None, "suggestion": None}
+    return json.dumps(body, separators=(",", ":"))
 
 
 def run_result(session_id: str, reply: str, usage: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -103,6 +113,9 @@ class FakeLangflow(FakePlatformServer):
         """The next streamed run answers exactly these events."""
         self.script.append(_Entry(events=events, hold_after=hold_after))
 
+    def component_failure(self, message: str) -> None:
+        self.script.append(_Entry(failure=message))
+
     def fail(self, status: int, detail: str) -> None:
         self.script.append(_Entry(status=status, detail=detail))
 
@@ -141,6 +154,9 @@ class _LangflowHandler(PlatformHandler):
             self.send_json(entry.status, {"detail": entry.detail})
             return
         session_id = body.get("session_id") or FLOW_ID
+        if entry.failure is not None:
+            self._failure(entry.failure, session_id, body.get("input_value", ""), stream=params.get("stream") == "true")
+            return
         if params.get("stream") == "true":
             events = entry.events or stream_events(
                 session_id, body.get("input_value", ""), entry.reply, entry.tokens or (entry.reply,), entry.usage
@@ -148,6 +164,14 @@ class _LangflowHandler(PlatformHandler):
             self._stream(events, entry.hold_after)
         else:
             self.send_json(200, run_result(session_id, entry.reply, entry.usage))
+
+    def _failure(self, message: str, session_id: str, user_text: str, *, stream: bool) -> None:
+        if not stream:
+            self.send_json(500, {"detail": exception_detail(message)})
+            return
+        user = {"session_id": session_id, "flow_id": FLOW_ID, "id": "msg-user", "sender": "User", "sender_name": "User",
+                "text": user_text, "properties": {}}  # fmt: skip
+        self._stream([{"event": "add_message", "data": user}, {"event": "error", "data": {"error": message}}], None)
 
     def _stream(self, events: list[dict[str, Any]], hold_after: int | None) -> None:
         self.start_stream()

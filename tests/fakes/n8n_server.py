@@ -5,14 +5,20 @@
 * `stream(*parts)`: n8n's streaming answer (a Webhook trigger set to respond with streaming): newline-
   delimited JSON, `{"type":"begin","metadata":{...}}`, one `{"type":"item","content":...,"metadata":{...}}`
   per part, `{"type":"end","metadata":{...}}`; optionally held after some lines until the client goes away;
-* `json(body)`: a plain JSON answer ("Respond to Webhook" with JSON, or the last node's output);
+* `respond_item(item)`: what a streaming webhook answers when its "Respond to Webhook" node returns the
+  first incoming item: the item as JSON *text* in one `item` line (as n8n 2.x sends it);
+* `stream_failure(node)`: the lines n8n streams when a node fails: `begin`, then `{"type":"error",
+  "content":null,"metadata":{"nodeName":node,...}}`;
+* `json(body)`: a plain JSON answer ("Respond to Webhook" with JSON, or the last node's output; a Chat
+  Trigger answers `{"output": ...}`);
 * `text(body)`: a plain text answer;
 * `fail(status, message)`: n8n's error body `{"code", "message", "hint"}` (e.g. 404 for a webhook that is
   not registered, 500 "Error in workflow").
 
 Authentication is checked as n8n's Webhook node checks it: `auth` is None, `("basic", user, password)`,
 `("jwt", secret)` (HS256, verified here with hmac) or `("header", name, value)`; a failed check answers 403
-`Authorization data is wrong!` (401 for a missing credential). Request bodies are kept in `requests`,
+`Authorization data is wrong!` (401 for a missing credential). The webhook answers at `webhook_url` and, as
+a Chat Trigger does, at `chat_url` (`/webhook/<id>/chat`). Request bodies are kept in `requests`,
 headers in `headers`; `disconnected` is set when a held stream sees its client close the connection.
 """
 
@@ -29,6 +35,7 @@ from typing import Any
 from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, serving
 
 WEBHOOK_PATH = "/webhook/langbot-chat"
+CHAT_TRIGGER_PATH = "/webhook/0b3c5d7e-chat-trigger/chat"
 
 
 @dataclass
@@ -70,6 +77,10 @@ class FakeN8n(FakePlatformServer):
     def webhook_url(self) -> str:
         return f"{self.origin}{WEBHOOK_PATH}"
 
+    @property
+    def chat_url(self) -> str:
+        return f"{self.origin}{CHAT_TRIGGER_PATH}"
+
     def stream(self, *parts: Any, hold_after: int | None = None, node: str = "AI Agent") -> None:
         metadata = {"nodeId": "agent-1", "nodeName": node, "itemIndex": 0, "runIndex": 0, "timestamp": 1}
         lines = [
@@ -78,6 +89,21 @@ class FakeN8n(FakePlatformServer):
             {"type": "end", "metadata": metadata},
         ]
         self.script.append(_Entry("stream", lines=lines, hold_after=hold_after))
+
+    def respond_item(self, item: dict[str, Any], *, node: str = "Respond to Webhook") -> None:
+        metadata = {"nodeId": "respond-1", "nodeName": node, "itemIndex": 0, "runIndex": 0, "timestamp": 1}
+        self.stream_lines(
+            [
+                {"type": "begin", "metadata": metadata},
+                {"type": "item", "content": json.dumps(item), "metadata": metadata},
+                {"type": "end", "metadata": metadata},
+            ]
+        )
+
+    def stream_failure(self, node: str) -> None:
+        metadata = {"nodeId": "node-1", "nodeName": node, "itemIndex": 0, "runIndex": 0, "timestamp": 1}
+        self.stream_lines([{"type": "begin", "metadata": metadata}, {"type": "error", "content": None,
+                                                                     "metadata": metadata}])  # fmt: skip
 
     def stream_lines(self, lines: list[dict[str, Any]], *, hold_after: int | None = None) -> None:
         self.script.append(_Entry("stream", lines=lines, hold_after=hold_after))
@@ -107,7 +133,7 @@ class _N8nHandler(PlatformHandler):
         fake = self.fake
         raw = self.read_body()
         path = self.path_only
-        if path != WEBHOOK_PATH:
+        if path not in (WEBHOOK_PATH, CHAT_TRIGGER_PATH):
             hint = "The workflow must be active for a production URL to run successfully."
             self.send_json(404, {"code": 404, "message": f'The requested webhook "POST {path}" is not registered.',
                                  "hint": hint})  # fmt: skip

@@ -8,10 +8,15 @@ user) → the reply if no token came, `end` → the reply from the run's outputs
 configured `tweaks`.
 
 Langflow sessions are named by the caller: the session id is this runner's (`langbot-<uuid>`), created on
-a conversation's first turn and kept in conversation state under `external.session_id`, so the flow's
-memory components see the conversation; when Langflow reports another id, that one is kept. A cancelled
-run closes the HTTP stream (the run API has no cancel endpoint). Config field names are those of
-LangBot's `ai.langflow-api`.
+a conversation's first turn and kept in conversation state under `external.session_id` before Langflow is
+called — Langflow stores the user's message in the session even when the run then fails, so the next turn
+must continue that session —, and the flow's memory components see the conversation; when Langflow reports
+another id, that one is kept. A cancelled run closes the HTTP stream (the run API has no cancel endpoint).
+Config field names are those of LangBot's `ai.langflow-api`.
+
+A component that fails is a failure of the flow, reported the same way whether the run streamed or not:
+`langflow.error`, not retryable (it fails again), with Langflow's message — streamed as an `error` event,
+not streamed as a 500 whose `detail` is the JSON text of Langflow's exception body (`{"message": ...}`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +36,7 @@ from langbot_sdk.external import (
     SESSION_ID_KEY,
     STATE_SCOPE,
     ExternalAgentRunner,
+    ExternalRunnerError,
     Platform,
     RunnerConfig,
     json_answer,
@@ -45,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 RESPONSE_MAX_BYTES = ANSWER_MAX_BYTES  # LangBot's limit on a Langflow answer, 16 MiB
 MACHINE_SENDERS = frozenset({"Machine", "AI"})
+FAILURE_MESSAGE_MAX_CHARS = 500  # as much of Langflow's message as a failure carries (no traceback)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,22 @@ def _tweaks(value: Any, platform: Platform) -> dict[str, Any]:
 
 
 @dataclass
+class LangflowPlatform(Platform):
+    """Langflow's failures: a 500 carrying Langflow's exception body is the flow's own failure."""
+
+    @classmethod
+    def of(cls, platform: Platform) -> LangflowPlatform:
+        # The same set of secrets: what either redacts, both redact.
+        return cls(platform.name, label=platform.label, secrets=platform.secrets)
+
+    def http_error(self, status: int, body: bytes, *, headers: Mapping[str, str] | None = None) -> ExternalRunnerError:
+        message = _flow_failure_message(body) if status == 500 else None
+        if message is None:
+            return super().http_error(status, body, headers=headers)
+        return self.stream_error(message, status=status)
+
+
+@dataclass
 class Turn:
     """What one flow run has produced so far."""
 
@@ -105,10 +128,15 @@ class LangflowAgentRunner(ExternalAgentRunner):
     platform_label = "Langflow"
 
     async def turn(self, ctx: AgentRunContext, platform: Platform) -> AsyncIterator[AgentRunResult]:
+        platform = LangflowPlatform.of(platform)
         settings = read_settings(ctx.config, platform)
         text = text_only_input(ctx, platform, "Langflow flows take text only")
         stored = await stored_text(self.run_api(ctx), SESSION_ID_KEY)
         session_id = stored or f"langbot-{uuid.uuid4()}"
+        if session_id != stored:
+            # Kept before the call: a run that fails has still opened the session in Langflow.
+            yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, SESSION_ID_KEY, session_id)
+            stored = session_id
         turn = Turn()
         stream = ctx.delivery.supports_streaming
         async with streaming_request(
@@ -267,6 +295,20 @@ def _usage(raw: dict[str, Any]) -> dict[str, Any] | None:
     if "input_tokens" in raw or "output_tokens" in raw:
         return usage_normalized(raw, source="langflow", prompt_key="input_tokens", completion_key="output_tokens")
     return usage_normalized(raw, source="langflow")
+
+
+def _flow_failure_message(body: bytes) -> str | None:
+    """The message of Langflow's exception body — `{"detail": "<JSON text of {message, traceback, ...}>"}`,
+    what the run API answers with 500 when a component fails — or None for any other answer."""
+    try:
+        detail = json.loads(body).get("detail")
+        exception_body = json.loads(detail) if isinstance(detail, str) else None
+    except (ValueError, AttributeError):
+        return None
+    message = exception_body.get("message") if isinstance(exception_body, dict) else None
+    if isinstance(message, list):
+        message = "; ".join(str(part) for part in message)
+    return message.strip()[:FAILURE_MESSAGE_MAX_CHARS] if isinstance(message, str) and message.strip() else None
 
 
 def _error_text(data: dict[str, Any]) -> str:

@@ -5,7 +5,13 @@ The webhook gets the JSON body old LangBot sent (`chatInput`, `message`, `user_m
 nodes). The answer is either n8n's stream — newline-delimited JSON items `{"type": "begin"}`,
 `{"type": "item", "content": "..."}` ..., `{"type": "end"}` — relayed as `message.delta`s, or a plain
 answer: a JSON object whose `output-key` field is the reply (the whole object as JSON when it has no such
-field; a one-item list is that item), or plain text.
+field; a one-item list is that item), or plain text. A streamed item whose content is a whole JSON object
+(what "Respond to Webhook" sends when the webhook streams) is read the same way. n8n's Chat Trigger and AI
+Agent name the reply `output`: with the default `output-key` (`response`) an answer without `response` but
+with `output` replies `output`, and for a Chat Trigger URL (`.../chat`) `output` is looked for first.
+
+A workflow that fails in a node fails the same way on a second try, so it is not retryable: an error item in
+the stream names the node (`n8n.error`, `details.node`), and a plain 500 "Error in workflow" is `n8n.error`.
 
 The conversation and session ids are the runner's own: made on a conversation's first turn and kept in
 conversation state (`external.conversation_id`, `external.session_id`). Input files are not sent (old
@@ -25,6 +31,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -34,6 +41,7 @@ from langbot_sdk.external import (
     SESSION_ID_KEY,
     STATE_SCOPE,
     ExternalAgentRunner,
+    ExternalRunnerError,
     Platform,
     RunnerConfig,
     launcher_name,
@@ -47,6 +55,9 @@ from langbot_sdk.proxy import AgentRunAPIProxy
 
 AUTH_TYPES = ("none", "basic", "jwt", "header")
 DEFAULT_OUTPUT_KEY = "response"
+CHAT_TRIGGER_OUTPUT_KEY = "output"  # what n8n's Chat Trigger and AI Agent nodes name the reply
+# n8n's messages for a plain answer whose workflow failed or could not start: the same request fails again.
+WORKFLOW_FAILURE_MESSAGES = ("error in workflow", "workflow could not be started")
 JWT_LIFETIME = 3600
 STREAM_TYPES = frozenset({"begin", "item", "end", "error"})
 MAX_ANSWER_CHARS = 10 * 1024 * 1024
@@ -58,7 +69,18 @@ class N8nSettings:
     headers: dict[str, str]
     auth: tuple[str, str] | None
     timeout: float
-    output_key: str
+    output_keys: tuple[str, ...]
+    """The fields of a JSON answer that hold the reply; the first one present wins."""
+
+
+def output_keys_for(webhook_url: str, configured: str) -> tuple[str, ...]:
+    """A configured key other than the default is the only one read. The default, which LangBot wrote into
+    every pipeline, also reads `output`, n8n's Chat Trigger convention — first for a Chat Trigger URL."""
+    if configured != DEFAULT_OUTPUT_KEY:
+        return (configured,)
+    if urlsplit(webhook_url).path.rstrip("/").endswith("/chat"):
+        return (CHAT_TRIGGER_OUTPUT_KEY, DEFAULT_OUTPUT_KEY)
+    return (DEFAULT_OUTPUT_KEY, CHAT_TRIGGER_OUTPUT_KEY)
 
 
 def read_settings(config: dict[str, Any], platform: Platform) -> N8nSettings:
@@ -82,7 +104,9 @@ def read_settings(config: dict[str, Any], platform: Platform) -> N8nSettings:
         headers=headers,
         auth=auth,
         timeout=reader.seconds("timeout", DEFAULT_TIMEOUT),
-        output_key=reader.text("output-key", DEFAULT_OUTPUT_KEY).strip() or DEFAULT_OUTPUT_KEY,
+        output_keys=output_keys_for(
+            webhook_url, reader.text("output-key", DEFAULT_OUTPUT_KEY).strip() or DEFAULT_OUTPUT_KEY
+        ),
     )
 
 
@@ -132,6 +156,15 @@ class N8nAgentRunner(ExternalAgentRunner):
         options: dict[str, Any] = {"headers": settings.headers, "json": body}
         if settings.auth is not None:
             options["auth"] = httpx.BasicAuth(*settings.auth)
+        try:
+            async for result in self._answer(ctx, settings, platform, options):
+                yield result
+        except ExternalRunnerError as exc:
+            raise _workflow_failure(platform, exc) or exc from None
+
+    async def _answer(
+        self, ctx: AgentRunContext, settings: N8nSettings, platform: Platform, options: dict[str, Any]
+    ) -> AsyncIterator[AgentRunResult]:
         decoder = json.JSONDecoder()
         raw, buffer, streamed, parts = "", "", False, []
         plain: list[Any] = []
@@ -153,7 +186,7 @@ class N8nAgentRunner(ExternalAgentRunner):
                     buffer = buffer[end:]
                     if isinstance(value, dict) and value.get("type") in STREAM_TYPES:
                         streamed = True
-                        piece = self._stream_item(platform, value)
+                        piece = self._stream_item(settings, platform, value)
                         if piece:
                             parts.append(piece)
                             yield AgentRunResult.message_delta(ctx.run_id, piece)
@@ -169,14 +202,17 @@ class N8nAgentRunner(ExternalAgentRunner):
         yield AgentRunResult.message_completed(ctx.run_id, reply)
         yield AgentRunResult.run_completed(ctx.run_id, usage=usage, metadata={"streamed": streamed})
 
-    def _stream_item(self, platform: Platform, item: dict[str, Any]) -> str:
+    def _stream_item(self, settings: N8nSettings, platform: Platform, item: dict[str, Any]) -> str:
         if item.get("type") == "error":
-            raise platform.stream_error(str(item.get("content") or item.get("message") or "workflow error"))
+            raise _stream_failure(platform, item)
         if item.get("type") != "item":
             return ""
         content = item.get("content")
         if content is None:
             return ""
+        keyed = _output_field(settings, _whole_object(content))
+        if keyed is not None:
+            return keyed
         return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
 
     def _plain_reply(self, settings: N8nSettings, raw: str, values: list[Any]) -> tuple[str, dict[str, Any] | None]:
@@ -189,10 +225,56 @@ class N8nAgentRunner(ExternalAgentRunner):
             return (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)), None
         usage_raw = value.get("usage")
         usage = usage_normalized(usage_raw, source="n8n") if isinstance(usage_raw, dict) else None
-        if settings.output_key in value:
-            output = value[settings.output_key]
-            return (output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)), usage
-        return json.dumps(value, ensure_ascii=False), usage
+        keyed = _output_field(settings, value)
+        return (keyed if keyed is not None else json.dumps(value, ensure_ascii=False)), usage
+
+
+def _whole_object(content: Any) -> dict[str, Any] | None:
+    """A stream item's content when it is one whole JSON object — given as such or as its JSON text, as
+    "Respond to Webhook" streams an item — else None (a token of generated text)."""
+    if isinstance(content, dict):
+        return content
+    if not isinstance(content, str) or not content.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _output_field(settings: N8nSettings, value: dict[str, Any] | None) -> str | None:
+    """The reply in a JSON object: its first output key present, as text (non-strings as JSON); else None."""
+    if value is None:
+        return None
+    for key in settings.output_keys:
+        if key in value:
+            output = value[key]
+            return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    return None
+
+
+def _stream_failure(platform: Platform, item: dict[str, Any]) -> ExternalRunnerError:
+    """An error item: n8n sends `content: null` and names the failed node in `metadata.nodeName`."""
+    metadata = item.get("metadata")
+    node = metadata.get("nodeName") if isinstance(metadata, dict) else None
+    content = item.get("content") or item.get("message")
+    detail = content if isinstance(content, str) else (json.dumps(content) if content else "")
+    if isinstance(node, str) and node:
+        message = f"node {node!r} failed" + (f": {detail}" if detail else "")
+        return platform.stream_error(message, node=node)
+    return platform.stream_error(detail or "the workflow failed")
+
+
+def _workflow_failure(platform: Platform, exc: ExternalRunnerError) -> ExternalRunnerError | None:
+    """n8n's 500 for a workflow that failed (or could not start) as the deterministic failure it is:
+    `n8n.error`, not retryable, with n8n's message. None for any other failure."""
+    if exc.code != f"{platform.name}.unavailable" or exc.details.get("status") != 500:
+        return None
+    if not any(marker in exc.message.lower() for marker in WORKFLOW_FAILURE_MESSAGES):
+        return None
+    message = exc.message.split(": ", 1)[-1]
+    return platform.stream_error(f"{message} (see the workflow's execution in n8n)", status=500)
 
 
 async def _session_ids(ctx: AgentRunContext, api: AgentRunAPIProxy) -> tuple[dict[str, str], dict[str, str]]:
