@@ -366,8 +366,13 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"run": {"()": "langbot_host.core.log_context.RunContextFilter"}},
+    # Every line is redacted as it is formatted: no secret reaches the log at any level, whichever library
+    # wrote the line (langbot_host/core/log_redaction.py).
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s workspace=%(workspace)s]: %(message)s"}
+        "plain": {
+            "class": "langbot_host.core.log_redaction.RedactingFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s workspace=%(workspace)s]: %(message)s",
+        }
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["run"]}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},

@@ -21,6 +21,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
+from langbot_host.core.log_redaction import secret_register
+
 logger = logging.getLogger(__name__)
 
 # What APIs and admin forms show instead of a secret; sending it back means "keep the stored value".
@@ -86,6 +88,12 @@ def generate_key() -> str:
     return Fernet.generate_key().decode("ascii")
 
 
+def _registered(value: Any) -> Any:
+    """`value`, its strings now known to the log's redaction (`langbot_host.core.log_redaction`)."""
+    secret_register(value)
+    return value
+
+
 class EncryptedJSONField(models.Field[Any, Any]):
     """A JSON value stored as one Fernet token in a text column.
 
@@ -101,18 +109,19 @@ class EncryptedJSONField(models.Field[Any, Any]):
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         if value is None:
             return None
-        return json.loads(decrypt_text(value))
+        return _registered(json.loads(decrypt_text(value)))
 
     def to_python(self, value: Any) -> Any:
         # A string is a token (loaddata of what `value_to_string` wrote); anything else is the value.
         if isinstance(value, str):
-            return json.loads(decrypt_text(value))
+            return _registered(json.loads(decrypt_text(value)))
         return value
 
     def get_prep_value(self, value: Any) -> Any:
         if value is None:
             return None
-        return encrypt_text(json.dumps(value, ensure_ascii=False, sort_keys=True))
+        # A secret saved by this process may be used before it is ever read back: known from here on.
+        return encrypt_text(json.dumps(_registered(value), ensure_ascii=False, sort_keys=True))
 
     def value_to_string(self, obj: models.Model) -> str:
         # Fixtures/dumpdata get the token, never the plaintext.
