@@ -287,6 +287,11 @@ LANGBOT_PLATFORM_EDIT_INTERVAL = env.float("LANGBOT_PLATFORM_EDIT_INTERVAL", def
 # The connector process (platforms/connectors.py): seconds between its looks at the bots (new, changed,
 # disabled or deleted ones get their connection started, restarted or stopped).
 LANGBOT_CONNECTORS_RESCAN_SECONDS = env.float("LANGBOT_CONNECTORS_RESCAN_SECONDS", default=10.0)
+# Refused inbound platform requests (forged, replayed) are counted per bot, reason and source address in
+# windows of this many seconds, one row and one log line each (platforms.inbound); a source past
+# PER_WINDOW refusals in a window is answered 429 until the window ends.
+LANGBOT_INBOUND_REFUSAL_WINDOW_SECONDS = env.int("LANGBOT_INBOUND_REFUSAL_WINDOW_SECONDS", default=600)
+LANGBOT_INBOUND_REFUSALS_PER_WINDOW = env.int("LANGBOT_INBOUND_REFUSALS_PER_WINDOW", default=20)
 
 # API request limits (langbot_host/core/limits.py): JSON bodies above LANGBOT_API_BODY_MAX_BYTES answer 413
 # (`/events` and the uploads keep their own caps above); JSON nested deeper than LANGBOT_API_JSON_MAX_DEPTH
@@ -319,6 +324,8 @@ LANGBOT_ACTION_APPROVAL_SECONDS = env.float("LANGBOT_ACTION_APPROVAL_SECONDS", d
 LANGBOT_RETENTION_ARTIFACT_DAYS = env.int("LANGBOT_RETENTION_ARTIFACT_DAYS", default=0)
 LANGBOT_RETENTION_RUN_EVENT_DAYS = env.int("LANGBOT_RETENTION_RUN_EVENT_DAYS", default=90)
 LANGBOT_RETENTION_PROXY_AUDIT_DAYS = env.int("LANGBOT_RETENTION_PROXY_AUDIT_DAYS", default=90)
+# Counted refusals of inbound platform requests (platforms.InboundRefusal), by when they were last seen.
+LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS = env.int("LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS", default=30)
 LANGBOT_RETENTION_ORPHAN_GRACE_HOURS = env.int("LANGBOT_RETENTION_ORPHAN_GRACE_HOURS", default=24)
 LANGBOT_RETENTION_WORKSPACES: dict[str, dict[str, int]] = env.json("LANGBOT_RETENTION_WORKSPACES", default={})
 LANGBOT_RETENTION_BATCH = env.int("LANGBOT_RETENTION_BATCH", default=1000)

@@ -82,6 +82,14 @@ def _held_elsewhere(runner_id: str, owner: dict[str, Any]) -> RunnerDescriptor |
     return other
 
 
+def _held_message(other: RunnerDescriptor, owner: dict[str, Any]) -> str:
+    """Why a runner id cannot be taken. Another workspace's development runner is not named as such: a
+    tenant must not learn which runner ids another workspace is developing."""
+    if other.workspace_id is not None and other.workspace_id != owner["workspace_id"]:
+        return f"runner id {other.runner_id} is taken; give the runner another id"
+    return f"runner id {other.runner_id} is already served by the {other.get_source_display()}"
+
+
 def _source_owner(source: str, source_key: str, workspace_id: int | None) -> dict[str, Any]:
     return {"source": source, "source_key": source_key, "workspace_id": workspace_id}
 
@@ -114,13 +122,7 @@ def runner_descriptors_sync(
             continue
         other = _held_elsewhere(manifest.id, owner)
         if other is not None:
-            result.plugin_errors.append(
-                {
-                    "path": "",
-                    "runner_id": manifest.id,
-                    "error": f"runner id {manifest.id} is already served by the {other.get_source_display()}",
-                }
-            )
+            result.plugin_errors.append({"path": "", "runner_id": manifest.id, "error": _held_message(other, owner)})
             continue
         RunnerDescriptor.objects.update_or_create(
             runner_id=manifest.id, defaults={**fields, **owner, "last_seen_at": now}

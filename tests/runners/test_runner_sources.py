@@ -75,6 +75,18 @@ def test_a_runner_id_served_by_one_runtime_is_refused_to_another():
     assert (descriptor.source, descriptor.workspace_id) == ("runtime", None)
 
 
+def test_a_runner_id_another_workspace_develops_is_refused_without_saying_who_holds_it():
+    mine, theirs = WorkspaceFactory.create(), WorkspaceFactory.create()
+    _dev_sync(theirs.pk, "their-session", DEV_ID)
+
+    result = _dev_sync(mine.pk, "my-session", DEV_ID)
+
+    assert result.available == []
+    [error] = result.plugin_errors
+    assert error["error"] == f"runner id {DEV_ID} is taken; give the runner another id"
+    assert RunnerDescriptor.objects.get(runner_id=DEV_ID).workspace_id == theirs.pk
+
+
 def test_a_runtime_marks_missing_only_its_own_runners_and_a_missing_one_may_be_taken_over():
     workspace = WorkspaceFactory.create()
     runner_descriptors_sync(report=_report("plugin:langbot/installed/default"))
