@@ -164,6 +164,10 @@ LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS = env.int("LANGBOT_ARTIFACT_RUNNER_TTL_SECON
 # Host API calls a single run may make: a token bucket of this rate (calls/s) and burst.
 LANGBOT_PROXY_RATE_PER_RUN = env.float("LANGBOT_PROXY_RATE_PER_RUN", default=200.0)
 LANGBOT_PROXY_BURST_PER_RUN = env.float("LANGBOT_PROXY_BURST_PER_RUN", default=400.0)
+# Stdio MCP servers are programs the worker starts: only an operator may add one (an operator API key, staff
+# in the admin), and only with a command matching one of these comma-separated absolute paths or fnmatch
+# patterns (e.g. /usr/bin/uvx,/opt/mcp/bin/*). Empty: no stdio MCP server runs on this host.
+LANGBOT_MCP_STDIO_COMMANDS = env.list("LANGBOT_MCP_STDIO_COMMANDS", default=[])
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 

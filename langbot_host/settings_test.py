@@ -5,6 +5,7 @@ of its own.
 """
 
 import os
+import sys
 import tempfile
 
 # The counters of this test session's processes, apart from `make run`'s (var/metrics); set before the
@@ -13,6 +14,8 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="langb
 # Completion webhooks go to receivers on 127.0.0.1 in the tests (here and in the workers they start); the
 # address guard's own tests turn this off.
 os.environ.setdefault("LANGBOT_WEBHOOK_ALLOW_PRIVATE", "true")
+# The suite's stdio MCP servers are scripts run by this interpreter (here and in the workers the tests start).
+os.environ.setdefault("LANGBOT_MCP_STDIO_COMMANDS", sys.executable)
 
 from langbot_host.settings import *  # noqa: F403
 

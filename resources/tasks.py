@@ -5,9 +5,16 @@ from __future__ import annotations
 from celery import shared_task
 
 from resources.knowledge.ingestion import knowledge_document_ingest as _document_ingest
+from resources.mcp.services import mcp_server_refresh_run
 
 
 @shared_task(acks_late=True, ignore_result=True)
 def knowledge_document_ingest(document_id: str) -> None:
     # The service claims the document with a conditional update: a redelivery finds nothing to do.
     _document_ingest(document_id=document_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def mcp_server_refresh(server_pk: int, token: str) -> None:
+    # A refresh asked from the web: a stdio server starts here, in the worker, never in the web process.
+    mcp_server_refresh_run(server_pk=server_pk, token=token)

@@ -1,6 +1,6 @@
 """Admin of MCP servers: their settings (env and headers masked), how the last connection went (status
 coloured, the last error in full), their cached tools (read-only), and a "Refresh tools" action that
-connects now and shows the tool count or the server's error.
+connects now and shows the tool count or the server's error (a stdio server's in a worker, as REST does).
 
 Superusers see everything; other staff see and edit only the servers of workspaces they belong to.
 """
@@ -16,7 +16,13 @@ from django.utils.html import format_html
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.mcp.forms import MCPServerAdminForm
-from resources.mcp.services import MCPServerDisabledError, MCPServerUnavailableError, mcp_server_refresh
+from resources.mcp.policy import MCPStdioRefusedError
+from resources.mcp.services import (
+    MCPRefreshPendingError,
+    MCPServerDisabledError,
+    MCPServerUnavailableError,
+    mcp_server_refresh_requested,
+)
 from resources.models import MCPServer, MCPTool
 
 _STATUS_COLOURS = {
@@ -96,11 +102,14 @@ class MCPServerAdmin(WorkspaceScopedAdmin[MCPServer]):
     def refresh_tools(self, request: HttpRequest, queryset: QuerySet[MCPServer]) -> None:
         for server in queryset:
             try:
-                mcp_server_refresh(server=server)
+                mcp_server_refresh_requested(server=server)
             except MCPServerDisabledError:
                 messages.warning(request, f"{server.server_id}: disabled; enable it to refresh its tools.")
                 continue
-            except MCPServerUnavailableError as exc:
+            except MCPRefreshPendingError:
+                messages.warning(request, f"{server.server_id}: a worker is still refreshing; its status will show.")
+                continue
+            except (MCPServerUnavailableError, MCPStdioRefusedError) as exc:
                 messages.error(request, f"{server.server_id}: {exc.message}")
                 continue
             names = list(server.tools.order_by("position").values_list("tool_name", flat=True))

@@ -8,6 +8,15 @@ server without an http(s) url, an id already taken) answers 400 `invalid_argumen
 answers 502 `mcp.unavailable`, one that gets no answer in time 504 `mcp.timeout`, a server that answers
 with a protocol error 502 `mcp.refused` — each with the server's (redacted) words, recorded on the server
 as `status: error` and `last_error`; refreshing a disabled server answers 409 `failed_precondition`.
+
+Stdio servers are an operator's (`resources.mcp.policy`): a caller that is not an operator (an API key
+with the operator scope, a staff session) making a server stdio or changing a stdio server's command,
+args or env, or a command not on `LANGBOT_MCP_STDIO_COMMANDS`, answers 403 `mcp.stdio_not_allowed`. A
+streamable-HTTP url whose address the outbound guard refuses answers 400 `address.not_allowed` with
+`details.fields.url`. A stdio server's refresh runs in a worker: the answer waits for it (the server's
+timeout plus a few seconds, at most a minute) and is the same as above, or 202 with the server as it
+stands when the worker has not answered yet; its `status`, `last_error` and `tools_refreshed_at` show the
+outcome later.
 """
 
 from __future__ import annotations
@@ -24,23 +33,34 @@ from rest_framework.views import APIView
 
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
+from bindings.authentication import ApiKeyPrincipal
 from bindings.models import Workspace
 from langbot_host.core.api_errors import ApiError
 from langbot_host.core.api_input import body_parse
+from langbot_host.core.outbound import REFUSED_CODE as ADDRESS_REFUSED_CODE
+from resources.mcp.policy import REFUSED_CODE as STDIO_REFUSED_CODE
+from resources.mcp.policy import STDIO_SETTING, MCPStdioRefusedError
 from resources.mcp.selectors import mcp_server_get, mcp_server_list, mcp_server_tools, mcp_tool_list
 from resources.mcp.services import (
+    MCPRefreshPendingError,
+    MCPServerAddressRefusedError,
     MCPServerDisabledError,
     MCPServerUnavailableError,
     mcp_server_create,
     mcp_server_delete,
     mcp_server_input,
-    mcp_server_refresh,
+    mcp_server_refresh_requested,
     mcp_server_update,
 )
 from resources.mcp.specs import MCPServerIn, MCPServerPatchIn
 from resources.models import MCPServer, MCPTool
 
-_INVALID = OpenApiResponse(description="`invalid_argument` with details.fields")
+_INVALID = OpenApiResponse(
+    description="`invalid_argument` with details.fields; `address.not_allowed` for a url the outbound guard refuses"
+)
+_STDIO_REFUSED = OpenApiResponse(
+    description="`mcp.stdio_not_allowed`: stdio servers are for operators, with an allowlisted command"
+)
 _REFRESH_FAILURES = {
     "unavailable": (502, "mcp.unavailable"),
     "timeout": (504, "mcp.timeout"),
@@ -137,6 +157,25 @@ def _reloaded(workspace: Workspace, server: MCPServer) -> MCPServer:
     return _server_or_404(workspace, server.server_id)
 
 
+def _is_operator(request: Request) -> bool:
+    # As `bindings.access.require_operator` decides: an operator-scoped key, or a staff member's session.
+    user = request.user
+    if isinstance(user, ApiKeyPrincipal):
+        return user.api_key.is_operator
+    return bool(user is not None and user.is_active and user.is_staff)
+
+
+def _stdio_refused(exc: MCPStdioRefusedError) -> ApiError:
+    details: dict[str, Any] = {"setting": STDIO_SETTING}
+    if exc.reason == "operator":
+        details["required_scope"] = "operator"
+    return ApiError(403, STDIO_REFUSED_CODE, exc.message, details)
+
+
+def _address_refused(exc: MCPServerAddressRefusedError) -> ApiError:
+    return ApiError(400, ADDRESS_REFUSED_CODE, exc.fields["url"], {"fields": exc.fields})
+
+
 # --- views -------------------------------------------------------------------------------------------
 
 
@@ -150,12 +189,17 @@ class MCPServerListApi(APIView):
         operation_id="mcp_servers_create",
         parameters=[WORKSPACE_PARAMETER],
         request=MCPServerIn,
-        responses={201: MCPServerOut, 400: _INVALID},
+        responses={201: MCPServerOut, 400: _INVALID, 403: _STDIO_REFUSED},
     )
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
         spec = body_parse(MCPServerIn, request.data)
-        server = mcp_server_create(workspace=workspace, spec=spec)
+        try:
+            server = mcp_server_create(workspace=workspace, spec=spec, operator=_is_operator(request))
+        except MCPStdioRefusedError as exc:
+            raise _stdio_refused(exc) from None
+        except MCPServerAddressRefusedError as exc:
+            raise _address_refused(exc) from None
         return Response(mcp_server_out(_reloaded(workspace, server)), status=status.HTTP_201_CREATED)
 
 
@@ -168,13 +212,18 @@ class MCPServerDetailApi(APIView):
         operation_id="mcp_servers_update",
         parameters=[WORKSPACE_PARAMETER],
         request=MCPServerPatchIn,
-        responses={200: MCPServerOut, 400: _INVALID},
+        responses={200: MCPServerOut, 400: _INVALID, 403: _STDIO_REFUSED},
     )
     def patch(self, request: Request, server_id: str) -> Response:
         workspace = request_workspace(request)
         server = _server_or_404(workspace, server_id)
         patch = body_parse(MCPServerPatchIn, request.data)
-        server = mcp_server_update(server=server, patch=patch)
+        try:
+            server = mcp_server_update(server=server, patch=patch, operator=_is_operator(request))
+        except MCPStdioRefusedError as exc:
+            raise _stdio_refused(exc) from None
+        except MCPServerAddressRefusedError as exc:
+            raise _address_refused(exc) from None
         return Response(mcp_server_out(_reloaded(workspace, server)))
 
     @extend_schema(operation_id="mcp_servers_destroy", parameters=[WORKSPACE_PARAMETER], responses={204: None})
@@ -190,6 +239,10 @@ class MCPServerRefreshApi(APIView):
         request=None,
         responses={
             200: MCPServerOut,
+            202: OpenApiResponse(
+                MCPServerOut, description="stdio: a worker is still refreshing; the server as it stands"
+            ),
+            403: _STDIO_REFUSED,
             409: OpenApiResponse(description="`failed_precondition`: the server is disabled"),
             502: OpenApiResponse(description="`mcp.unavailable` or `mcp.refused`, with the server's error"),
             504: OpenApiResponse(description="`mcp.timeout`: no answer within the server's timeout"),
@@ -199,7 +252,11 @@ class MCPServerRefreshApi(APIView):
         workspace = request_workspace(request)
         server = _server_or_404(workspace, server_id)
         try:
-            mcp_server_refresh(server=server)
+            mcp_server_refresh_requested(server=server)
+        except MCPRefreshPendingError:
+            return Response(mcp_server_out(_reloaded(workspace, server)), status=status.HTTP_202_ACCEPTED)
+        except MCPStdioRefusedError as exc:
+            raise _stdio_refused(exc) from None
         except MCPServerDisabledError as exc:
             raise ApiError(409, "failed_precondition", "The server is disabled.", {"fields": exc.fields}) from None
         except MCPServerUnavailableError as exc:

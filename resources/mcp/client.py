@@ -15,10 +15,20 @@ listing (`ToolAnswer.listed_tools`) so the caller can refresh its cached tools. 
 caller the timeout, never more: connect, list and call each run under `asyncio.timeout`, and the caller
 also waits on the loop's future with a bound.
 
-Secrets: a stdio server gets its own `env` over the SDK's small safe set (HOME, LOGNAME, PATH, SHELL,
-TERM, USER), never the host's environment (database URL, secret key, encryption keys). Error texts made
-here are shown to operators and runners: env and header values (and a URL's password) are replaced by the
-mask before they leave this module.
+A stdio server starts only when its command is on the operator's allowlist (`resources.mcp.policy`,
+checked again here before every start), in a scratch working directory of its own (a fresh temporary
+directory per session, removed when the session closes), with its own `env` over the SDK's small safe set
+(HOME, LOGNAME, PATH, SHELL, TERM, USER) and never the host's environment (database URL, secret key,
+encryption keys, runtime token). Its stderr goes to a file of the session; when the server fails to start
+or its session breaks, the last lines are added to the error (`last_error`), secrets masked.
+
+A streamable-HTTP server is reached only through the outbound guard (`resources.mcp.transport`): the
+server's address is checked on every connection, against the workspace's `allow_private` as computed when
+the config was read.
+
+Secrets: error texts made here are shown to operators and runners: env and header values (and a URL's
+password) are replaced by the mask before they leave this module, and what a peer said is cut to a short,
+sanitized excerpt (a server's answer body never comes back whole).
 """
 
 from __future__ import annotations
@@ -29,16 +39,19 @@ import concurrent.futures
 import json
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import httpx2
 from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import (
     CONNECTION_CLOSED,
@@ -50,6 +63,9 @@ from mcp_types import (
 )
 
 from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.outbound import AddressRefusedError, excerpt
+from resources.mcp.policy import mcp_stdio_command_refusal
+from resources.mcp.transport import mcp_guarded_transport
 
 if TYPE_CHECKING:
     from resources.models import MCPServer
@@ -69,6 +85,11 @@ CALLER_GRACE_SECONDS = 5.0
 MAX_TOOL_PAGES = 50
 # How long a session's shutdown (closing stdin, then SIGTERM/SIGKILL in the SDK) may take.
 CLOSE_SECONDS = 6.0
+# What of a stdio server's stderr an error shows: its last lines, at most this many characters.
+STDERR_TAIL_CHARS = 1500
+STDERR_TAIL_LINES = 20
+# How much of what a peer said (an error's message) an error shows.
+PEER_TEXT_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -86,9 +107,13 @@ class MCPServerConfig:
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict, hash=False)
     timeout_seconds: float = 30.0
+    allow_private: bool = False
 
     @classmethod
     def of(cls, server: MCPServer) -> MCPServerConfig:
+        """The config of a server row; reads its workspace (select it with the row in async code)."""
+        from bindings.selectors import workspace_private_addresses_allowed
+
         return cls(
             pk=server.pk,
             version=server.updated_at.isoformat() if server.updated_at else "",
@@ -100,6 +125,7 @@ class MCPServerConfig:
             url=server.url,
             headers={str(k): str(v) for k, v in (server.headers or {}).items()},
             timeout_seconds=float(server.timeout_seconds),
+            allow_private=workspace_private_addresses_allowed(workspace=server.workspace),
         )
 
     def redacted(self, text: str) -> str:
@@ -163,19 +189,65 @@ class MCPClientError(Exception):
 async def _http_transport(config: MCPServerConfig) -> AsyncIterator[Any]:
     # The SDK leaves a client it was given open: this one is closed here, with the session.
     timeout = httpx2.Timeout(config.timeout_seconds, read=max(config.timeout_seconds, 300.0))
+    transport = mcp_guarded_transport(allow_private=config.allow_private)
     async with (
-        httpx2.AsyncClient(headers=config.headers, timeout=timeout) as http,
+        httpx2.AsyncClient(headers=config.headers, timeout=timeout, transport=transport) as http,
         streamable_http_client(config.url, http_client=http) as streams,
     ):
         yield streams
 
 
-def _client_for(config: MCPServerConfig) -> Client:
-    target: Any
-    if config.transport == "stdio":
-        target = StdioServerParameters(command=config.command, args=list(config.args), env=dict(config.env))
-    else:
-        target = _http_transport(config)
+@dataclass
+class _StdioOutput:
+    """Where a stdio session's server writes its stderr, and its last lines once the session is over (the
+    file goes with the session)."""
+
+    config: MCPServerConfig
+    stderr_path: Path | None = None
+    final_tail: str | None = None
+
+    def stderr_tail(self) -> str:
+        if self.final_tail is not None:
+            return self.final_tail
+        return _stderr_tail(self.stderr_path, self.config) if self.stderr_path is not None else ""
+
+
+@asynccontextmanager
+async def _stdio_transport(config: MCPServerConfig, output: _StdioOutput) -> AsyncIterator[Any]:
+    # One directory per session: the server's working directory (`work`, not the host's) and its stderr
+    # file, both gone when the session closes. Opened by name in append mode, the stderr file keeps the
+    # server's writes at its end while this side reads it.
+    with tempfile.TemporaryDirectory(prefix="langbot-mcp-", ignore_cleanup_errors=True) as session_dir:
+        work = Path(session_dir) / "work"
+        work.mkdir()
+        stderr_path = output.stderr_path = Path(session_dir) / "stderr.log"
+        parameters = StdioServerParameters(
+            command=config.command, args=list(config.args), env=dict(config.env), cwd=str(work)
+        )
+        try:
+            with stderr_path.open("a+", encoding="utf-8", errors="replace") as errlog:
+                async with stdio_client(parameters, errlog=errlog) as streams:
+                    yield streams
+        finally:
+            output.final_tail = _stderr_tail(stderr_path, config)
+
+
+def _stderr_tail(path: Path, config: MCPServerConfig) -> str:
+    try:
+        with path.open("rb") as file:
+            file.seek(0, os.SEEK_END)
+            size = file.tell()
+            file.seek(max(size - STDERR_TAIL_CHARS * 4, 0))
+            data = file.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [" ".join(line.split()) for line in data.splitlines()]
+    tail = "\n".join(line for line in lines[-STDERR_TAIL_LINES:] if line)
+    return config.redacted(tail)[-STDERR_TAIL_CHARS:]
+
+
+def _client_for(config: MCPServerConfig, output: _StdioOutput) -> Client:
+    target: Any = _stdio_transport(config, output) if config.transport == "stdio" else _http_transport(config)
     # No response cache: a refresh must see the server's current tools.
     return Client(target, cache=None)
 
@@ -207,12 +279,13 @@ class _Connection:
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.broken = False
         self.last_used = time.monotonic()
+        self.output = _StdioOutput(config)
         self._stop = asyncio.Event()
         self.task = asyncio.create_task(self._hold(), name=f"mcp:{config.server_id}")
 
     async def _hold(self) -> None:
         try:
-            async with _client_for(self.config) as client:
+            async with _client_for(self.config, self.output) as client:
                 self.tools = await _tools_listed(client)
                 self.client = client
                 self.ready.set_result(None)
@@ -235,6 +308,11 @@ class _Connection:
                 "MCP server %s: session ended: %s", self.config.server_id, self.config.redacted(_described(exc))
             )
 
+    def with_stderr(self, message: str) -> str:
+        """`message`, followed by the last lines the server wrote to stderr when there are (stdio)."""
+        tail = self.output.stderr_tail()
+        return f"{message}\nstderr (last lines):\n{tail}" if tail else message
+
     async def close(self) -> None:
         self.broken = True
         self._stop.set()
@@ -248,15 +326,33 @@ class _Connection:
             pass
 
 
-def _described(exc: BaseException) -> str:
-    """The innermost cause worth showing: the first leaf of an exception group, an MCP error's message."""
+def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _refused_address(exc: BaseException) -> AddressRefusedError | None:
+    """The guard's refusal behind a failure, if that is what it is (httpx2 may wrap it as its cause)."""
+    seen: BaseException | None = _innermost(exc)
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, AddressRefusedError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _described(exc: BaseException) -> str:
+    """The innermost cause worth showing: the first leaf of an exception group, an MCP error's message;
+    what the peer said cut to a short excerpt."""
+    exc = _innermost(exc)
     if isinstance(exc, MCPError):
-        return exc.message
+        return excerpt(exc.message, PEER_TEXT_CHARS)
     if isinstance(exc, httpx2.HTTPStatusError):
         return f"HTTP {exc.response.status_code} from the server"
-    text = str(exc)
+    text = excerpt(str(exc), PEER_TEXT_CHARS)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -312,9 +408,13 @@ class MCPConnections:
         """A live session for `config`, connecting when there is none (or the server changed since);
         True when this call connected."""
         current = self._connections.get(config.pk)
-        if current is not None and (current.broken or current.config.version != config.version):
+        if current is not None and (current.broken or current.config != config):
             await self._drop(current)
             current = None
+        if current is None and config.transport == "stdio":
+            refusal = mcp_stdio_command_refusal(config.command)
+            if refusal is not None:
+                raise MCPClientError("refused", f"not started: {refusal}", connecting=True)
         fresh = current is None
         connection = current if current is not None else _Connection(config)
         self._connections[config.pk] = connection
@@ -322,14 +422,17 @@ class MCPConnections:
             async with asyncio.timeout_at(deadline):
                 await asyncio.shield(connection.ready)
         except TimeoutError:
+            message = connection.with_stderr(
+                f"the server did not complete the connection within {config.timeout_seconds:g} s"
+            )
             await self._drop(connection)
-            raise MCPClientError(
-                "timeout", f"the server did not complete the connection within {config.timeout_seconds:g} s",
-                connecting=True,
-            ) from None  # fmt: skip
+            raise MCPClientError("timeout", message, connecting=True) from None
         except Exception as exc:
             await self._drop(connection)
-            message = config.redacted(f"could not connect: {_described(exc)}")
+            refused = _refused_address(exc)
+            if refused is not None:
+                raise MCPClientError("refused", f"not connected: {refused}", connecting=True) from None
+            message = connection.with_stderr(config.redacted(f"could not connect: {_described(exc)}"))
             raise MCPClientError("unavailable", message, connecting=True) from None
         connection.last_used = time.monotonic()
         return connection, fresh
@@ -347,11 +450,19 @@ class MCPConnections:
         task.add_done_callback(self._closing.discard)
 
     async def _with_session(
-        self, config: MCPServerConfig, timeout: float, use: Callable[[_Connection, float, bool], Awaitable[T]]
+        self,
+        config: MCPServerConfig,
+        timeout: float,
+        use: Callable[[_Connection, float, bool], Awaitable[T]],
+        *,
+        resend: bool,
     ) -> tuple[T, list[RemoteTool] | None]:
-        """`use(connection, seconds left, connected now)` on a live session; a session found broken is dropped and the
-        operation tried once more on a new one, within the same time. Returns the listing made when
-        connecting, if this call connected."""
+        """`use(connection, seconds left, connected now)` on a live session. A session that breaks under the
+        operation is dropped; the operation is tried once more on a new one, within the same time, only
+        when `resend` (it has no effect on the server: a listing). Otherwise the request may have reached
+        the server before the session broke, and sending it again could do its work twice: it fails as
+        `unavailable`, its outcome unknown. Returns the listing made when connecting, if this call
+        connected."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         listed: list[RemoteTool] | None = None
@@ -383,11 +494,17 @@ class MCPConnections:
                 connection.last_used = time.monotonic()
                 return result, listed
             await self._drop(connection)
-            logger.info(
-                "MCP server %s: session lost (%s); reconnecting", config.server_id, config.redacted(_described(failure))
-            )
+            described = config.redacted(_described(failure))
+            if not resend:
+                logger.info("MCP server %s: session lost during a call (%s)", config.server_id, described)
+                message = (
+                    f"the connection to the server broke during the call ({described}); the call may or may not "
+                    "have run, so it is not sent again"
+                )
+                raise MCPClientError("unavailable", connection.with_stderr(message), connecting=False)
+            logger.info("MCP server %s: session lost (%s); reconnecting", config.server_id, described)
             if fresh or attempt == 2:
-                message = config.redacted(f"the connection to the server broke: {_described(failure)}")
+                message = connection.with_stderr(f"the connection to the server broke: {described}")
                 raise MCPClientError("unavailable", message, connecting=fresh)
         raise AssertionError("unreachable")
 
@@ -399,7 +516,7 @@ class MCPConnections:
                 connection.tools = await _tools_listed(connection.client)
             return connection.tools
 
-        tools, _ = await self._with_session(config, timeout, listing)
+        tools, _ = await self._with_session(config, timeout, listing, resend=True)
         return tools
 
     async def tool_call(
@@ -412,7 +529,8 @@ class MCPConnections:
                 raise MCPClientError("refused", f"the server answered tools/call with a {type(answer).__name__}")
             return answer
 
-        answer, listed = await self._with_session(config, timeout, calling)
+        # A call is sent at most once: a session that breaks under it is not retried on a new one.
+        answer, listed = await self._with_session(config, timeout, calling, resend=False)
         return ToolAnswer(text=_answer_text(answer), is_error=bool(answer.is_error), listed_tools=listed)
 
     async def close(self, pk: int | None = None) -> None:

@@ -2,7 +2,9 @@
 
 Validation is the API's (`resources.mcp.specs`, `resources.mcp.services`), its field errors shown on the
 matching form fields. `env` and `headers` values are shown as the mask; a mask that comes back keeps the
-stored value.
+stored value. The admin is staff's, who count as operators for stdio servers (`resources.mcp.policy`):
+the command must still be on `LANGBOT_MCP_STDIO_COMMANDS`, and a url must pass the outbound guard for the
+chosen workspace.
 """
 
 from __future__ import annotations
@@ -12,14 +14,16 @@ from typing import Any
 from django import forms
 from pydantic import ValidationError
 
-from langbot_host.core.api_errors import field_errors
+from bindings.models import Workspace
+from bindings.selectors import workspace_private_addresses_allowed
+from langbot_host.core.api_errors import FieldsRefusedError, field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from resources.forms import SpecAdminForm
+from resources.mcp.policy import MCPStdioRefusedError, mcp_stdio_change_check
 from resources.mcp.selectors import mcp_server_env_masked, mcp_server_headers_masked
 from resources.mcp.services import mcp_secret_merge, mcp_transport_check
 from resources.mcp.specs import MCPServerIn
 from resources.models import MCPServer
-from resources.services import ResourceValidationError
 
 
 class MCPServerAdminForm(SpecAdminForm[MCPServer]):
@@ -73,16 +77,22 @@ class MCPServerAdminForm(SpecAdminForm[MCPServer]):
             "timeout_seconds": cleaned.get("timeout_seconds"),
             "enabled": bool(cleaned.get("enabled")),
         }
+        workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.workspace_id else None)
+        allow_private = isinstance(workspace, Workspace) and workspace_private_addresses_allowed(workspace=workspace)
+        stored = MCPServer.objects.filter(pk=self.instance.pk).first() if self.instance.pk else None
         try:
-            spec = mcp_transport_check(MCPServerIn.model_validate(values))
-            self.env, self.headers = mcp_secret_merge(
-                env=spec.env, headers=spec.headers, server=self.instance if self.instance.pk else None
-            )
+            spec = mcp_transport_check(MCPServerIn.model_validate(values), allow_private=allow_private)
+            self.env, self.headers = mcp_secret_merge(env=spec.env, headers=spec.headers, server=stored)
+            if spec.transport == "stdio":
+                mcp_stdio_change_check(command=spec.command, args=spec.args, env=self.env, stored=stored, operator=True)
         except ValidationError as exc:
             self.add_spec_errors(field_errors(exc))
             return cleaned
-        except ResourceValidationError as exc:
+        except FieldsRefusedError as exc:
             self.add_spec_errors(exc.fields)
+            return cleaned
+        except MCPStdioRefusedError as exc:
+            self.add_spec_errors({"command": exc.message})
             return cleaned
         self.args = list(spec.args)
         cleaned["command"], cleaned["url"] = spec.command, spec.url

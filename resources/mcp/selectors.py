@@ -39,11 +39,12 @@ def mcp_tool_list(*, workspace: Workspace) -> QuerySet[MCPTool]:
 
 
 def mcp_tool_for_call(*, workspace_id: int, tool_name: str) -> MCPTool | None:
-    """A tool a run calls, with its server; None when the tool or its server is gone or disabled (since
+    """A tool a run calls, with its server and workspace; None when the tool or its server is gone or disabled (since
     the run started, say)."""
     return (
         MCPTool.objects.filter(workspace_id=workspace_id, tool_name=tool_name, server__enabled=True)
-        .select_related("server")
+        # The workspace too: the call's connection config reads its private-address flag.
+        .select_related("server__workspace")
         .first()
     )
 

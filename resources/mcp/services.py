@@ -16,22 +16,36 @@ workspace, and collisions between servers resolve first come, first served:
 Refreshing happens on demand (REST, admin) and whenever a session (re)connects; every connection attempt
 records the server's `status` and `last_error`, without touching `updated_at` (which keys the live
 sessions: an edit, not a status, makes a new one).
+
+Who may save what: stdio servers follow `resources.mcp.policy` (an operator's, with an allowlisted
+command); a streamable-HTTP server's URL must pass the outbound guard when saved (public addresses only,
+unless the workspace may reach private ones), and again on every connection (`resources.mcp.transport`).
+
+Where a stdio server runs: never in the web process. A refresh asked from the web (REST, admin) of a stdio
+server is sent to a worker (`mcp_server_refresh_queued`), which holds the MCP sessions runs use anyway; the
+web waits a bounded time for the worker's outcome, passed back through the cache.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+import time
 from typing import Any
 
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
 from bindings.models import Workspace
+from bindings.selectors import workspace_private_addresses_allowed
 from langbot_host.core.api_errors import FieldsRefusedError, field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.ids import free_slug
+from langbot_host.core.outbound import url_refusal
 from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mcp_connection_close, mcp_tools_list
+from resources.mcp.policy import MCPStdioRefusedError, mcp_stdio_change_check, mcp_stdio_command_refusal
 from resources.mcp.specs import MCPServerIn, MCPServerPatchIn, mcp_url_checked
 from resources.models import MCPServer, MCPTool
 from resources.services import ResourceValidationError
@@ -44,10 +58,26 @@ _HTTP_FIELDS = ("url", "headers")
 # What a listing may bring in, per server and per tool; more is refused as a failed refresh.
 MAX_TOOLS_PER_SERVER = 500
 DESCRIPTION_MAX_CHARS = 8192
+# A refresh sent to a worker: the web waits the server's own timeout plus this, at most REFRESH_WAIT_MAX
+# seconds (a request thread is held meanwhile), then answers that the refresh goes on. The worker's
+# outcome stays in the cache for REFRESH_OUTCOME_SECONDS.
+REFRESH_WAIT_GRACE = 5.0
+REFRESH_WAIT_MAX = 60.0
+REFRESH_POLL_SECONDS = 0.1
+REFRESH_OUTCOME_SECONDS = 300
 
 
 class MCPServerDisabledError(FieldsRefusedError):
     """The server is disabled; it is neither connected to nor refreshed."""
+
+
+class MCPServerAddressRefusedError(FieldsRefusedError):
+    """A streamable-HTTP URL the outbound guard refuses (`fields["url"]` says why and what would allow it)."""
+
+
+class MCPRefreshPendingError(Exception):
+    """A refresh sent to a worker that has not answered within the wait; it goes on, and the server's
+    `status`, `last_error` and `tools_refreshed_at` will show its outcome."""
 
 
 class MCPServerUnavailableError(Exception):
@@ -85,9 +115,10 @@ def mcp_secret_merge(
     return merged[0], merged[1]
 
 
-def mcp_transport_check(spec: MCPServerIn) -> MCPServerIn:
+def mcp_transport_check(spec: MCPServerIn, *, allow_private: bool) -> MCPServerIn:
     """The cross-field rules of a server's transport, each reported on its field: stdio needs a command,
-    http an http(s) url, and neither takes the other's fields."""
+    http an http(s) url without credentials, and neither takes the other's fields. Then the outbound
+    guard's check of the url's addresses (`MCPServerAddressRefusedError`), unless `allow_private`."""
     errors: dict[str, str] = {}
     url = spec.url
     if spec.transport == "stdio":
@@ -102,15 +133,24 @@ def mcp_transport_check(spec: MCPServerIn) -> MCPServerIn:
                 url = mcp_url_checked(spec.url)
             except ValueError as exc:
                 errors["url"] = str(exc)
+            else:
+                # The form of the URL first (a field error), its addresses after (the guard's refusal).
+                if (refusal := url_refusal(url, allow_private=True)) is not None:
+                    errors["url"] = refusal
         errors |= {name: "Only for stdio servers." for name in _STDIO_FIELDS if getattr(spec, name)}
     if errors:
         raise ResourceValidationError(errors)
+    if spec.transport != "stdio" and not allow_private and (refusal := url_refusal(url, allow_private=False)):
+        raise MCPServerAddressRefusedError({"url": refusal})
     return spec.model_copy(update={"command": spec.command.strip(), "url": url})
 
 
-def _server_apply(server: MCPServer, spec: MCPServerIn) -> MCPServer:
-    spec = mcp_transport_check(spec)
-    env, headers = mcp_secret_merge(env=spec.env, headers=spec.headers, server=server if server.pk else None)
+def _server_apply(server: MCPServer, spec: MCPServerIn, *, operator: bool) -> MCPServer:
+    stored = server if server.pk else None
+    spec = mcp_transport_check(spec, allow_private=workspace_private_addresses_allowed(workspace=server.workspace))
+    env, headers = mcp_secret_merge(env=spec.env, headers=spec.headers, server=stored)
+    if spec.transport == "stdio":
+        mcp_stdio_change_check(command=spec.command, args=spec.args, env=env, stored=stored, operator=operator)
     server.name = spec.name
     server.transport = spec.transport
     server.command = spec.command
@@ -133,14 +173,17 @@ def _server_apply(server: MCPServer, spec: MCPServerIn) -> MCPServer:
 
 
 @transaction.atomic
-def mcp_server_create(*, workspace: Workspace, spec: MCPServerIn) -> MCPServer:
+def mcp_server_create(*, workspace: Workspace, spec: MCPServerIn, operator: bool = False) -> MCPServer:
+    """Create a server. `operator`: the caller is an operator (an operator key, staff), who alone may set
+    up a stdio server (`resources.mcp.policy`)."""
+
     def taken(server_id: str) -> bool:
         return MCPServer.objects.filter(workspace=workspace, server_id=server_id).exists()
 
     if spec.server_id is not None and taken(spec.server_id):
         raise ResourceValidationError({"server_id": f"{spec.server_id!r} already exists in this workspace."})
     server_id = spec.server_id or free_slug(base=spec.name, taken=taken, fallback="mcp")
-    return _server_apply(MCPServer(workspace=workspace, server_id=server_id), spec)
+    return _server_apply(MCPServer(workspace=workspace, server_id=server_id), spec, operator=operator)
 
 
 def mcp_server_input(server: MCPServer) -> dict[str, Any]:
@@ -160,9 +203,10 @@ def mcp_server_input(server: MCPServer) -> dict[str, Any]:
 
 
 @transaction.atomic
-def mcp_server_update(*, server: MCPServer, patch: MCPServerPatchIn) -> MCPServer:
+def mcp_server_update(*, server: MCPServer, patch: MCPServerPatchIn, operator: bool = False) -> MCPServer:
     """Apply a PATCH: given keys replace stored ones (`env`, `headers`, `args` as a whole); the result
-    is validated as a whole server. A new transport starts without the old one's fields."""
+    is validated as a whole server. A new transport starts without the old one's fields. Only an
+    `operator` may make the server stdio or change a stdio server's command, args or env."""
     nulls = {name: "May not be null." for name in patch.model_fields_set if getattr(patch, name) is None}
     if nulls:
         raise ResourceValidationError(nulls)
@@ -179,7 +223,7 @@ def mcp_server_update(*, server: MCPServer, patch: MCPServerPatchIn) -> MCPServe
         spec = MCPServerIn.model_validate({**stored, **given})
     except ValidationError as exc:
         raise ResourceValidationError(field_errors(exc)) from None
-    return _server_apply(server, spec)
+    return _server_apply(server, spec, operator=operator)
 
 
 def mcp_server_delete(*, server: MCPServer) -> None:
@@ -217,6 +261,66 @@ def mcp_server_refresh(*, server: MCPServer) -> MCPServer:
         mcp_server_status_record(server=server, error=exc.message)
         raise MCPServerUnavailableError(exc.kind, exc.message) from None
     return mcp_server_connected(server=server, tools=tools)
+
+
+def _refresh_outcome_key(token: str) -> str:
+    return f"langbot:mcp:refresh:{token}"
+
+
+def mcp_server_refresh_queued(*, server: MCPServer) -> MCPServer:
+    """Refresh a server in a worker (a stdio server never starts in the web process) and wait a bounded
+    time for the outcome: the server refreshed, or the worker's `MCPServerUnavailableError` /
+    `MCPServerDisabledError` / `MCPStdioRefusedError`, or `MCPRefreshPendingError` when the worker has not
+    answered in time. A command no longer allowed is refused here already, and recorded on the server."""
+    from resources.tasks import mcp_server_refresh as refresh_task  # the tasks module imports this one
+
+    if not server.enabled:
+        raise MCPServerDisabledError({"enabled": "The server is disabled; enable it to refresh its tools."})
+    if server.transport == MCPServer.Transport.STDIO and (refusal := mcp_stdio_command_refusal(server.command)):
+        mcp_server_status_record(server=server, error=f"not started: {refusal}")
+        raise MCPStdioRefusedError(refusal[0].upper() + refusal[1:], reason="command")
+    token = secrets.token_urlsafe(16)
+    # Sent at once rather than on commit: the row is already stored, and nothing here is written first.
+    refresh_task.delay(server.pk, token)
+    deadline = time.monotonic() + min(server.timeout_seconds + REFRESH_WAIT_GRACE, REFRESH_WAIT_MAX)
+    while (outcome := cache.get(_refresh_outcome_key(token))) is None:
+        if time.monotonic() >= deadline:
+            raise MCPRefreshPendingError(f"a worker is refreshing MCP server {server.server_id!r}")
+        time.sleep(REFRESH_POLL_SECONDS)
+    server.refresh_from_db()
+    if outcome.get("disabled"):
+        raise MCPServerDisabledError({"enabled": "The server is disabled; enable it to refresh its tools."})
+    if outcome.get("gone"):
+        raise MCPServerUnavailableError("unavailable", "the server was deleted meanwhile")
+    if outcome.get("kind"):
+        raise MCPServerUnavailableError(str(outcome["kind"]), str(outcome.get("message") or ""))
+    return server
+
+
+def mcp_server_refresh_requested(*, server: MCPServer) -> MCPServer:
+    """A refresh asked from the web process (REST, admin): a stdio server's runs in a worker
+    (`mcp_server_refresh_queued`), a streamable-HTTP server's here, through the outbound guard."""
+    if server.transport == MCPServer.Transport.STDIO:
+        return mcp_server_refresh_queued(server=server)
+    return mcp_server_refresh(server=server)
+
+
+def mcp_server_refresh_run(*, server_pk: int, token: str) -> None:
+    """A worker's side of `mcp_server_refresh_queued`: refresh the server and leave the outcome in the
+    cache under `token`. Running it twice refreshes twice, which is harmless."""
+    server = MCPServer.objects.select_related("workspace").filter(pk=server_pk).first()
+    outcome: dict[str, Any]
+    if server is None:
+        outcome = {"gone": True}
+    else:
+        try:
+            mcp_server_refresh(server=server)
+            outcome = {"ok": True}
+        except MCPServerDisabledError:
+            outcome = {"disabled": True}
+        except MCPServerUnavailableError as exc:
+            outcome = {"kind": exc.kind, "message": exc.message}
+    cache.set(_refresh_outcome_key(token), outcome, REFRESH_OUTCOME_SECONDS)
 
 
 def mcp_server_connected(*, server: MCPServer, tools: list[RemoteTool]) -> MCPServer:

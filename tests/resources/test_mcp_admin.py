@@ -5,6 +5,7 @@ why it failed, and staff see only their workspaces' servers."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -15,9 +16,9 @@ from langbot_host.core.crypto import SECRET_MASK
 from resources.mcp.services import mcp_server_refresh
 from resources.models import MCPServer
 from tests.factories import UserFactory, WorkspaceFactory
-from tests.fakes.mcp_fixtures import mcp_cleanup_fixture, stdio_server  # noqa: F401
+from tests.fakes.mcp_fixtures import mcp_cleanup_fixture, mcp_refresh_inline_fixture, stdio_server  # noqa: F401
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mcp_cleanup")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mcp_cleanup", "mcp_refresh_inline")]
 
 SERVERS_URL = "/admin/resources/mcpserver/"
 
@@ -35,7 +36,7 @@ def server_form(workspace, **overrides):
         "server_id": "files",
         "name": "Files",
         "transport": "stdio",
-        "command": "npx",
+        "command": "/usr/bin/npx",
         "args_input": '["-y", "server-filesystem"]',
         "env_input": '{"API_TOKEN": "env-from-admin-123"}',
         "headers_input": "{}",
@@ -50,6 +51,13 @@ def server_form(workspace, **overrides):
     }
     data.update(overrides)
     return data
+
+
+@pytest.fixture(autouse=True)
+def _allowed_commands(settings) -> None:
+    # The fake server's interpreter, a package runner, and a path that does not exist (a server that
+    # cannot start).
+    settings.LANGBOT_MCP_STDIO_COMMANDS = [sys.executable, "/usr/bin/npx", "/nonexistent/*"]
 
 
 def messages_of(response) -> list[str]:
@@ -96,7 +104,7 @@ def test_a_server_added_in_admin_is_stored_with_its_env(admin_client, workspace)
     assert response.status_code == 302, response.context["adminform"].form.errors
     server = MCPServer.objects.get()
     assert (server.command, server.args, server.env) == (
-        "npx",
+        "/usr/bin/npx",
         ["-y", "server-filesystem"],
         {"API_TOKEN": "env-from-admin-123"},
     )

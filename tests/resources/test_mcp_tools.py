@@ -11,9 +11,21 @@ import pytest
 
 from resources.mcp.services import mcp_server_refresh
 from resources.models import MCPServer, MCPTool
-from tests.fakes.mcp_fixtures import HttpMCP, mcp_cleanup_fixture, mcp_http_fixture, stdio_server  # noqa: F401
+from tests.fakes.mcp_fixtures import (  # noqa: F401
+    HttpMCP,
+    mcp_cleanup_fixture,
+    mcp_http_fixture,
+    mcp_refresh_inline_fixture,
+    stdio_server,
+)
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mcp_cleanup")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("mcp_cleanup", "mcp_refresh_inline")]
+
+
+@pytest.fixture(autouse=True)
+def _allowed_commands(settings) -> None:
+    # The fake server's interpreter, and a path that does not exist (a server that cannot start).
+    settings.LANGBOT_MCP_STDIO_COMMANDS = [sys.executable, "/nonexistent/*"]
 
 
 def refresh(api_client, server_id: str):
