@@ -44,10 +44,16 @@ class PlatformDeliveryAdmin(_ReadOnly, WorkspaceScopedAdmin[PlatformDelivery]):
 
 @admin.register(InboundRefusal)
 class InboundRefusalAdmin(_ReadOnly, WorkspaceScopedAdmin[InboundRefusal]):
-    list_display = ["created_at", "bot", "platform", "reason", "remote_addr", "message"]
+    """Refused requests counted per bot, reason, source address and window (a flood is one row)."""
+
+    list_display = ["last_at", "bot", "platform", "reason", "remote_addr", "count", "first_at", "message"]
     list_filter = ["reason", "platform", "workspace"]
+    search_fields = ["remote_addr", "bot__bot_id"]
     list_select_related = ["bot", "workspace"]
-    readonly_fields = ["workspace", "bot", "platform", "reason", "message", "remote_addr", "created_at"]
+    readonly_fields = [
+        "workspace", "bot", "platform", "reason", "message", "remote_addr",
+        "count", "window_start", "first_at", "last_at",
+    ]  # fmt: skip
 
 
 _INLINE_FIELDS = ("platform", "kind", "status", "chat_id", "message_ids", "calls", "error", "created_at")

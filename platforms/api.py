@@ -1,18 +1,27 @@
 """The inbound webhook of every chat platform: `POST /platforms/<platform>/<workspace slug>/<bot_id>/webhook`.
 
-Parse, let the bot's adapter verify and read the request, hand each update to `platforms.inbound`, answer
-what the adapter says (Slack's and Lark's handshakes) or `{"ok": true}`. An unknown or disabled bot, or a
-platform mismatch, answers 404 without saying which; a refused request answers the adapter's status and
-is recorded.
+Let the bot's adapter verify the request (on its raw bytes where the platform signs them) and read it,
+hand each update to `platforms.inbound`, answer what the adapter says (Slack's and Lark's handshakes) or
+`{"ok": true}`. Every refusal answers in the API's error shape:
+- 404 `not_found`: an unknown or disabled bot, or a platform mismatch (without saying which);
+- 413 `payload_too_large`: a body over `LANGBOT_API_BODY_MAX_BYTES`, refused from its length;
+- 400 `invalid_argument`: not JSON, not the platform's shape, or nested deeper than
+  `LANGBOT_API_JSON_MAX_DEPTH` (not recorded: the adapter reads bodies only through the bounded loader);
+- 401/403 `unauthorized`: a forged or replayed request, counted in `InboundRefusal`;
+- 429 `rate_limited` with `Retry-After`: refusals from that source past `LANGBOT_INBOUND_REFUSALS_PER_WINDOW`
+  in the window. A source is still verified first, so a genuine request is never throttled for the
+  forgeries of another client behind the same address.
 """
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from langbot_host.core.api_errors import error_body
+from langbot_host.core.limits import declared_length
 from platforms.inbound import inbound_refusal_record, platform_update_accept
 from platforms.interface import InboundRefusedError, InboundRequest
 from platforms.registry import adapter_for_bot
@@ -26,6 +35,10 @@ def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, b
     adapter = adapter_for_bot(bot) if bot is not None else None
     if bot is None or adapter is None:
         return JsonResponse(error_body("not_found", "No such bot webhook."), status=404)
+    max_bytes = int(settings.LANGBOT_API_BODY_MAX_BYTES)
+    if (declared_length(request) or 0) > max_bytes:
+        message = f"The request body exceeds {max_bytes} bytes."
+        return JsonResponse(error_body("payload_too_large", message, {"max_bytes": max_bytes}), status=413)
     inbound = InboundRequest(
         headers={name.lower(): value for name, value in request.headers.items()},
         body=request.body,
@@ -36,10 +49,20 @@ def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, b
         adapter.verify(inbound)
         batch = adapter.parse(inbound)
     except InboundRefusedError as exc:
-        if exc.reason != "malformed":
-            inbound_refusal_record(bot=bot, request=inbound, error=exc)
-        code = "invalid_argument" if exc.reason == "malformed" else "unauthorized"
-        return JsonResponse(error_body(code, str(exc)), status=exc.status)
+        if exc.reason == "malformed":
+            return JsonResponse(error_body("invalid_argument", str(exc)), status=exc.status)
+        counted = inbound_refusal_record(bot=bot, request=inbound, error=exc)
+        if counted.throttled:
+            response = JsonResponse(
+                error_body("rate_limited", "Too many refused requests from this address; try again later."),
+                status=429,
+            )
+            response["Retry-After"] = str(counted.retry_after)
+        else:
+            response = JsonResponse(error_body("unauthorized", str(exc)), status=exc.status)
+        # Django's request log would write a line per refused request; the count above logs once a window.
+        response._has_been_logged = True  # type: ignore[attr-defined]
+        return response
     for update in batch.updates:
         platform_update_accept(bot=bot, update=update, bot_current=True)
     return JsonResponse(batch.response if batch.response is not None else {"ok": True})

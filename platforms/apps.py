@@ -10,8 +10,17 @@ class PlatformsConfig(AppConfig):
     def ready(self) -> None:
         # `runners` reaches the adapters only through this port (DESIGN §2).
         from platforms.delivery import PlatformDeliveryPort
+        from platforms.inbound import inbound_refusals_purge
         from platforms.registry import adapter_classes
         from runners.hostapi.delivery import delivery_port_install
+        from runners.lifecycle.retention import retention_purge_install
+        from transcripts.models import RetentionPurge
 
         adapter_classes()  # an adapter that cannot be imported fails start-up, not the first message
         delivery_port_install(PlatformDeliveryPort())
+        # The retention sweep lives in `runners`, which cannot import this app's rows.
+        retention_purge_install(
+            kind=RetentionPurge.Kind.INBOUND_REFUSALS,
+            days=lambda policy: policy.inbound_refusal_days,
+            purge=inbound_refusals_purge,
+        )

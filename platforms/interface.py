@@ -44,9 +44,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+from django.conf import settings
+
+from langbot_host.core.limits import json_too_deep
 
 PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
 
@@ -98,6 +104,41 @@ class InboundRefusedError(Exception):
         super().__init__(message)
         self.reason = reason
         self.status = status
+
+
+def inbound_json_object(raw: bytes | str, *, what: str) -> dict[str, Any]:
+    """The JSON object an inbound body (or a JSON string inside one) holds, or `InboundRefusedError`
+    ("malformed", 400) saying it is not `what`: not JSON, not an object, or nested deeper than
+    `LANGBOT_API_JSON_MAX_DEPTH`. Every adapter reads platform JSON through here: `json.loads` of a deep
+    body would end in a RecursionError (a 500 with a traceback), and a list where an object belongs in an
+    AttributeError; the depth is found by scanning the text before anything is parsed."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    max_depth = int(settings.LANGBOT_API_JSON_MAX_DEPTH)
+    if json_too_deep(data, max_depth) is not None:
+        raise InboundRefusedError("malformed", f"{what}: nested more than {max_depth} levels deep", status=400)
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):  # RecursionError only if the scan and the parser disagreed
+        raise InboundRefusedError("malformed", f"{what}: not JSON", status=400) from None
+    if not isinstance(value, dict):
+        raise InboundRefusedError("malformed", f"{what}: not a JSON object", status=400)
+    return value
+
+
+# What reading a field of the wrong type raises somewhere in an adapter's or an SDK's code: a string where
+# a list belongs, a list where an object does, a number too large for a float or a date.
+_WRONG_SHAPE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError)
+
+
+@contextmanager
+def malformed_unless_shaped(what: str) -> Iterator[None]:
+    """Read a verified body inside this: a field of the wrong type answers 400 ("malformed") instead of a
+    500. The platforms' SDKs build their objects without checking types, so such a field fails wherever it
+    is first used, and the update is junk whichever place that is."""
+    try:
+        yield
+    except _WRONG_SHAPE_ERRORS as exc:
+        raise InboundRefusedError("malformed", f"{what}: {type(exc).__name__}", status=400) from None
 
 
 @dataclass(frozen=True)

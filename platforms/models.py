@@ -4,6 +4,7 @@ and the inbound requests it refused."""
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 from bindings.models import Bot, Workspace
 from runners.models import Run
@@ -43,18 +44,31 @@ class PlatformDelivery(models.Model):
 
 
 class InboundRefusal(models.Model):
-    """An inbound platform request the host refused (forged secret or signature, replayed, malformed)."""
+    """Inbound platform requests the host refused (forged secret or signature, replayed), counted: one row
+    per bot, reason and source address in each window of `LANGBOT_INBOUND_REFUSAL_WINDOW_SECONDS`, so a
+    flood of forged requests is one row with a large count (`platforms.inbound`). `message` is the first
+    refusal's. The retention sweep removes rows last seen `LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS` ago."""
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="inbound_refusals")
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="inbound_refusals")
     platform = models.CharField(max_length=16)
     reason = models.CharField(max_length=16)
     message = models.CharField(max_length=500, blank=True)
-    remote_addr = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    remote_addr = models.CharField(
+        max_length=64, blank=True, help_text="The source address (an IPv6 source as its /64 network)."
+    )
+    window_start = models.DateTimeField(default=timezone.now)
+    count = models.PositiveIntegerField(default=1)
+    first_at = models.DateTimeField(default=timezone.now)
+    last_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
-        ordering = ["-id"]
+        ordering = ["-last_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["bot", "reason", "remote_addr", "window_start"], name="inbound_refusal_per_window"
+            )
+        ]
 
     def __str__(self) -> str:
-        return f"{self.platform} {self.reason} for {self.bot_id} at {self.created_at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.platform} {self.reason} for {self.bot_id} × {self.count} from {self.first_at:%Y-%m-%d %H:%M:%S}"

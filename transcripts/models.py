@@ -160,6 +160,7 @@ class RetentionPurge(models.Model):
 
     class Kind(models.TextChoices):
         ARTIFACTS = "artifacts", "artifacts (expired or past their retention)"
+        INBOUND_REFUSALS = "inbound_refusals", "refused inbound platform requests"
         ORPHAN_BLOBS = "orphan_blobs", "orphan blobs"
         PROXY_AUDIT = "proxy_audit", "proxy audit rows"
         RUN_EVENTS = "run_events", "run events of finished runs"

@@ -45,6 +45,8 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    inbound_json_object,
+    malformed_unless_shaped,
 )
 
 if TYPE_CHECKING:
@@ -55,6 +57,8 @@ GROUP_CHATS = frozenset({"group", "topic_group"})
 # Open Platform codes: 99991400 is its rate limit; 99991661/99991663/99991668 a missing or stale token.
 RATE_LIMITED = 99991400
 TOKEN_INVALID = frozenset({99991661, 99991663, 99991668})
+# Signed pushes older (or newer) than this are refused, as Slack does with its requests.
+REPLAY_WINDOW_SECONDS = 5 * 60
 # A tenant_access_token lives two hours; one is fetched again this long before it expires.
 TOKEN_EARLY_SECONDS = 300
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/webp", "image/gif", "image/bmp", "image/tiff"})
@@ -131,48 +135,61 @@ class LarkAdapter(PlatformAdapter):
             raise InboundRefusedError(
                 "forged", "the bot has neither verification_token nor encrypt_key; copy them from the app's page"
             )
+        signature = request.header("x-lark-signature")
+        if encrypt_key and signature:
+            # A signed push is checked on its raw bytes before anything reads them.
+            self._verify_signature(request, encrypt_key, signature)
         payload = self._payload(request)
+        if encrypt_key and not signature and payload.get("type") != "url_verification":
+            # The platform signs event pushes (not its URL check) when an encrypt key is set.
+            raise InboundRefusedError("forged", "the push is not signed", status=401)
         header = payload.get("header") if isinstance(payload.get("header"), dict) else None
         given = str((header or payload).get("token") or "")
         if token and not hmac.compare_digest(given.encode(), token.encode()):
             raise InboundRefusedError("forged", "the verification token does not match", status=401)
-        if encrypt_key and payload.get("type") != "url_verification":
-            # The platform signs event pushes (not its URL check) when an encrypt key is set. A replayed
-            # push is the same event_id again, which the gateway takes once.
-            timestamp = request.header("x-lark-request-timestamp")
-            nonce = request.header("x-lark-request-nonce")
-            signed = (timestamp + nonce + encrypt_key).encode() + request.body
-            expected = hashlib.sha256(signed).hexdigest()
-            if not hmac.compare_digest(request.header("x-lark-signature").encode(), expected.encode()):
-                raise InboundRefusedError("forged", "the Lark signature does not match", status=401)
+
+    @staticmethod
+    def _verify_signature(request: InboundRequest, encrypt_key: str, signature: str) -> None:
+        timestamp = request.header("x-lark-request-timestamp")
+        nonce = request.header("x-lark-request-nonce")
+        signed = (timestamp + nonce + encrypt_key).encode() + request.body
+        expected = hashlib.sha256(signed).hexdigest()
+        if not hmac.compare_digest(signature.encode(), expected.encode()):
+            raise InboundRefusedError("forged", "the Lark signature does not match", status=401)
+        # A replayed push within the window is the same event_id again, which the gateway takes once; an
+        # older one is refused here, as Slack's are.
+        try:
+            age = abs(time.time() - int(timestamp))
+        except (ValueError, OverflowError):
+            raise InboundRefusedError("forged", "the push timestamp is not a number", status=401) from None
+        if age > REPLAY_WINDOW_SECONDS:
+            raise InboundRefusedError("replayed", "the push was signed more than five minutes ago", status=401)
 
     def _payload(self, request: InboundRequest) -> dict[str, Any]:
         """The request's JSON, decrypted when it came encrypted (decoded once per request)."""
         if self._decoded is not None and self._decoded[0] is request.body:
             return self._decoded[1]
-        try:
-            payload = json.loads(request.body)
-        except ValueError:
-            raise InboundRefusedError("malformed", "not a Lark event", status=400) from None
-        if not isinstance(payload, dict):
-            raise InboundRefusedError("malformed", "not a Lark event", status=400)
+        payload = inbound_json_object(request.body, what="not a Lark event")
         if "encrypt" in payload:
             encrypt_key = self._secret("encrypt_key")
             if not encrypt_key:
                 raise InboundRefusedError("forged", "an encrypted event, but the bot has no encrypt_key", status=401)
             try:
-                payload = json.loads(_decrypt(str(payload["encrypt"]), encrypt_key))
+                plaintext = _decrypt(str(payload["encrypt"]), encrypt_key)
             except (ValueError, TypeError, binascii.Error):
                 raise InboundRefusedError(
                     "forged", "the event does not decrypt with the encrypt_key", status=401
                 ) from None
-            if not isinstance(payload, dict):
-                raise InboundRefusedError("malformed", "not a Lark event", status=400)
+            payload = inbound_json_object(plaintext, what="not a Lark event")
         self._decoded = (request.body, payload)
         return payload
 
     def parse(self, request: InboundRequest) -> InboundBatch:
         payload = self._payload(request)
+        with malformed_unless_shaped("not a Lark event"):
+            return self._batch(payload)
+
+    def _batch(self, payload: dict[str, Any]) -> InboundBatch:
         if payload.get("type") == "url_verification":
             return InboundBatch(response={"challenge": str(payload.get("challenge") or "")})
         header = payload.get("header")
@@ -216,10 +233,8 @@ class LarkAdapter(PlatformAdapter):
 
     def _content(self, message: dict[str, Any]) -> tuple[str, list[PlatformFileRef]]:
         try:
-            content = json.loads(message.get("content") or "{}")
-        except ValueError:
-            return "", []
-        if not isinstance(content, dict):
+            content = inbound_json_object(str(message.get("content") or "{}"), what="content")
+        except InboundRefusedError:
             return "", []
         kind = message.get("message_type")
         message_id = str(message.get("message_id") or "")

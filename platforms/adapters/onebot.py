@@ -23,7 +23,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import json
 import time
 import uuid
 from typing import Any, ClassVar
@@ -45,6 +44,8 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    inbound_json_object,
+    malformed_unless_shaped,
 )
 
 CALL_TIMEOUT_SECONDS = 30.0
@@ -110,11 +111,9 @@ class OneBotAdapter(PlatformAdapter):
             raise InboundRefusedError("forged", "the access token does not match", status=403)
 
     def parse(self, request: InboundRequest) -> InboundBatch:
-        try:
-            event = json.loads(request.body)
-        except ValueError:
-            raise InboundRefusedError("malformed", "not a OneBot event", status=400) from None
-        update = self.event_update(event) if isinstance(event, dict) else None
+        event = inbound_json_object(request.body, what="not a OneBot event")
+        with malformed_unless_shaped("not a OneBot event"):
+            update = self.event_update(event)
         return InboundBatch(updates=[update] if update else [])
 
     def event_update(self, event: dict[str, Any]) -> InboundUpdate | None:

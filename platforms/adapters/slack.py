@@ -13,7 +13,6 @@ the event's `event_id` makes a redelivery the same gateway event.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -36,6 +35,8 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    inbound_json_object,
+    malformed_unless_shaped,
 )
 
 DEFAULT_API_BASE_URL = "https://slack.com/api"
@@ -96,7 +97,7 @@ class SlackAdapter(PlatformAdapter):
             raise InboundRefusedError("forged", "the request is not signed by Slack", status=401)
         try:
             age = abs(time.time() - int(timestamp))
-        except ValueError:
+        except (ValueError, OverflowError):  # not digits, or more of them than a float holds
             raise InboundRefusedError("forged", "the request timestamp is not a number", status=401) from None
         if age > REPLAY_WINDOW_SECONDS:
             raise InboundRefusedError("replayed", "the request was signed more than five minutes ago", status=401)
@@ -104,12 +105,11 @@ class SlackAdapter(PlatformAdapter):
             raise InboundRefusedError("forged", "the Slack signature does not match", status=401)
 
     def parse(self, request: InboundRequest) -> InboundBatch:
-        try:
-            payload = json.loads(request.body)
-        except ValueError:
-            raise InboundRefusedError("malformed", "not a Slack Events API request", status=400) from None
-        if not isinstance(payload, dict):
-            raise InboundRefusedError("malformed", "not a Slack Events API request", status=400)
+        payload = inbound_json_object(request.body, what="not a Slack Events API request")
+        with malformed_unless_shaped("not a Slack Events API request"):
+            return self._batch(payload)
+
+    def _batch(self, payload: dict[str, Any]) -> InboundBatch:
         kind = payload.get("type")
         if kind == "url_verification":
             return InboundBatch(response={"challenge": str(payload.get("challenge") or "")})

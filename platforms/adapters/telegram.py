@@ -13,7 +13,6 @@ private chats it answers everything. A command `/cmd@otherbot` is someone else's
 from __future__ import annotations
 
 import hmac
-import json
 import warnings
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -36,6 +35,8 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    inbound_json_object,
+    malformed_unless_shaped,
 )
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
@@ -118,12 +119,13 @@ class TelegramAdapter(PlatformAdapter):
             raise InboundRefusedError("forged", "the secret token header does not match", status=401)
 
     def parse(self, request: InboundRequest) -> InboundBatch:
-        try:
-            raw = json.loads(request.body)
-            update = Update.de_json(raw, None)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise InboundRefusedError("malformed", f"not a Telegram update: {exc}", status=400) from None
-        if not isinstance(raw, dict) or update is None:
+        raw = inbound_json_object(request.body, what="not a Telegram update")
+        with malformed_unless_shaped("not a Telegram update"):
+            return self._batch(raw)
+
+    def _batch(self, raw: dict[str, Any]) -> InboundBatch:
+        update = Update.de_json(raw, None)
+        if update is None:
             raise InboundRefusedError("malformed", "not a Telegram update", status=400)
         message = update.message
         if message is None or message.from_user is None:

@@ -10,6 +10,9 @@ Kinds and their settings (days; 0 keeps forever), each overridable per workspace
 - `run_event_days` (`LANGBOT_RETENTION_RUN_EVENT_DAYS`, default 90): result events of runs that finished
   that long ago; the run row, its status, output and usage stay.
 - `proxy_audit_days` (`LANGBOT_RETENTION_PROXY_AUDIT_DAYS`, default 90): proxy call audit rows.
+- `inbound_refusal_days` (`LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS`, default 30): counted refusals of inbound
+  platform requests, by when they were last seen. The platforms app sits above this one, so it installs its
+  purge here at start-up (`retention_purge_install`), as it installs the delivery port.
 - Orphan blobs (files in artifact storage no row names) older than
   `LANGBOT_RETENTION_ORPHAN_GRACE_HOURS` (default 24).
 Each app removes its own data (`artifacts.retention`, this module for the run ledger and the audit) and
@@ -19,6 +22,7 @@ Each app removes its own data (`artifacts.retention`, this module for the run le
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +48,25 @@ class RetentionPolicy:
     artifact_days: int
     run_event_days: int
     proxy_audit_days: int
+    inbound_refusal_days: int
+
+
+@dataclass(frozen=True)
+class InstalledPurge:
+    """A purge an app above this one installed: `purge(workspace_id=, before=, batch_size=)` removes the
+    workspace's rows of `kind` older than `before` and returns how many; `days` reads its policy's days."""
+
+    kind: str
+    days: Callable[[RetentionPolicy], int]
+    purge: Callable[..., int]
+
+
+_installed_purges: dict[str, InstalledPurge] = {}
+
+
+def retention_purge_install(*, kind: str, days: Callable[[RetentionPolicy], int], purge: Callable[..., int]) -> None:
+    """Have the sweep run `purge` for each workspace too (called from an app's `ready`; again replaces)."""
+    _installed_purges[kind] = InstalledPurge(kind=kind, days=days, purge=purge)
 
 
 def retention_policy(*, workspace: Workspace | None) -> RetentionPolicy:
@@ -55,10 +78,13 @@ def retention_policy(*, workspace: Workspace | None) -> RetentionPolicy:
         artifact_days=int(overrides.get("artifact_days", settings.LANGBOT_RETENTION_ARTIFACT_DAYS)),
         run_event_days=int(overrides.get("run_event_days", settings.LANGBOT_RETENTION_RUN_EVENT_DAYS)),
         proxy_audit_days=int(overrides.get("proxy_audit_days", settings.LANGBOT_RETENTION_PROXY_AUDIT_DAYS)),
+        inbound_refusal_days=int(
+            overrides.get("inbound_refusal_days", settings.LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS)
+        ),
     )
 
 
-def _batched_delete(queryset: QuerySet[Any], batch_size: int) -> int:
+def batched_delete(queryset: QuerySet[Any], batch_size: int) -> int:
     """Delete in primary-key batches: one short statement each, never one long lock over a big table."""
     deleted = 0
     model = queryset.model
@@ -75,13 +101,13 @@ def run_events_purge(*, workspace: Workspace, finished_before: datetime, batch_s
     ended = Run.objects.filter(
         workspace=workspace, status__in=Run.TERMINAL_STATUSES, finished_at__lt=finished_before
     ).values("pk")
-    return _batched_delete(RunEvent.objects.filter(run_id__in=ended), batch_size)
+    return batched_delete(RunEvent.objects.filter(run_id__in=ended), batch_size)
 
 
 def proxy_audit_purge(*, workspace_id: int | None, before: datetime, batch_size: int) -> int:
     """Delete the audit rows of a workspace (None: the refusals no run could be named for) made before
     `before`."""
-    return _batched_delete(ProxyCallAudit.objects.filter(workspace_id=workspace_id, created_at__lt=before), batch_size)
+    return batched_delete(ProxyCallAudit.objects.filter(workspace_id=workspace_id, created_at__lt=before), batch_size)
 
 
 def retention_sweep(*, now: datetime | None = None) -> list[RetentionPurge]:
@@ -119,6 +145,12 @@ def retention_sweep(*, now: datetime | None = None) -> list[RetentionPurge]:
                 proxy_audit_purge(workspace_id=workspace.pk, before=audit_before, batch_size=batch),
                 audit_before,
             )
+        for installed in _installed_purges.values():
+            if (before := _days_before(started, installed.days(policy))) is not None:
+                counts[(workspace.pk, installed.kind)] = (
+                    installed.purge(workspace_id=workspace.pk, before=before, batch_size=batch),
+                    before,
+                )
     if (audit_before := _days_before(started, retention_policy(workspace=None).proxy_audit_days)) is not None:
         counts[(None, Kind.PROXY_AUDIT)] = (
             proxy_audit_purge(workspace_id=None, before=audit_before, batch_size=batch),

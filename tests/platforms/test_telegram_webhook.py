@@ -38,8 +38,8 @@ def test_a_forged_or_missing_secret_token_is_refused_and_recorded(bot, fake_tele
     assert missing.status_code == 401
     assert forged.json()["error"]["code"] == "unauthorized"
     assert not EventLog.objects.exists()
-    refusals = list(InboundRefusal.objects.filter(bot=bot).values_list("reason", flat=True))
-    assert refusals == ["forged", "forged"]
+    refusals = list(InboundRefusal.objects.filter(bot=bot).values_list("reason", "count"))
+    assert refusals == [("forged", 2)]  # one source, one window: one counted row
 
 
 def test_a_message_becomes_one_event_and_run_with_its_chat_as_the_reply_target(bot, fake_telegram):
