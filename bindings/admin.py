@@ -36,11 +36,17 @@ class WorkspaceMembershipInline(admin.TabularInline[WorkspaceMembership, Workspa
 
 @admin.register(Workspace)
 class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
-    list_display = ["slug", "name", "created_at"]
+    list_display = ["slug", "name", "allow_private_addresses", "created_at"]
+    list_filter = ["allow_private_addresses"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [WorkspaceMembershipInline]
     actions = ["create_api_key"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # Private addresses reach the host's own network, beyond the workspace: only a superuser opens them.
+        readonly = list(super().get_readonly_fields(request, obj))
+        return readonly if is_superuser(request) else [*readonly, "allow_private_addresses"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Workspace]:
         # Other staff see (and so may mint keys for) only the workspaces they belong to.

@@ -26,6 +26,13 @@ class Workspace(models.Model):
     members: models.ManyToManyField[AbstractBaseUser, WorkspaceMembership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="WorkspaceMembership", related_name="workspaces"
     )
+    # The outbound address guard (langbot_host.core.outbound) lets this workspace's provider, bot, MCP,
+    # webhook and attachment URLs reach loopback and private addresses (a self-hosted Ollama). An
+    # operator's decision: set by superusers in the admin only, never through the REST API.
+    allow_private_addresses = models.BooleanField(
+        default=False,
+        help_text="Its provider, bot, MCP, webhook and attachment URLs may reach private addresses.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

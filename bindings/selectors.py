@@ -18,6 +18,7 @@ from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from bindings.sql import binding_versions
 from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.outbound import host_private_allowed
 
 
 def api_key_by_plaintext(*, key: str) -> ApiKey | None:
@@ -43,6 +44,12 @@ class WorkspaceChoiceError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def workspace_private_addresses_allowed(*, workspace: Workspace) -> bool:
+    """Whether the outbound guard lets this workspace's URLs reach private addresses: the host-wide switch
+    (`LANGBOT_ALLOW_PRIVATE_ADDRESSES` or an alias) or the workspace's own flag, both an operator's."""
+    return host_private_allowed() or workspace.allow_private_addresses
 
 
 def workspaces_of_member(*, user_id: int | None) -> QuerySet[Workspace]:

@@ -156,8 +156,11 @@ LANGBOT_ARTIFACT_FETCH_MAX_BYTES = env.int("LANGBOT_ARTIFACT_FETCH_MAX_BYTES", d
 # Knowledge-base document uploads above this answer 413 `payload_too_large` (resources/knowledge/uploads.py).
 KNOWLEDGE_DOCUMENT_MAX_BYTES = env.int("KNOWLEDGE_DOCUMENT_MAX_BYTES", default=50 * 1024**2)
 LANGBOT_ARTIFACT_FETCH_TIMEOUT = env.float("LANGBOT_ARTIFACT_FETCH_TIMEOUT", default=20.0)
-# URL attachments resolving to private, loopback or link-local addresses are refused unless this is on
-# (only for closed networks where such URLs are trusted).
+# The outbound address guard (langbot_host.core.outbound): every URL a tenant chooses (model providers,
+# bots' api_base_url, MCP servers, webhooks, URL attachments) may reach only public addresses unless this
+# is on for the whole host, or a superuser set the workspace's `allow_private_addresses` in the admin.
+LANGBOT_ALLOW_PRIVATE_ADDRESSES = env.bool("LANGBOT_ALLOW_PRIVATE_ADDRESSES", default=False)
+# Older name of LANGBOT_ALLOW_PRIVATE_ADDRESSES (it covered URL attachments only); on, it now means the same.
 LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE = env.bool("LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE", default=False)
 # Default lifetime of artifacts runners create (0 = kept until deleted); uploads may set their own.
 LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS = env.int("LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS", default=0)
@@ -211,9 +214,9 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # Completion webhooks (platforms.webhooks): the Celery queue of their tasks — empty for the default queue,
 # which every worker consumes; a name to send them to workers of their own (`celery ... -Q <name>`), so
-# slow receivers never hold the threads that admit runs. Private, loopback and link-local receiver
-# addresses are refused unless allowed (a local receiver in development or tests).
+# slow receivers never hold the threads that admit runs.
 LANGBOT_WEBHOOK_QUEUE = env.str("LANGBOT_WEBHOOK_QUEUE", default="")
+# Older name of LANGBOT_ALLOW_PRIVATE_ADDRESSES (it covered webhooks only); on, it now means the same.
 LANGBOT_WEBHOOK_ALLOW_PRIVATE = env.bool("LANGBOT_WEBHOOK_ALLOW_PRIVATE", default=False)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (DESIGN §4).

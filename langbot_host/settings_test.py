@@ -11,8 +11,9 @@ import tempfile
 # The counters of this test session's processes, apart from `make run`'s (var/metrics); set before the
 # settings read it, and inherited by the workers and servers the tests start.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="langbot-test-metrics-"))
-# Completion webhooks go to receivers on 127.0.0.1 in the tests (here and in the workers they start); the
-# address guard's own tests turn this off.
+# Fakes of providers, platforms, MCP servers and webhook receivers listen on 127.0.0.1 in the tests (here
+# and in the workers they start): the outbound guard's old host-wide name is on; the guard's own tests
+# turn it off (`settings.LANGBOT_WEBHOOK_ALLOW_PRIVATE = False`).
 os.environ.setdefault("LANGBOT_WEBHOOK_ALLOW_PRIVATE", "true")
 # The suite's stdio MCP servers are scripts run by this interpreter (here and in the workers the tests start).
 os.environ.setdefault("LANGBOT_MCP_STDIO_COMMANDS", sys.executable)
