@@ -172,6 +172,11 @@ LANGBOT_PROXY_BURST_PER_RUN = env.float("LANGBOT_PROXY_BURST_PER_RUN", default=4
 # patterns (e.g. /usr/bin/uvx,/opt/mcp/bin/*). Empty: no stdio MCP server runs on this host.
 LANGBOT_MCP_STDIO_COMMANDS = env.list("LANGBOT_MCP_STDIO_COMMANDS", default=[])
 
+# The web process (langbot_host/web.py) closes a connection whose request line, headers and body have not all
+# arrived within this many seconds of the request line (a client trickling a body holds no socket longer).
+# 0 leaves only Twisted's idle timeout (60 s without a byte).
+LANGBOT_HTTP_REQUEST_READ_TIMEOUT = env.float("LANGBOT_HTTP_REQUEST_READ_TIMEOUT", default=30.0)
+
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 CHANNEL_LAYERS = {

@@ -237,7 +237,9 @@ def start_web(django_db_setup, celery_queue, tmp_path_factory) -> Iterator[Calla
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             **extra_env,
         }
-        argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "langbot_host.asgi:application"]
+        # The Procfile's web process: daphne with the host's request-read deadline (langbot_host/web.py).
+        argv = [sys.executable, "-m", "langbot_host.web", "-b", "127.0.0.1", "-p", str(port)]
+        argv.append("langbot_host.asgi:application")
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
