@@ -102,7 +102,7 @@ static: venv
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 
 web: venv static
-	$(VENV)/bin/daphne -b 0.0.0.0 -p $(PORT) langbot_host.asgi:application
+	$(PY) -m langbot_host.web -b 0.0.0.0 -p $(PORT) langbot_host.asgi:application
 
 # The connector process (Discord's gateway, manage.py run_connectors) runs beside the worker and stops with it.
 worker: venv
