@@ -48,7 +48,10 @@ from transcripts.admin import (
 @admin.register(RunnerDescriptor)
 class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescriptor]):
     change_list_template = "admin/bindings/runnerdescriptor/change_list.html"
-    list_display = ["runner_id", "label_display", "plugin_version", "status", "source", "workspace", "last_seen_at"]
+    list_display = [
+        "runner_id", "label_display", "plugin_version", "status", "problems_display", "source", "workspace",
+        "last_seen_at",
+    ]  # fmt: skip
     list_filter = ["status", "source", "plugin_author"]
     search_fields = ["runner_id", "plugin_name", "runner_name"]
     fields = readonly_fields = (
@@ -80,6 +83,17 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
     @admin.display(description="description")
     def description_display(self, obj: RunnerDescriptor) -> SafeString:
         return inline_code_html(obj.description_text(manifest_locale()) or "—")
+
+    @admin.display(description="load error / warnings")
+    def problems_display(self, obj: RunnerDescriptor) -> SafeString | str:
+        """The load error, else what the refresh dropped from the runner's manifest (LangBot's runners keep
+        their mapping warnings in it), so the list shows them without opening each runner."""
+        if obj.load_error:
+            return format_html('<span style="color:#c92a2a">{}</span>', obj.load_error)
+        warnings = ((obj.manifest or {}).get("metadata") or {}).get("langbot", {}).get("warnings") or []
+        if not warnings:
+            return "—"
+        return format_html_join(format_html("<br>"), '<span style="color:#b35c00">{}</span>', ((w,) for w in warnings))
 
     @admin.display(description="load error")
     def load_error_display(self, obj: RunnerDescriptor) -> str:
@@ -163,6 +177,8 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
             for error in result.plugin_errors:
                 where = error.get("path") or error.get("plugin")
                 messages.error(request, f"Plugin {where} failed to load: {error.get('error')}")
+            for warning in result.plugin_warnings:
+                messages.warning(request, f"Plugin {warning.get('path')}: {warning.get('warning')}")
         return HttpResponseRedirect(reverse("admin:bindings_runnerdescriptor_changelist"))
 
 

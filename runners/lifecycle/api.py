@@ -84,6 +84,7 @@ class RunnerRefreshApi(APIView):
                 "items": RunnerOutputSerializer(many=True),
                 "missing": serializers.ListField(child=serializers.CharField()),
                 "plugin_errors": serializers.ListField(child=serializers.DictField()),
+                "plugin_warnings": serializers.ListField(child=serializers.DictField()),
             },
         ),
         description="Re-reads the runner catalog from the plugin runtime. Operators only: an API key with the "
@@ -102,6 +103,7 @@ class RunnerRefreshApi(APIView):
                 ).data,
                 "missing": result.missing,
                 "plugin_errors": result.plugin_errors,
+                "plugin_warnings": result.plugin_warnings,
             }
         )
 

@@ -87,6 +87,11 @@ class Orchestrator:
         self._heartbeat = asyncio.get_running_loop().create_task(self._beat(), name="run-lease-heartbeat")
         self._listener = CancelListener(self._on_cancel)
         self._listener.start()
+        if settings.LANGBOT_LANGBOT_RUNTIME_URL:
+            # This process holds LangBot's control connection: its runtime keeps plugins up only while one is open.
+            from runners.runtime.langbot.catalog import langbot_connection_hold
+
+            self.spawn(langbot_connection_hold(self.hosts))
         try:
             await self.link.connection()
         except Exception:

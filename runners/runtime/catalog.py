@@ -29,6 +29,8 @@ class RunnerSyncResult:
     missing: list[str] = field(default_factory=list)
     # Plugins that failed before any runner id could be read from them (e.g. a broken manifest.yaml).
     plugin_errors: list[dict[str, Any]] = field(default_factory=list)
+    # What loaded plugins reported dropping or not supporting (`PluginLoadReport.warnings`), one per warning.
+    plugin_warnings: list[dict[str, Any]] = field(default_factory=list)
 
 
 def source_label(source: str) -> str:
@@ -101,13 +103,15 @@ def runner_descriptors_sync(
     source: str = RunnerDescriptor.Source.RUNTIME,
     source_key: str = "",
     workspace_id: int | None = None,
+    keep_unreported: bool = False,
 ) -> RunnerSyncResult:
     """Make the descriptors of one runtime (`source`, `source_key`) match its report.
 
     A runner whose plugin failed to load keeps its last good manifest and is marked `error`; one the
     runtime no longer reports is marked `missing` (never deleted: bindings and runs still refer to it).
     A runner id another runtime serves is refused (listed in `plugin_errors`), never taken from it.
-    `workspace_id` limits the runners to one workspace (development runtimes).
+    `workspace_id` limits the runners to one workspace (development runtimes). `keep_unreported`: the report
+    may be incomplete (the runtime is still starting its plugins), so runners it lacks are not marked missing.
     """
     now = timezone.now()
     result = RunnerSyncResult()
@@ -131,6 +135,9 @@ def runner_descriptors_sync(
         result.available.append(manifest.id)
 
     for plugin in report.plugins:
+        result.plugin_warnings.extend(
+            {"path": plugin.path, "plugin": plugin.name, "warning": warning} for warning in plugin.warnings
+        )
         if plugin.status != "error":
             continue
         valid_ids = []
@@ -168,13 +175,16 @@ def runner_descriptors_sync(
             reported.add(key)
             result.errored.append(key)
 
-    gone = (
-        RunnerDescriptor.objects.filter(source=source, source_key=source_key)
-        .exclude(runner_id__in=reported)
-        .exclude(status=RunnerDescriptor.Status.MISSING)
-    )
-    result.missing = sorted(gone.values_list("runner_id", flat=True))
-    gone.update(status=RunnerDescriptor.Status.MISSING, load_error=f"no longer reported by the {source_label(source)}")
+    if not keep_unreported:
+        gone = (
+            RunnerDescriptor.objects.filter(source=source, source_key=source_key)
+            .exclude(runner_id__in=reported)
+            .exclude(status=RunnerDescriptor.Status.MISSING)
+        )
+        result.missing = sorted(gone.values_list("runner_id", flat=True))
+        gone.update(
+            status=RunnerDescriptor.Status.MISSING, load_error=f"no longer reported by the {source_label(source)}"
+        )
     for error in result.plugin_errors:
         logger.warning("plugin failed to load: %s", error)
     # Bindings stored before their runner was known (legacy import, demo seed) get checked now.

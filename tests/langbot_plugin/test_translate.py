@@ -185,7 +185,8 @@ def test_a_tool_result_is_the_object_langbots_sdk_requires() -> None:
 
     assert answered({"result": "4", "is_error": False}) == {"content": "4"}
     # The tool reported an error: still an answer the runner can hand to its model.
-    assert answered({"result": "division by zero", "is_error": True}) == {"content": "division by zero", "is_error": True}
+    failed = answered({"result": "division by zero", "is_error": True})
+    assert failed == {"content": "division by zero", "is_error": True}
     reference = {"preview": "aaa", "artifact_id": "a1", "size": 40000, "truncated": True}
     assert answered({"result": reference, "is_error": False}) == reference
     assert answered({"result": None}) == {"content": ""}

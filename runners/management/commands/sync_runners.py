@@ -27,3 +27,5 @@ class Command(BaseCommand):
             self.stdout.write(self.style.WARNING(f"missing    {runner_id}"))
         for error in result.plugin_errors:
             self.stdout.write(self.style.ERROR(f"plugin failed to load: {error.get('path')}: {error.get('error')}"))
+        for warning in result.plugin_warnings:
+            self.stdout.write(self.style.WARNING(f"plugin warning: {warning.get('path')}: {warning.get('warning')}"))

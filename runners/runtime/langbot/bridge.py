@@ -30,7 +30,7 @@ import hashlib
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -66,6 +66,16 @@ CONTROL_BINDING = {
 HOST_VERSION = "langbot-host"
 EMPTY_LISTING_GRACE = 5.0
 LISTING_STABLE_SECONDS = 2.0
+# How long after a host connects the runtime may still be starting its plugins (it starts them all at once,
+# each a Python process of its own: 15 s on a loaded two-core machine); before that, a plugin not listed yet
+# is not a plugin gone.
+MOUNT_GRACE = 30.0
+# A plugin that started (asked for its settings) and is still not registered this long after has failed.
+PLUGIN_LOAD_GRACE = 10.0
+# The holder lists the catalog this often; reconnects after 1, 2, 4 ... 30 s.
+HOLD_LIST_EVERY = 5.0
+HOLD_RETRY_MIN = 1.0
+HOLD_RETRY_MAX = 30.0
 # Runs end `cancelled` once the runtime was asked to stop; its own stream has no terminal result then.
 CANCELLED_CODE = "cancelled"
 CANCELLED_MESSAGE = "the run was cancelled; the LangBot runtime was told to stop it"
@@ -73,6 +83,15 @@ CANCELLED_MESSAGE = "the run was cancelled; the LangBot runtime was told to stop
 
 def _unavailable(message: str) -> AgentAPIException:
     return AgentAPIException.runtime_error(message, retryable=True)
+
+
+@dataclass
+class LangBotCatalog:
+    """The runtime's runners as our report; `settled`: its listing stayed the same for a while after its
+    plugins' first start, so a runner not in it is gone (not still starting)."""
+
+    report: ListAgentRunnersResponse
+    settled: bool
 
 
 @dataclass
@@ -93,7 +112,11 @@ class LangBotRuntime:
         self.proxy_handlers = dict(handlers or {})
         self.runs: dict[str, _Run] = {}
         self._connection: LangBotConnection | None = None
+        self._connected_at: float | None = None
         self._lock = asyncio.Lock()
+        # Plugins that asked for their settings on this process's connections (they started), by identity,
+        # with when they first asked: one that never registers failed to load.
+        self.started: dict[str, float] = {}
 
     async def connection(self) -> LangBotConnection:
         async with self._lock:
@@ -115,6 +138,7 @@ class LangBotRuntime:
             except Exception as exc:  # websockets' handshake errors (refused token, not a WebSocket, ...)
                 raise _unavailable(f"LangBot plugin runtime at {self.url} refused the connection: {exc}") from exc
             self._connection = connection
+            self._connected_at = time.monotonic()
             return connection
 
     async def aclose(self) -> None:
@@ -132,11 +156,23 @@ class LangBotRuntime:
             raise _unavailable(f"LangBot plugin runtime could not list its runners: {exc}") from exc
         return [entry for entry in answer.get("runners") or [] if isinstance(entry, dict)]
 
+    async def list_plugins(self) -> list[dict[str, Any]]:
+        connection = await self.connection()
+        try:
+            answer = await connection.call("list_plugins", {}, context=CONTROL_BINDING, timeout=30.0)
+        except (LangBotCallError, TimeoutError) as exc:
+            raise _unavailable(f"LangBot plugin runtime could not list its plugins: {exc}") from exc
+        return [plugin for plugin in answer.get("plugins") or [] if isinstance(plugin, dict)]
+
     async def report(self, *, settle: float = 0.0) -> ListAgentRunnersResponse:
-        """Our runner report of LangBot's agent runners. `settle`: how long to wait for the runtime's plugins
-        to come up (it launches them only once a host connected, all at once, and lists a plugin only once it
-        registered): the listing is asked again until it holds runners and stayed the same for
-        `LISTING_STABLE_SECONDS`, or the time is up."""
+        """Our runner report of LangBot's agent runners (`catalog`, without whether it settled)."""
+        return (await self.catalog(settle=settle)).report
+
+    async def catalog(self, *, settle: float = 0.0) -> LangBotCatalog:
+        """LangBot's agent runners as our report, with the plugins that did not load. `settle`: how long to
+        wait for the runtime's plugins to come up (it launches them only once a host connected, all at once,
+        and lists a plugin only once it registered): the listing is asked again until it holds runners and
+        stayed the same for `LISTING_STABLE_SECONDS`, or the time is up."""
         entries = await self.list_runners()
         # A runtime that lists nothing may be launching its plugins right now: even a person waiting on a
         # refresh gets a few seconds for them.
@@ -150,6 +186,26 @@ class LangBotRuntime:
             again = await self.list_runners()
             if again != entries:
                 entries, unchanged_since = again, time.monotonic()
+        plugins = await self.list_plugins()
+        report = self._report(entries, plugins)
+        stable = time.monotonic() - unchanged_since >= LISTING_STABLE_SECONDS
+        return LangBotCatalog(report=report, settled=stable and self._mounted(entries, plugins))
+
+    def _mounted(self, entries: list[dict[str, Any]], plugins: list[dict[str, Any]]) -> bool:
+        """Whether the runtime's plugins are past starting: it launches them once a host connected (an empty
+        listing early on is not an empty runtime) and lists a plugin once it registered (one that started a
+        moment ago may still come)."""
+        if self._connected_at is None:
+            return False
+        if not entries and time.monotonic() - self._connected_at < MOUNT_GRACE:
+            return False
+        registered = {translate.plugin_identity(plugin) for plugin in plugins}
+        now = time.monotonic()
+        return not any(
+            identity not in registered and now - first < PLUGIN_LOAD_GRACE for identity, first in self.started.items()
+        )
+
+    def _report(self, entries: list[dict[str, Any]], plugins: list[dict[str, Any]]) -> ListAgentRunnersResponse:
         runners = []
         warnings: dict[str, list[str]] = {}
         errors: list[str] = []
@@ -163,12 +219,55 @@ class LangBotRuntime:
                 continue
             runners.append(manifest)
             warnings[manifest.id] = notes
-        plugins = translate.load_reports(entries, warnings)
-        plugins.extend(
+        reports = translate.load_reports(entries, warnings)
+        reports.extend(
             translate.PluginLoadReport(path=f"langbot:{error.split(':')[0]}", status="error", error=error)
             for error in errors
         )
-        return ListAgentRunnersResponse(runners=runners, plugins=plugins)
+        listed = {f"{report.author}/{report.name}" for report in reports if report.author}
+        reports.extend(translate.unloaded_plugin_reports(plugins, listed))
+        # A plugin that asked for its settings (it started) but never registered failed to import or to
+        # initialize; the runtime restarts it with a growing delay and tells its host nothing more.
+        registered = {translate.plugin_identity(plugin) for plugin in plugins}
+        for identity, first_asked in sorted(self.started.items()):
+            if identity in registered:
+                self.started.pop(identity, None)
+            elif time.monotonic() - first_asked >= PLUGIN_LOAD_GRACE:
+                reports.append(
+                    translate.PluginLoadReport(
+                        path=f"langbot:{identity}",
+                        author=identity.split("/")[0],
+                        name=identity.split("/")[-1],
+                        status="error",
+                        error=f"LangBot plugin {identity} started but did not load: its code failed to import or "
+                        "to initialize (the LangBot runtime's log has the traceback); the runtime keeps restarting it",
+                    )
+                )
+        return ListAgentRunnersResponse(runners=runners, plugins=reports)
+
+    # -- holding the control connection ---------------------------------------------------------------
+
+    async def hold(self, publish: Callable[[LangBotCatalog], Awaitable[None]]) -> None:
+        """Keep the control connection open for as long as this process runs, reconnecting when it drops
+        (the runtime restarted, or another process's connection superseded it), and `publish` the catalog
+        every `HOLD_LIST_EVERY` seconds. LangBot's runtime starts its plugins only while a host holds the
+        connection, and a plugin that starts with none fails ("is LangBot connected?") and is restarted with
+        a growing delay: the host must not leave it alone between runs."""
+        delay = HOLD_RETRY_MIN
+        while True:
+            try:
+                connection = await self.connection()
+                delay = HOLD_RETRY_MIN
+                while not connection.closed.is_set():
+                    await publish(await self.catalog())
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(connection.closed.wait(), HOLD_LIST_EVERY)
+            except AgentAPIException as exc:
+                logger.info("LangBot plugin runtime: %s; trying again in %.0f s", exc.error.message, delay)
+            except Exception:
+                logger.warning("holding the LangBot runtime's connection failed", exc_info=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, HOLD_RETRY_MAX)
 
     # -- runs ------------------------------------------------------------------------------------------
 
@@ -193,6 +292,7 @@ class LangBotRuntime:
     ) -> AsyncIterator[dict[str, Any]]:
         deadline_at = (context.get("runtime") or {}).get("deadline_at")
         timeout = max(1.0, float(deadline_at) - time.time() + 5.0) if deadline_at else 600.0
+        await self._mount_wait(run, runner_id, min(MOUNT_GRACE, timeout))
         stream = connection.stream(
             "run_runner",
             {
@@ -227,6 +327,8 @@ class LangBotRuntime:
                     yield _failed(run.run_id, "runner.timeout", "the LangBot runner did not answer in time")
                     return
                 for result in translate.results(item, run.run_id):
+                    if result["type"] == "run.failed" and self._still_mounting(run, result["data"]["code"]):
+                        result["data"]["retryable"] = True
                     yield result
                     if result["type"] in ("run.completed", "run.failed"):
                         return
@@ -234,6 +336,32 @@ class LangBotRuntime:
             cancelled.cancel()
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]  # an async generator
+
+    async def _mount_wait(self, run: _Run, runner_id: RunnerId, limit: float) -> None:
+        """Right after (re)connecting, the runtime is still starting its plugins and answers a run of one not
+        registered yet `runner.plugin_not_found`: wait, up to `limit` seconds and no later than the mount grace,
+        until it lists the runner (or the run is cancelled)."""
+        if self._connected_at is None:
+            return
+        until = min(self._connected_at + MOUNT_GRACE, time.monotonic() + limit)
+        while time.monotonic() < until and not run.cancelled.is_set():
+            try:
+                listed = {str((entry.get("manifest") or {}).get("id")) for entry in await self.list_runners()}
+            except AgentAPIException:
+                return  # the run's own call reports the connection
+            if str(runner_id) in listed:
+                return
+            await asyncio.sleep(0.5)
+
+    def _still_mounting(self, run: _Run, code: str) -> bool:
+        """Whether a run the runtime refused for want of its plugin may succeed shortly: the plugin is starting
+        (initializing, or started and not registered yet) or the runtime's plugins are still being started."""
+        if code == "runner.plugin_not_initialized":
+            return True
+        if code != "runner.plugin_not_found":
+            return False
+        young = self._connected_at is not None and time.monotonic() - self._connected_at < MOUNT_GRACE
+        return young or run.plugin_identity in self.started
 
     async def cancel_run(self, run_id: str, reason: str) -> None:
         run = self.runs.get(run_id)
@@ -261,6 +389,7 @@ class LangBotRuntime:
 
     async def _plugin_settings(self, data: dict[str, Any], _context: dict[str, Any] | None) -> dict[str, Any]:
         identity = f"{data.get('plugin_author')}/{data.get('plugin_name')}"
+        self.started.setdefault(identity, time.monotonic())
         return {
             "installation_uuid": identity,
             "enabled": True,
@@ -361,16 +490,21 @@ def langbot_runner_host(source_key: str, handlers: Mapping[str, Handler]) -> Lan
     return LangBotRunnerHost(LangBotRuntime(url, token=settings.LANGBOT_LANGBOT_RUNTIME_TOKEN, handlers=handlers))
 
 
-def langbot_report(*, settle: float | None = None) -> ListAgentRunnersResponse:
+def langbot_catalog(*, settle: float | None = None) -> LangBotCatalog:
     """LangBot's agent runners as our report, over a connection of its own (sync callers). Raises
     `AgentAPIException` (`runtime_error`) when the runtime cannot be reached."""
     runtime = LangBotRuntime(settings.LANGBOT_LANGBOT_RUNTIME_URL, token=settings.LANGBOT_LANGBOT_RUNTIME_TOKEN)
     wait = settings.LANGBOT_LANGBOT_RUNTIME_SETTLE if settle is None else settle
 
-    async def ask() -> ListAgentRunnersResponse:
+    async def ask() -> LangBotCatalog:
         try:
-            return await runtime.report(settle=wait)
+            return await runtime.catalog(settle=wait)
         finally:
             await runtime.aclose()
 
     return asyncio.run(ask())
+
+
+def langbot_report(*, settle: float | None = None) -> ListAgentRunnersResponse:
+    """`langbot_catalog`'s report."""
+    return langbot_catalog(settle=settle).report

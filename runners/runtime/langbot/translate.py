@@ -130,6 +130,46 @@ def load_reports(entries: list[dict[str, Any]], warnings: dict[str, list[str]]) 
     return list(plugins.values())
 
 
+def plugin_identity(plugin: dict[str, Any]) -> str:
+    """`author/name` of one entry of LangBot's `list_plugins`."""
+    metadata = (((plugin.get("manifest") or {}).get("manifest") or {}).get("metadata")) or {}
+    return f"{metadata.get('author')}/{metadata.get('name')}"
+
+
+def unloaded_plugin_reports(plugins: list[dict[str, Any]], listed: set[str]) -> list[PluginLoadReport]:
+    """Error reports of the plugins LangBot's runtime registered without a runner of theirs: one that mounted
+    no component at all, or whose declared component kinds did not all mount (a kind this release of LangBot's
+    SDK does not know is skipped without a word)."""
+    reports = []
+    for plugin in plugins:
+        identity = plugin_identity(plugin)
+        if identity in listed:
+            continue
+        raw = (plugin.get("manifest") or {}).get("manifest") or {}
+        declared = set(((raw.get("spec") or {}).get("components") or {}).keys())
+        mounted = {
+            str(((component.get("manifest") or {}).get("manifest") or {}).get("kind"))
+            for component in plugin.get("components") or []
+            if isinstance(component, dict)
+        }
+        missing = sorted(declared - mounted)
+        if mounted and not missing:
+            continue
+        if missing:
+            error = f"LangBot plugin {identity} mounted without its {missing} components: the kind is unknown to the "
+            error += "LangBot runtime's plugin SDK or the components failed to load"
+        else:
+            error = f"LangBot plugin {identity} mounted with no components"
+        author, _, name = identity.partition("/")
+        version = str((raw.get("metadata") or {}).get("version") or "")
+        reports.append(
+            PluginLoadReport(
+                path=f"langbot:{identity}", author=author, name=name, version=version, status="error", error=error
+            )
+        )
+    return reports
+
+
 # --- run context ----------------------------------------------------------------------------------------
 
 _TRIGGER_SOURCES = {"platform", "webui", "api", "scheduler", "system", "host_adapter"}

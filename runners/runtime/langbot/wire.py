@@ -97,7 +97,10 @@ class LangBotConnection:
         try:
             if self.closed.is_set():
                 raise LangBotCallError("the LangBot plugin runtime connection is closed")
-            await self._send(request)
+            try:
+                await self._send(request)
+            except ConnectionClosed as exc:
+                raise LangBotCallError(f"the LangBot plugin runtime connection closed: {exc}") from None
             response = await asyncio.wait_for(future, timeout)
         finally:
             self._waiters.pop(seq, None)
