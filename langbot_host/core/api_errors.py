@@ -33,7 +33,10 @@ RETRY_AFTER_SECONDS = 5
 class FieldsRefusedError(Exception):
     """A write refused for field-level reasons, `{"dotted.field": message}`. A view that lets it through
     answers 400 `invalid_argument` naming the fields (the exception handler does it); a view that means
-    another status (a 409 for an object in use) catches it and says so."""
+    another status (a 409 for an object in use) catches it and says so. A subclass may answer a more
+    precise code than `invalid_argument` (`address.not_allowed`), still naming the fields."""
+
+    code = "invalid_argument"
 
     def __init__(self, fields: dict[str, str]):
         super().__init__("; ".join(f"{k}: {v}" for k, v in fields.items()))
@@ -129,7 +132,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
     if isinstance(exc, FieldsRefusedError):
-        exc = invalid_fields(exc.fields)
+        refused = invalid_fields(exc.fields)
+        refused.error_code = exc.code
+        exc = refused
     elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):

@@ -37,6 +37,8 @@ import httpcore
 import httpx
 from django.conf import settings
 
+from langbot_host.core.api_errors import FieldsRefusedError
+
 ALLOWED_SCHEMES = ("http", "https")
 SETTING = "LANGBOT_ALLOW_PRIVATE_ADDRESSES"
 # Older, narrower names of the same switch, kept so existing deployments keep their meaning.
@@ -142,30 +144,57 @@ def _refusal_of(host: str, addresses: Iterable[str]) -> str | None:
     return None
 
 
-def url_refusal(url: str, *, allow_private: bool) -> str | None:
-    """Why a tenant may not save this URL (None when it may): an http or https URL with a host, no
-    credentials and a valid port, and — unless `allow_private` — a host whose every address is public. A
-    name is resolved now; a name that does not resolve is refused only when the address check applies."""
+def _form_refusal(url: str) -> str | None:
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises for a port out of range
     except ValueError:
-        return "Is not a valid URL."
+        return "Is not a valid URL (or has an invalid port)."
     if parts.scheme not in ALLOWED_SCHEMES or not parts.hostname:
         return "Must be an http:// or https:// URL with a host."
     if parts.username or parts.password:
         return "Must not carry credentials (user:password@); send them as the API asks instead."
+    return None
+
+
+def _address_refusal_of_url(url: str) -> str | None:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return "Has an invalid port."
-    if allow_private:
-        return None
-    host = parts.hostname
-    try:
-        addresses = resolve(host, port)
+        addresses = resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
     except (OSError, UnicodeError):
         return f"The host {host} does not resolve."
     return _refusal_of(host, addresses)
+
+
+def url_refusal(url: str, *, allow_private: bool) -> str | None:
+    """Why a tenant may not save this URL (None when it may): an http or https URL with a host, no
+    credentials and a valid port, and — unless `allow_private` — a host whose every address is public. A
+    name is resolved now; a name that does not resolve is refused only when the address check applies."""
+    refusal = _form_refusal(url)
+    if refusal is not None or allow_private:
+        return refusal
+    return _address_refusal_of_url(url)
+
+
+class URLRefusedError(FieldsRefusedError):
+    """A URL refused when saved, naming its field: 400 `address.not_allowed` when its address is refused,
+    400 `invalid_argument` when it is no usable http(s) URL at all."""
+
+    def __init__(self, fields: dict[str, str], *, code: str = REFUSED_CODE):
+        super().__init__(fields)
+        self.code = code
+
+
+def url_checked(url: str, *, allow_private: bool, field: str = "url") -> str:
+    """`url` when a tenant may save it; raises `URLRefusedError` naming `field` otherwise."""
+    refusal = _form_refusal(url)
+    if refusal is not None:
+        raise URLRefusedError({field: refusal}, code="invalid_argument")
+    refusal = None if allow_private else _address_refusal_of_url(url)
+    if refusal is not None:
+        raise URLRefusedError({field: refusal})
+    return url
 
 
 def excerpt(text: str | bytes, limit: int = 200) -> str:

@@ -11,7 +11,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from bindings.admin_scope import WorkspaceScopedAdmin
-from platforms.webhooks.guard import url_refusal
+from bindings.selectors import workspace_private_addresses_allowed
+from langbot_host.core.outbound import url_refusal
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
 from platforms.webhooks.outbox import runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.services import webhook_delivery_redeliver, webhook_secret_rotate
@@ -33,7 +34,9 @@ class WebhookEndpointAdminForm(forms.ModelForm[WebhookEndpoint]):
         if binding is not None and workspace is not None and binding.workspace_id != workspace.pk:
             self.add_error("binding", "The binding must belong to the endpoint's workspace.")
         url = cleaned.get("url")
-        refusal = url_refusal(url) if url and "url" in self.changed_data else None
+        refusal = None
+        if url and workspace is not None and ("url" in self.changed_data or "workspace" in self.changed_data):
+            refusal = url_refusal(url, allow_private=workspace_private_addresses_allowed(workspace=workspace))
         if refusal is not None:
             self.add_error("url", refusal)
         return cleaned

@@ -7,8 +7,9 @@ under the same token. A 2xx answer accepts the message; anything else (another s
 timeout, a refused connection) is retried on the Standard Webhooks schedule — 5 s, 5 min, 30 min, 2 h,
 5 h, 10 h after each failure — with a last attempt 24 h after the first; then the delivery has `failed`.
 Redirects are not followed (a 3xx is a failure), as the specification asks. A message whose host is
-refused by the address guard (`platforms.webhooks.guard`: a private address, unless allowed) has `failed`
-at once, with the reason as its last error: retrying cannot help, a redelivery can once the URL is fixed.
+refused by the outbound address guard (`langbot_host.core.outbound`: a private address, unless the
+operator allowed them for the endpoint's workspace or the host) has `failed` at once, with the reason as
+its last error: retrying cannot help, a redelivery can once the URL is fixed.
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from bindings.selectors import workspace_private_addresses_allowed
 from langbot_host.core.crypto import SecretDecryptionError
+from langbot_host.core.outbound import AddressRefusedError, excerpt, guarded_transport
 from platforms.metrics import WEBHOOK_ATTEMPTS
-from platforms.webhooks.guard import AddressRefusedError, guarded_transport
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.signing import signed_headers
 
@@ -115,37 +117,42 @@ def _claim(delivery_ids: list[str], *, now: datetime) -> tuple[uuid.UUID, list[W
     if not claimed:
         return token, []
     rows = list(WebhookDelivery.objects.filter(claim_token=token).order_by("id"))
-    endpoints = {e.pk: e for e in WebhookEndpoint.objects.filter(pk__in={row.endpoint_id for row in rows})}
+    endpoints = {
+        e.pk: e
+        for e in WebhookEndpoint.objects.select_related("workspace").filter(pk__in={row.endpoint_id for row in rows})
+    }
     for row in rows:
         row.endpoint = endpoints[row.endpoint_id]
     return token, rows
 
 
 class _Sender(threading.local):
-    """One pooled HTTP client per sending thread, kept between batches (a client costs an SSL context to
-    make, and keep-alive connections to a receiver are worth reusing). A batch is sent one request after
-    another: the Celery worker's threads give the concurrency, and a synchronous client spends well under
-    half the CPU per request of an asynchronous one juggling several."""
+    """Pooled HTTP clients per sending thread, kept between batches (a client costs an SSL context to
+    make, and keep-alive connections to a receiver are worth reusing): one that connects to public
+    addresses only, one for endpoints whose workspace may reach private ones. A batch is sent one request
+    after another: the Celery worker's threads give the concurrency, and a synchronous client spends well
+    under half the CPU per request of an asynchronous one juggling several."""
 
-    client: httpx.Client | None = None
+    def __init__(self) -> None:
+        self.clients: dict[bool, httpx.Client] = {}
 
-    def post(self, url: str, body: str, headers: dict[str, str]) -> Answer:
-        if self.client is None:
+    def post(self, url: str, body: str, headers: dict[str, str], *, allow_private: bool) -> Answer:
+        client = self.clients.get(allow_private)
+        if client is None:
             # No proxies from the environment: every connection must go through the guarded transport.
-            self.client = httpx.Client(
-                transport=guarded_transport(),
+            client = self.clients[allow_private] = httpx.Client(
+                transport=guarded_transport(allow_private=allow_private),
                 timeout=httpx.Timeout(REQUEST_TIMEOUT_SECONDS),
                 follow_redirects=False,
                 trust_env=False,
             )
         try:
-            response = self.client.post(url, content=body.encode(), headers=headers)
+            response = client.post(url, content=body.encode(), headers=headers)
         except AddressRefusedError as exc:
             return Answer(None, "", f"refused: {exc}"[:500], refused=True)
         except httpx.HTTPError as exc:
             return Answer(None, "", f"{type(exc).__name__}: {exc}"[:500], unreachable=True)
-        text = response.text[:RESPONSE_EXCERPT_CHARS].replace("\x00", "")
-        return Answer(response.status_code, text, "")
+        return Answer(response.status_code, excerpt(response.text, RESPONSE_EXCERPT_CHARS), "")
 
 
 _sender = _Sender()
@@ -224,7 +231,7 @@ def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) 
     token, deliveries = _claim(delivery_ids, now=now)
     if not deliveries:
         return []
-    requests: list[tuple[str, str, dict[str, str]]] = []
+    requests: list[tuple[str, str, dict[str, str], bool]] = []
     sendable: list[WebhookDelivery] = []
     signing: dict[int, list[str] | None] = {}
     for delivery in deliveries:
@@ -242,20 +249,21 @@ def deliveries_attempt(*, delivery_ids: list[str], now: datetime | None = None) 
         body = message_body(delivery)
         headers = signed_headers(message_id=delivery.event_id, body=body, secrets_=secrets_)
         headers |= {"content-type": "application/json", "user-agent": USER_AGENT}
-        requests.append((endpoint.url, body, headers))
+        allow_private = workspace_private_addresses_allowed(workspace=endpoint.workspace)
+        requests.append((endpoint.url, body, headers, allow_private))
         sendable.append(delivery)
     started = time.perf_counter()
     stalled: set[int] = set()
     deferred = 0
     answers: list[tuple[WebhookDelivery, Answer]] = []
-    for (url, body, headers), delivery in zip(requests, sendable, strict=True):
+    for (url, body, headers, allow_private), delivery in zip(requests, sendable, strict=True):
         sent_at = time.perf_counter()
         if delivery.endpoint_id in stalled or sent_at - started > BATCH_BUDGET_SECONDS:
             cause = "the endpoint was slow or did not answer" if delivery.endpoint_id in stalled else "time ran out"
             _release(delivery, now=now, why=f"not attempted: {cause} earlier in its batch")
             deferred += 1
             continue
-        answer = _sender.post(url, body, headers)
+        answer = _sender.post(url, body, headers, allow_private=allow_private)
         if answer.unreachable or time.perf_counter() - sent_at > SLOW_ANSWER_SECONDS:
             stalled.add(delivery.endpoint_id)
         answers.append((delivery, answer))

@@ -1,8 +1,10 @@
 """Writes of the completion webhooks: endpoints (create, update, delete, rotate their secret) and manual
 redelivery. Recording run ends is `outbox`, sending is `delivery`.
 
-A URL must pass the address guard (`platforms.webhooks.guard`) when it is set. A secret is generated here
-(or taken from the caller), stored encrypted, returned once to whoever made or rotated it and never logged.
+A URL must pass the outbound address guard (`langbot_host.core.outbound`) when it is set: public addresses
+only, unless the operator allowed private ones for the workspace or the host (400 `address.not_allowed`).
+A secret is generated here (or taken from the caller), stored encrypted, returned once to whoever made or
+rotated it and never logged.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from bindings.models import AgentBinding, Workspace
+from bindings.selectors import workspace_private_addresses_allowed
 from langbot_host.core.api_errors import FieldsRefusedError
-from platforms.webhooks.guard import url_refusal
+from langbot_host.core.outbound import url_checked
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.outbox import deliveries_send_on_commit, runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.signing import secret_generate
@@ -33,11 +36,8 @@ def _binding_of(workspace: Workspace, binding_id: str | None) -> AgentBinding | 
     return binding
 
 
-def _url_allowed(url: str) -> str:
-    refusal = url_refusal(url)
-    if refusal is not None:
-        raise FieldsRefusedError({"url": refusal})
-    return url
+def _url_allowed(workspace: Workspace, url: str) -> str:
+    return url_checked(url, allow_private=workspace_private_addresses_allowed(workspace=workspace))
 
 
 def webhook_endpoint_create(*, workspace: Workspace, spec: WebhookEndpointIn) -> tuple[WebhookEndpoint, str]:
@@ -46,7 +46,7 @@ def webhook_endpoint_create(*, workspace: Workspace, spec: WebhookEndpointIn) ->
     endpoint = WebhookEndpoint.objects.create(
         workspace=workspace,
         binding=_binding_of(workspace, spec.binding_id),
-        url=_url_allowed(spec.url),
+        url=_url_allowed(workspace, spec.url),
         description=spec.description,
         event_types=list(spec.event_types),
         secret=secret,
@@ -61,7 +61,7 @@ def webhook_endpoint_create(*, workspace: Workspace, spec: WebhookEndpointIn) ->
 def webhook_endpoint_update(*, endpoint: WebhookEndpoint, patch: WebhookEndpointPatchIn) -> WebhookEndpoint:
     given = patch.model_fields_set
     if "url" in given and patch.url is not None:
-        _url_allowed(patch.url)
+        _url_allowed(endpoint.workspace, patch.url)
     if "binding_id" in given:
         endpoint.binding = _binding_of(endpoint.workspace, patch.binding_id)
     for name in ("url", "event_types", "description", "enabled"):

@@ -1,7 +1,8 @@
-"""The address guard: with private addresses not allowed (production's default), an endpoint cannot be
-pointed at loopback, private, link-local or other non-public addresses — neither by a literal address nor
-by a name that resolves to one, when it is made or changed, nor when a name resolves to one only at send
-time (DNS rebinding): that delivery fails at once with the reason, and nothing is sent."""
+"""The outbound address guard on webhooks: with private addresses not allowed (production's default), an
+endpoint cannot be pointed at loopback, private, link-local or other non-public addresses — neither by a
+literal address (in any encoding, 6to4 and NAT64 included) nor by a name that resolves to one, when it is
+made or changed, nor when a name resolves to one only at send time (DNS rebinding): that delivery fails at
+once with the reason, and nothing is sent. A workspace the operator let reach private addresses may."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.utils import timezone
 
-from platforms.webhooks import guard
+from langbot_host.core import outbound
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from runners.lifecycle.services import run_cancel_request
 from tests.factories import WebhookEndpointFactory
@@ -25,6 +26,8 @@ PUBLIC = "93.184.216.34"
 @pytest.fixture
 def guarded(settings):
     settings.LANGBOT_WEBHOOK_ALLOW_PRIVATE = False
+    settings.LANGBOT_ALLOW_PRIVATE_ADDRESSES = False
+    settings.LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE = False
 
 
 @pytest.fixture
@@ -39,7 +42,7 @@ def dns(monkeypatch) -> dict[str, list[str]]:
             return [host]
         raise OSError(f"no such host {host}")
 
-    monkeypatch.setattr(guard, "resolve", resolve)
+    monkeypatch.setattr(outbound, "resolve", resolve)
     return names
 
 
@@ -59,14 +62,17 @@ def _create(client, url: str):
         "http://100.64.0.1/hooks",
         "http://0.0.0.0/hooks",
         "http://224.0.0.1/hooks",
+        "http://[2002:7f00:1::1]:8125/w",
+        "http://[64:ff9b::7f00:1]/hooks",
+        "http://[2001:0:4136:401:0:0:80ff:fffe]/hooks",
     ],
 )
 def test_a_literal_non_public_address_is_refused_naming_the_url(api_client, guarded, dns, url):
     answer = _create(api_client, url)
     assert answer.status_code == 400
     error = answer.json()["error"]
-    assert error["code"] == "invalid_argument"
-    assert "url" in str(error)
+    assert error["code"] == "address.not_allowed"
+    assert "LANGBOT_ALLOW_PRIVATE_ADDRESSES" in error["details"]["fields"]["url"]
     assert not WebhookEndpoint.objects.exists()
 
 
@@ -150,4 +156,33 @@ def test_when_private_addresses_are_allowed_the_sender_connects_to_the_address_i
     ],
 )
 def test_which_addresses_are_refused(address, refused):
-    assert (guard.address_refusal(address) is not None) is refused
+    assert (outbound.address_refusal(address) is not None) is refused
+
+
+def test_a_workspace_allowed_private_addresses_sends_to_a_local_receiver(api_client, workspace, receiver, guarded):
+    # given the operator let this workspace reach private addresses (the host-wide switch is off)
+    workspace.allow_private_addresses = True
+    workspace.save()
+    # when its endpoint points at a receiver on 127.0.0.1
+    created = _create(api_client, receiver.url)
+    assert created.status_code == 201, created.json()
+    run_cancel_request(run=make_run(workspace), reason="stop")
+    [delivery] = send_due(WebhookEndpoint.objects.get())
+    # then the message reaches it
+    assert delivery.status == WebhookDelivery.Status.SUCCEEDED
+    assert len(receiver.requests) == 1
+
+
+def test_an_endpoint_saved_while_allowed_fails_once_the_operator_withdraws_private_addresses(
+    workspace, receiver, guarded
+):
+    workspace.allow_private_addresses = True
+    workspace.save()
+    endpoint = WebhookEndpointFactory.create(workspace=workspace, url=receiver.url)
+    workspace.allow_private_addresses = False
+    workspace.save()
+    run_cancel_request(run=make_run(workspace), reason="stop")
+    [delivery] = send_due(endpoint)
+    assert receiver.requests == []
+    assert delivery.status == WebhookDelivery.Status.FAILED
+    assert "allow_private_addresses" in delivery.last_error
