@@ -26,6 +26,7 @@ from artifacts.models import Artifact
 from artifacts.selectors import artifact_get
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Workspace
+from bindings.selectors import workspace_private_addresses_allowed
 from transcripts.models import EventLog
 
 _DATA_URL = re.compile(r"^data:(?P<type>[^;,]*)(?P<params>(;[^;,]*)*?)(?P<b64>;base64)?,(?P<data>.*)$", re.DOTALL)
@@ -91,7 +92,7 @@ def attachment_register(
             declared = declared or declared_by_url
         else:
             try:
-                fetched = url_fetch(url)
+                fetched = url_fetch(url, allow_private=workspace_private_addresses_allowed(workspace=workspace))
             except FetchRefusedError as exc:
                 raise AttachmentRefusedError(str(exc)) from None
             data = fetched.content

@@ -1,16 +1,17 @@
-"""The SSRF-safe fetcher of URL attachments (issue 4; PROTOCOL_V1 §10).
+"""The SSRF-safe fetcher of URL attachments.
 
-A URL is fetched only when every address its host name resolves to is public: private, loopback,
-link-local, multicast, reserved and unspecified addresses are refused — after DNS resolution, and the
-connection is then made to the checked address itself, so a second lookup cannot be steered elsewhere
-(DNS rebinding). Redirects are followed by hand (at most 5), each hop checked the same way. Only
-`http` and `https`; responses larger than `LANGBOT_ARTIFACT_FETCH_MAX_BYTES` are cut off and refused.
-`LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE` lifts the address check for closed networks.
+A URL is fetched only when every address its host name resolves to is public, as the outbound address
+guard (`langbot_host.core.outbound`) judges them: private, loopback, link-local, multicast, reserved and
+unspecified addresses, and IPv6 addresses carrying one, are refused — after DNS resolution, and the
+connection is then made to the checked address itself, through the guard's transport, so a second lookup
+cannot be steered elsewhere (DNS rebinding). Redirects are followed by hand (at most 5), each hop checked
+the same way. Only `http` and `https`; responses larger than `LANGBOT_ARTIFACT_FETCH_MAX_BYTES` are cut off
+and refused. The caller says whether private addresses are allowed (the workspace's flag or the host's
+`LANGBOT_ALLOW_PRIVATE_ADDRESSES`, whose older name `LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE` still works).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 from django.conf import settings
+
+from langbot_host.core.outbound import addresses_refusal, guarded_transport, host_private_allowed
 
 MAX_REDIRECTS = 5
 Resolver = Callable[[str, int], list[str]]
@@ -43,16 +46,6 @@ def _resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def address_is_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not (
-        ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_reserved
-        or ip.is_unspecified or not ip.is_global
-    )  # fmt: skip
-
-
 def _checked_address(url: str, resolver: Resolver, allow_private: bool) -> tuple[str, str, int]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https"):
@@ -66,10 +59,9 @@ def _checked_address(url: str, resolver: Resolver, allow_private: bool) -> tuple
     addresses = resolver(host, port)
     if not addresses:
         raise FetchRefusedError(f"{host!r} resolves to no address")
-    if not allow_private:
-        blocked = [a for a in addresses if not address_is_public(a)]
-        if blocked:
-            raise FetchRefusedError(f"{host!r} resolves to a non-public address ({blocked[0]}); refused")
+    refusal = None if allow_private else addresses_refusal(host, addresses)
+    if refusal is not None:
+        raise FetchRefusedError(f"refused, a non-public address: {refusal}")
     return host, addresses[0], port
 
 
@@ -91,9 +83,12 @@ def url_fetch(
     resolver: Resolver = _resolve,
     transport: httpx.BaseTransport | None = None,
 ) -> Fetched:
-    """Fetch `url` under the rules above; raises `FetchRefusedError`."""
+    """Fetch `url` under the rules above; raises `FetchRefusedError`. `allow_private` defaults to the
+    host-wide switch."""
     limit = max_bytes if max_bytes is not None else settings.LANGBOT_ARTIFACT_FETCH_MAX_BYTES
-    allow = settings.LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE if allow_private is None else allow_private
+    allow = host_private_allowed() if allow_private is None else allow_private
+    # The checked address is connected to through the guard's transport as well: one rule at both ends.
+    transport = transport or guarded_transport(allow_private=allow)
     seconds = timeout if timeout is not None else settings.LANGBOT_ARTIFACT_FETCH_TIMEOUT
     current = url
     with httpx.Client(timeout=seconds, follow_redirects=False, transport=transport, trust_env=False) as client:

@@ -135,7 +135,8 @@ def address_refusal(address: str) -> str | None:
     return _plain_refusal(ip)
 
 
-def _refusal_of(host: str, addresses: Iterable[str]) -> str | None:
+def addresses_refusal(host: str, addresses: Iterable[str]) -> str | None:
+    """Why `host`, resolving to `addresses`, may not be connected to (None when every address is public)."""
     for address in addresses:
         why = address_refusal(address)
         if why is not None:
@@ -164,7 +165,7 @@ def _address_refusal_of_url(url: str) -> str | None:
         addresses = resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
     except (OSError, UnicodeError):
         return f"The host {host} does not resolve."
-    return _refusal_of(host, addresses)
+    return addresses_refusal(host, addresses)
 
 
 def url_refusal(url: str, *, allow_private: bool) -> str | None:
@@ -210,7 +211,7 @@ def _checked_addresses(host: str, port: int, allow_private: bool, addresses: lis
     if not addresses:
         raise httpcore.ConnectError(f"{host} has no address")
     if not allow_private:
-        refusal = _refusal_of(host, addresses)
+        refusal = addresses_refusal(host, addresses)
         if refusal is not None:
             raise AddressRefusedError(refusal)
     return addresses

@@ -31,6 +31,12 @@ def test_content_decides_the_mime_type(head, declared, expected):
     assert mime_type_sniff(head, declared) == expected
 
 
+@pytest.fixture(autouse=True)
+def _private_addresses_refused(settings):
+    # The test settings allow private addresses host-wide (local fakes); the fetcher's tests need the default.
+    settings.LANGBOT_WEBHOOK_ALLOW_PRIVATE = False
+
+
 def _resolver(address: str):
     return lambda host, port: [address]
 
@@ -40,7 +46,18 @@ def _ok_transport(body: bytes = b"file body", status: int = 200, headers: dict |
 
 
 @pytest.mark.parametrize(
-    "address", ["127.0.0.1", "10.1.2.3", "192.168.0.1", "169.254.169.254", "::1", "fd00::1", "0.0.0.0"]
+    "address",
+    [
+        "127.0.0.1",
+        "10.1.2.3",
+        "192.168.0.1",
+        "169.254.169.254",
+        "::1",
+        "fd00::1",
+        "0.0.0.0",
+        "2002:7f00:1::1",
+        "64:ff9b::a9fe:a9fe",
+    ],
 )
 def test_fetcher_refuses_non_public_addresses_after_resolution(address):
     with pytest.raises(FetchRefusedError, match="non-public"):
@@ -88,9 +105,19 @@ def test_fetcher_refuses_other_schemes_and_oversize_bodies():
         )
 
 
-def test_private_addresses_are_allowed_only_by_the_setting(settings):
-    settings.LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE = True
+@pytest.mark.parametrize("setting", ["LANGBOT_ALLOW_PRIVATE_ADDRESSES", "LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE"])
+def test_private_addresses_are_allowed_by_the_host_switch_or_its_older_name(settings, setting):
+    setattr(settings, setting, True)
     fetched = url_fetch("http://intranet.local/a", resolver=_resolver("10.0.0.5"), transport=_ok_transport())
+    assert fetched.content == b"file body"
+
+
+def test_private_addresses_are_allowed_for_one_fetch_when_the_caller_says_so():
+    with pytest.raises(FetchRefusedError, match="LANGBOT_ALLOW_PRIVATE_ADDRESSES"):
+        url_fetch("http://intranet.local/a", resolver=_resolver("10.0.0.5"), transport=_ok_transport())
+    fetched = url_fetch(
+        "http://intranet.local/a", allow_private=True, resolver=_resolver("10.0.0.5"), transport=_ok_transport()
+    )
     assert fetched.content == b"file body"
 
 
