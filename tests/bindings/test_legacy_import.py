@@ -1,4 +1,6 @@
-"""`import_legacy_config`: a LangBot pipeline config becomes a binding, its runner block copied losslessly."""
+"""`import_legacy_config`: a LangBot pipeline config becomes a binding, its runner block copied losslessly.
+Most tests import for a runner that is not installed (`--allow-missing-runner`); without it such an import
+is refused (tests/external_runners/test_legacy_migration.py)."""
 
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ def write(tmp_path, data, suffix=".json"):
 def test_the_runner_block_is_copied_losslessly(tmp_path, workspace, suffix):
     path = write(tmp_path, pipeline("dify-service-api", DIFY_BLOCK), suffix)
 
-    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
+    call_command("import_legacy_config", "--allow-missing-runner", str(path), "--workspace", workspace.slug)
 
     binding = AgentBinding.objects.get()
     assert binding_runner_config_plain(binding) == DIFY_BLOCK
@@ -68,7 +70,7 @@ def test_the_runner_block_is_copied_losslessly(tmp_path, workspace, suffix):
 def test_without_the_runner_installed_the_config_is_stored_unchecked_and_says_so(tmp_path, workspace, capsys):
     path = write(tmp_path, pipeline("dify-service-api", DIFY_BLOCK))
 
-    call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
+    call_command("import_legacy_config", "--allow-missing-runner", str(path), "--workspace", workspace.slug)
 
     binding = AgentBinding.objects.get()
     assert binding.config_validated is False
@@ -80,6 +82,7 @@ def test_without_the_runner_installed_the_config_is_stored_unchecked_and_says_so
 def test_credential_looking_keys_are_encrypted_and_masked_even_without_a_schema(tmp_path, workspace, api_client):
     call_command(
         "import_legacy_config",
+        "--allow-missing-runner",
         str(write(tmp_path, pipeline("dify-service-api", DIFY_BLOCK))),
         "--workspace",
         workspace.slug,
@@ -97,7 +100,11 @@ def test_credential_looking_keys_are_encrypted_and_masked_even_without_a_schema(
 @pytest.mark.parametrize(("legacy", "runner_id"), sorted(LEGACY_RUNNER_IDS.items()))
 def test_every_legacy_runner_maps_to_its_official_plugin(tmp_path, workspace, legacy, runner_id):
     call_command(
-        "import_legacy_config", str(write(tmp_path, pipeline(legacy, {"x": 1}))), "--workspace", workspace.slug
+        "import_legacy_config",
+        "--allow-missing-runner",
+        str(write(tmp_path, pipeline(legacy, {"x": 1}))),
+        "--workspace",
+        workspace.slug,
     )
 
     assert AgentBinding.objects.get().runner_id == runner_id
@@ -107,7 +114,7 @@ def test_an_unknown_runner_is_a_clear_error_and_writes_nothing(tmp_path, workspa
     path = write(tmp_path, pipeline("my-own-runner", {"x": 1}))
 
     with pytest.raises(CommandError, match=r"unknown runner 'my-own-runner'.*nothing was written"):
-        call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
+        call_command("import_legacy_config", "--allow-missing-runner", str(path), "--workspace", workspace.slug)
 
     assert not AgentBinding.objects.exists()
 
@@ -116,7 +123,7 @@ def test_a_block_with_text_the_database_cannot_store_is_refused_by_path_and_writ
     path = write(tmp_path, pipeline("dify-service-api", {"nested": {"api-key": "app-\x00"}}))
 
     with pytest.raises(CommandError, match=r"`ai\.dify-service-api\.nested\.api-key` holds a NUL.*nothing was written"):
-        call_command("import_legacy_config", str(path), "--workspace", workspace.slug)
+        call_command("import_legacy_config", "--allow-missing-runner", str(path), "--workspace", workspace.slug)
 
     assert not AgentBinding.objects.exists()
 
@@ -124,7 +131,7 @@ def test_a_block_with_text_the_database_cannot_store_is_refused_by_path_and_writ
 def test_a_dry_run_writes_nothing(tmp_path, capsys):
     path = write(tmp_path, pipeline("coze-api", {"api-key": "k"}))
 
-    call_command("import_legacy_config", str(path), "--workspace", "fresh", "--dry-run")
+    call_command("import_legacy_config", "--allow-missing-runner", str(path), "--workspace", "fresh", "--dry-run")
 
     assert "would create binding" in capsys.readouterr().out
     assert not AgentBinding.objects.exists()
@@ -138,6 +145,7 @@ def test_bot_option_scopes_the_binding_to_that_bot(tmp_path, workspace):
 
     call_command(
         "import_legacy_config",
+        "--allow-missing-runner",
         str(write(tmp_path, pipeline("n8n-service-api", {"url": "u"}))),
         "--workspace",
         workspace.slug,
@@ -153,6 +161,7 @@ def test_an_unknown_bot_is_refused(tmp_path, workspace):
     with pytest.raises(CommandError, match="no bot 'ghost'"):
         call_command(
             "import_legacy_config",
+            "--allow-missing-runner",
             str(write(tmp_path, pipeline("n8n-service-api", {}))),
             "--workspace",
             workspace.slug,
@@ -175,8 +184,8 @@ def test_with_the_runner_installed_the_config_is_validated(tmp_path, workspace):
     bad.write_text(json.dumps(pipeline("coze-api", {"api-key": "k", "bot-id": 7})))
 
     with pytest.raises(CommandError, match=r"runner_config\.bot-id"):
-        call_command("import_legacy_config", str(bad), "--workspace", workspace.slug)
-    call_command("import_legacy_config", str(good), "--workspace", workspace.slug)
+        call_command("import_legacy_config", "--allow-missing-runner", str(bad), "--workspace", workspace.slug)
+    call_command("import_legacy_config", "--allow-missing-runner", str(good), "--workspace", workspace.slug)
 
     binding = AgentBinding.objects.get()
     assert binding.config_validated is True
@@ -188,12 +197,13 @@ def test_a_file_that_is_not_a_pipeline_is_refused(tmp_path):
     path.write_text('{"hello": "world"}')
 
     with pytest.raises(CommandError, match="no `ai` section"):
-        call_command("import_legacy_config", str(path))
+        call_command("import_legacy_config", "--allow-missing-runner", str(path))
 
 
 def test_a_later_edit_with_the_runner_installed_validates_the_imported_config(tmp_path, workspace, api_client):
     call_command(
         "import_legacy_config",
+        "--allow-missing-runner",
         str(write(tmp_path, pipeline("coze-api", {"api-key": "k", "x": 1}))),
         "--workspace",
         workspace.slug,
