@@ -101,7 +101,11 @@ class SlackAdapter(PlatformAdapter):
             raise InboundRefusedError("forged", "the request timestamp is not a number", status=401) from None
         if age > REPLAY_WINDOW_SECONDS:
             raise InboundRefusedError("replayed", "the request was signed more than five minutes ago", status=401)
-        if not SignatureVerifier(secret).is_valid(body=request.body, timestamp=timestamp, signature=signature):
+        try:
+            body = request.body.decode("utf-8")  # the SDK's verifier decodes it, and fails on other bytes
+        except UnicodeDecodeError:
+            raise InboundRefusedError("malformed", "not a Slack Events API request: not UTF-8", status=400) from None
+        if not SignatureVerifier(secret).is_valid(body=body, timestamp=timestamp, signature=signature):
             raise InboundRefusedError("forged", "the Slack signature does not match", status=401)
 
     def parse(self, request: InboundRequest) -> InboundBatch:
