@@ -28,6 +28,7 @@ LBP = REPO_ROOT / "var" / "langbot-plugin-venv" / "bin" / "lbp"
 PLUGINS = Path(__file__).parent / "plugins"
 RUNNER_ID = "plugin:lbptest/lbp-echo/echo"
 INTRUDER_ID = "plugin:lbptest/lbp-intruder/steal"
+API_ID = "plugin:lbptest/lbp-api/calls"
 
 
 def start_lbp_rt(home: Path, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], int]:
@@ -69,7 +70,7 @@ def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`lbp rt` with the test plugins installed in its `data/plugins` (directories `author__name`, as LangBot
     installs plugins), listening for its host on a free control port."""
     home = tmp_path_factory.mktemp("lbp-rt")
-    for name in ("lbp-echo", "lbp-intruder"):
+    for name in ("lbp-echo", "lbp-intruder", "lbp-api"):
         shutil.copytree(PLUGINS / name, home / "data" / "plugins" / f"lbptest__{name}")
     process, control = start_lbp_rt(home)
     yield f"ws://127.0.0.1:{control}/control/ws"
@@ -114,8 +115,14 @@ def langbot_binding(lbp_runtime: str, settings, langbot_worker):
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     settings.LANGBOT_LANGBOT_RUNTIME_URL = lbp_runtime
-    result = langbot_runners_refresh(settle=20)
-    assert {RUNNER_ID, INTRUDER_ID} <= set(result.available), result
+    # The worker holds the runtime's connection and publishes what it lists; its plugins take a while to start.
+    deadline = time.monotonic() + 90
+    while True:
+        result = langbot_runners_refresh(settle=20)
+        if {RUNNER_ID, INTRUDER_ID, API_ID} <= set(result.available) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert {RUNNER_ID, INTRUDER_ID, API_ID} <= set(result.available), result
     descriptor = RunnerDescriptor.objects.get(runner_id=RUNNER_ID)
     assert descriptor.source == RunnerDescriptor.Source.LANGBOT
     assert descriptor.permissions["history"] == ["page"]

@@ -9,6 +9,7 @@ The runtime's virtualenv missing is a failure, not a skip: `make test` builds it
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import httpx
 import pytest
 
 from tests.langbot_plugin.conftest import (
+    API_ID,
     INTRUDER_ID,
     RUNNER_ID,
     assistant_reply,
@@ -79,9 +81,8 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
         time.sleep(0.1)
     assert rows == expected
 
-    unsupported = wait_terminal(post_message(binding, "version", conversation_id="lbp-3"), timeout=60)
-    assert assistant_reply(unsupported).startswith("refused: ")
-    assert "the host does not provide get_langbot_version to LangBot plugins" in assistant_reply(unsupported)
+    version = wait_terminal(post_message(binding, "version", conversation_id="lbp-3"), timeout=60)
+    assert assistant_reply(version) == "version langbot-host"
 
     # Another conversation starts its own count.
     other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
@@ -180,20 +181,92 @@ def test_a_langbot_plugin_cannot_act_for_another_plugins_run(langbot_binding) ->
     assert wait_terminal(victim, timeout=30).status == "cancelled"
 
 
-def test_a_run_on_a_superseded_connection_fails_retryable_and_the_worker_reconnects(langbot_binding) -> None:
-    """LangBot's runtime serves one control connection: another process connecting (a refresh) takes it over.
-    The run in flight on the worker's connection fails with a retryable runtime_error; the next run reconnects."""
+def test_a_refresh_reads_the_workers_catalog_and_leaves_its_runs_alone(langbot_binding) -> None:
+    """The worker holds LangBot's one control connection and publishes what the runtime lists: a refresh in
+    another process reads that instead of taking the connection, so the run in flight goes on."""
+    from runners.lifecycle.services import run_cancel_request
     from runners.runtime.langbot.catalog import langbot_runners_refresh
 
     binding, _worker = langbot_binding
-    run = post_message(binding, "sleep", conversation_id="lbp-superseded")
+    run = post_message(binding, "sleep", conversation_id="lbp-refresh-in-flight")
     wait_first_delta(run)  # the runner is sleeping on the worker's connection
-    assert RUNNER_ID in langbot_runners_refresh(settle=0).available  # this process's connection, now the runtime's
+    refreshed = langbot_runners_refresh(settle=0)
+    assert RUNNER_ID in refreshed.available, refreshed
+    assert refreshed.missing == [], refreshed
+    run.refresh_from_db()
+    assert run.status == "running"
+    run_cancel_request(run=run, reason="done")
+    assert wait_terminal(run, timeout=30).status == "cancelled"
+
+
+def test_a_run_on_a_superseded_connection_fails_retryable_and_the_worker_takes_it_back(
+    langbot_binding, lbp_runtime: str
+) -> None:
+    """Another host connecting to LangBot's runtime takes its one control connection: the run in flight on the
+    worker's fails with a retryable runtime_error, and the worker reconnects by itself."""
+    from runners.runtime.langbot import LangBotRuntime
+
+    binding, _worker = langbot_binding
+    run = post_message(binding, "sleep", conversation_id="lbp-superseded")
+    wait_first_delta(run)
+
+    async def intrude() -> None:
+        other = LangBotRuntime(lbp_runtime)
+        try:
+            await other.connection()
+        finally:
+            await other.aclose()
+
+    asyncio.run(intrude())
     run = wait_terminal(run, timeout=30)
     assert run.status == "failed"
     assert (run.error["code"], run.error["retryable"]) == ("runtime_error", True), run.error
-    after = wait_terminal(post_message(binding, "back", conversation_id="lbp-superseded-2"), timeout=60)
+    after = wait_terminal(post_message(binding, "back", conversation_id="lbp-superseded-2"), timeout=90)
     assert assistant_reply(after) == "hi: back (turn 1, history 1)"
+
+
+def test_a_langbot_runner_calls_tools_rerank_and_version_through_ctx_api(langbot_binding) -> None:
+    """Every host call of the SDK's `ctx.api` answers in the SDK's own shapes: a tool's result is the object
+    its SDK validates (a tool error is an answer too, and both end their `tool.call.started`), rerank scores
+    come as index/relevance_score, the version is the host's."""
+    from resources.mcp.services import mcp_server_refresh
+    from resources.models import Model
+    from runners.models import RunEvent
+    from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory
+    from tests.fakes.mcp_fixtures import stdio_server
+    from tests.fakes.openai_server import fake_openai, rerank_answer
+
+    binding, _worker = langbot_binding
+    workspace = binding.workspace
+    mcp_server_refresh(server=stdio_server(workspace, tools=["echo", "fail"]))
+    with fake_openai() as fake:
+        provider = ModelProviderFactory.create(workspace=workspace, base_url=fake.base_url)
+        rerank = ModelFactory.create(provider=provider, model_id="rr-lbp", kind=Model.Kind.RERANK)
+        calls = AgentBindingFactory.create(
+            workspace=workspace,
+            runner_id=API_ID,
+            runner_config={"rerank_model": rerank.model_id},
+            resource_policy={"allowed_model_ids": [rerank.model_id], "allowed_tool_names": ["echo", "fail"]},
+        )
+        fake.reply(rerank_answer((1, 0.9, None)))
+        run = wait_terminal(post_message(calls, "go", conversation_id="lbp-api"), timeout=90)
+    assert run.status == "completed", (run.status, run.error)
+    reply = assistant_reply(run)
+    lines = dict(line.split(": ", 1) for line in reply.splitlines())
+    assert set(lines) == {"detail", "echo", "fail", "rerank", "version"}, reply  # no call raised in the runner
+    assert json.loads(lines["detail"])["name"] == "echo"
+    assert json.loads(lines["echo"]) == {"content": "hi"}
+    # The MCP server's own words for a tool that raised.
+    failed = {"content": "Error executing tool fail: boom", "is_error": True}
+    assert json.loads(lines["fail"]) == failed
+    assert json.loads(lines["rerank"]) == [{"index": 1, "relevance_score": 0.9}]
+    assert json.loads(lines["version"]) == "langbot-host"
+    events = list(RunEvent.objects.filter(run=run, type__startswith="tool.call.").values_list("type", "data"))
+    assert [kind for kind, _ in events] == ["tool.call.started", "tool.call.completed"] * 2, events
+    assert [data.get("result") for kind, data in events if kind == "tool.call.completed"] == [
+        {"content": "hi"},
+        failed,
+    ]
 
 
 def test_through_the_rest_api_refreshed_bound_and_answered_on_post_events_wait(langbot_worker, start_langbot_web):
