@@ -356,6 +356,14 @@ def _described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+class _SessionDeadError(Exception):
+    """A kept session found dead before a request was sent on it: the request never left."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def _lost(exc: BaseException) -> bool:
     if isinstance(exc, MCPError):
         return exc.code == CONNECTION_CLOSED
@@ -481,8 +489,13 @@ class MCPConnections:
                 if not _lost(exc):
                     raise MCPClientError("refused", config.redacted(exc.message), code=exc.code) from None
                 failure: BaseException = exc
+                resendable = resend
             except MCPClientError:
                 raise
+            except _SessionDeadError as exc:
+                # The request never left: safe to send on a new session, whatever `resend` says.
+                failure = exc.cause
+                resendable = True
             except Exception as exc:
                 if not _lost(exc):
                     # An answer the SDK could not accept (a result not matching the tool's output schema,
@@ -490,12 +503,13 @@ class MCPConnections:
                     message = config.redacted(f"unusable answer: {_described(exc)}")
                     raise MCPClientError("refused", message) from None
                 failure = exc
+                resendable = resend
             else:
                 connection.last_used = time.monotonic()
                 return result, listed
             await self._drop(connection)
             described = config.redacted(_described(failure))
-            if not resend:
+            if not resendable:
                 logger.info("MCP server %s: session lost during a call (%s)", config.server_id, described)
                 message = (
                     f"the connection to the server broke during the call ({described}); the call may or may not "
@@ -522,8 +536,20 @@ class MCPConnections:
     async def tool_call(
         self, config: MCPServerConfig, name: str, arguments: dict[str, Any], timeout: float
     ) -> ToolAnswer:
-        async def calling(connection: _Connection, left: float, _fresh: bool) -> CallToolResult:
+        async def calling(connection: _Connection, left: float, fresh: bool) -> CallToolResult:
             assert connection.client is not None
+            if not fresh:
+                # A kept session may have lost its server since its last use (nothing notices until a
+                # request fails). A ping first tells a dead session, on which the call would never leave
+                # and may be sent on a new one, from a call that broke after leaving, which is never re-sent.
+                # Any answer proves the session alive, a refusal too (some servers do not implement ping).
+                try:
+                    await connection.client.session.send_ping()
+                except Exception as exc:
+                    if _lost(exc):
+                        raise _SessionDeadError(exc) from exc
+                    if not isinstance(exc, MCPError):
+                        raise
             answer = await connection.client.session.call_tool(name, arguments, read_timeout_seconds=left)
             if not isinstance(answer, CallToolResult):
                 raise MCPClientError("refused", f"the server answered tools/call with a {type(answer).__name__}")

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -61,7 +62,7 @@ def probe(report: Path, *, command: str = sys.executable, **fields: object) -> d
     }
 
 
-def refusal_of(response) -> dict[str, object]:
+def refusal_of(response) -> dict[str, Any]:
     assert response.status_code == 403, response.content
     error = response.json()["error"]
     assert error["code"] == "mcp.stdio_not_allowed"
