@@ -155,6 +155,16 @@ LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES = env.int("LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES",
 LANGBOT_ARTIFACT_FETCH_MAX_BYTES = env.int("LANGBOT_ARTIFACT_FETCH_MAX_BYTES", default=50 * 1024**2)
 # Knowledge-base document uploads above this answer 413 `payload_too_large` (resources/knowledge/uploads.py).
 KNOWLEDGE_DOCUMENT_MAX_BYTES = env.int("KNOWLEDGE_DOCUMENT_MAX_BYTES", default=50 * 1024**2)
+# What a document may expand to once parsed (resources/knowledge/limits.py): a DOCX's unpacked files (and any
+# one PDF stream), a zip's entry count and any large entry's compression ratio, a PDF's pages, the characters
+# extracted. Parsing runs in a child process with this address-space cap and wall-clock timeout.
+LANGBOT_KB_MAX_EXPANDED_BYTES = env.int("LANGBOT_KB_MAX_EXPANDED_BYTES", default=64 * 1024**2)
+LANGBOT_KB_MAX_ZIP_ENTRIES = env.int("LANGBOT_KB_MAX_ZIP_ENTRIES", default=1000)
+LANGBOT_KB_MAX_COMPRESSION_RATIO = env.int("LANGBOT_KB_MAX_COMPRESSION_RATIO", default=100)
+LANGBOT_KB_MAX_PDF_PAGES = env.int("LANGBOT_KB_MAX_PDF_PAGES", default=2000)
+LANGBOT_KB_MAX_CHARACTERS = env.int("LANGBOT_KB_MAX_CHARACTERS", default=10_000_000)
+LANGBOT_KB_PARSE_MEMORY_MB = env.int("LANGBOT_KB_PARSE_MEMORY_MB", default=1024)
+LANGBOT_KB_PARSE_TIMEOUT_SECONDS = env.float("LANGBOT_KB_PARSE_TIMEOUT_SECONDS", default=120.0)
 LANGBOT_ARTIFACT_FETCH_TIMEOUT = env.float("LANGBOT_ARTIFACT_FETCH_TIMEOUT", default=20.0)
 # The outbound address guard (langbot_host.core.outbound): every URL a tenant chooses (model providers,
 # bots' api_base_url, MCP servers, webhooks, URL attachments) may reach only public addresses unless this

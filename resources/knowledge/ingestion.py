@@ -8,6 +8,10 @@ base has an embedding model — are written in one transaction with the `ready` 
 base's new index version and term counts: a document's chunks are searchable all at once or not at all. A document
 deleted or queued again meanwhile is left alone.
 
+Parsing runs in a child process held to a memory and a time limit (resources/knowledge/isolation.py), with
+the `ParseLimits` the settings give: a document that expands without bound fails alone, and the worker,
+which also runs agents, keeps its memory.
+
 Every failure ends as `failed` with a message for the operator (an unreadable file, an embedding
 provider's error); an unexpected one is logged with its traceback and never escapes to crash the worker.
 """
@@ -18,6 +22,7 @@ import logging
 from datetime import timedelta
 
 import numpy as np
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -26,7 +31,9 @@ from artifacts.services import artifact_read_bytes
 from resources.clients import ProviderCallError
 from resources.knowledge.chunking import Chunk, document_chunk
 from resources.knowledge.embeddings import texts_embed
-from resources.knowledge.parsing import DocumentRejectedError, document_parse
+from resources.knowledge.isolation import document_parse_isolated
+from resources.knowledge.limits import ParseLimits
+from resources.knowledge.parsing import DocumentRejectedError, ParsedDocument
 from resources.knowledge.term_counts import term_counts_document_add, term_counts_document_subtract
 from resources.knowledge.terms import search_terms_of
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument
@@ -58,6 +65,24 @@ def _progress(document: KnowledgeDocument, value: int) -> None:
 def _fail(document: KnowledgeDocument, message: str) -> None:
     KnowledgeDocument.objects.filter(pk=document.pk, status=Status.PROCESSING).update(
         status=Status.FAILED, error=message[:2000], updated_at=timezone.now(), processed_at=timezone.now()
+    )
+
+
+def _parsed(document: KnowledgeDocument, data: bytes) -> ParsedDocument:
+    limits = ParseLimits(
+        max_expanded_bytes=settings.LANGBOT_KB_MAX_EXPANDED_BYTES,
+        max_zip_entries=settings.LANGBOT_KB_MAX_ZIP_ENTRIES,
+        max_compression_ratio=settings.LANGBOT_KB_MAX_COMPRESSION_RATIO,
+        max_pdf_pages=settings.LANGBOT_KB_MAX_PDF_PAGES,
+        max_characters=settings.LANGBOT_KB_MAX_CHARACTERS,
+    )
+    return document_parse_isolated(
+        data=data,
+        name=document.name,
+        mime_type=document.mime_type,
+        limits=limits,
+        memory_mb=settings.LANGBOT_KB_PARSE_MEMORY_MB,
+        timeout_seconds=settings.LANGBOT_KB_PARSE_TIMEOUT_SECONDS,
     )
 
 
@@ -116,7 +141,8 @@ def knowledge_document_ingest(*, document_id: str) -> None:
             data = artifact_read_bytes(artifact=document.artifact)
         except OSError as exc:
             raise DocumentRejectedError(f"The document's content cannot be read from storage: {exc}") from exc
-        parsed = document_parse(data=data, name=document.name, mime_type=document.mime_type)
+        parsed = _parsed(document, data)
+        del data  # the upload is not needed past parsing; embedding may take a while
         _progress(document, PROGRESS_PARSED)
         chunks = document_chunk(parsed.blocks)
         _progress(document, PROGRESS_CHUNKED)

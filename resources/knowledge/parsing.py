@@ -2,8 +2,13 @@
 
 A parser returns the document's blocks in reading order — headings, paragraphs, tables — each with the
 page it is on (PDF) so that chunking can keep headings and pages as chunk metadata. A document that cannot
-be read (corrupt, encrypted, empty, an unsupported type) raises `DocumentRejectedError` with a message for the
-operator; ingestion stores that message on the document.
+be read (corrupt, encrypted, empty, an unsupported type, over one of the `ParseLimits`) raises
+`DocumentRejectedError` with a message for the operator; ingestion stores that message on the document.
+
+Every parser works within `ParseLimits` (resources/knowledge/limits.py): the characters it extracts are
+counted as it goes, a PDF's pages and its streams' decoded sizes are bounded, and a DOCX's zip is measured
+before python-docx reads it. The limits bound the work; the memory a parser may take is bounded by the
+process it runs in (resources/knowledge/isolation.py), since no limit here can foresee a library's overhead.
 """
 
 from __future__ import annotations
@@ -14,7 +19,12 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from resources.knowledge.limits import LimitExceededError, ParseLimits, TextBudget, zip_archive_check
+
+if TYPE_CHECKING:
+    from pypdf import PdfReader
 
 logger = logging.getLogger(__name__)
 
@@ -77,13 +87,17 @@ def document_type(*, name: str, mime_type: str) -> str | None:
     return by_name or (declared if declared in _PARSERS else None)
 
 
-def document_parse(*, data: bytes, name: str, mime_type: str) -> ParsedDocument:
+def document_parse(*, data: bytes, name: str, mime_type: str, limits: ParseLimits | None = None) -> ParsedDocument:
     kind = document_type(name=name, mime_type=mime_type)
     if kind is None:
         raise DocumentRejectedError(f"Unsupported document type {mime_type or 'unknown'!r} ({name!r}).")
     if not data:
         raise DocumentRejectedError("The document is empty.")
-    parsed = _PARSERS[kind](data)
+    limits = limits or ParseLimits()
+    try:
+        parsed = _PARSERS[kind](data, limits, TextBudget(limits))
+    except LimitExceededError as exc:
+        raise DocumentRejectedError(str(exc)) from exc
     parsed.blocks = [block for block in parsed.blocks if block.text.strip()]
     if not parsed.blocks:
         hint = " (a scanned PDF needs OCR, which this host does not do)" if kind == PDF else ""
@@ -106,21 +120,26 @@ def _decoded(data: bytes) -> str:
     return data.decode("latin-1")
 
 
+def _decoded_within(data: bytes, budget: TextBudget) -> str:
+    # A text file's characters are all extracted: count them before splitting them up.
+    return budget.take(_decoded(data))
+
+
 def _paragraphs(text: str, page: int | None = None) -> list[Block]:
     return [
         Block(text=part.strip(), page=page) for part in re.split(r"\n\s*\n", text.replace("\r\n", "\n")) if part.strip()
     ]
 
 
-def _text(data: bytes) -> ParsedDocument:
-    return ParsedDocument(mime_type=TEXT, blocks=_paragraphs(_decoded(data)))
+def _text(data: bytes, limits: ParseLimits, budget: TextBudget) -> ParsedDocument:
+    return ParsedDocument(mime_type=TEXT, blocks=_paragraphs(_decoded_within(data, budget)))
 
 
 _MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _MD_FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def _markdown(data: bytes) -> ParsedDocument:
+def _markdown(data: bytes, limits: ParseLimits, budget: TextBudget) -> ParsedDocument:
     blocks: list[Block] = []
     buffer: list[str] = []
     fenced = False
@@ -130,7 +149,7 @@ def _markdown(data: bytes) -> ParsedDocument:
             blocks.extend(_paragraphs("\n".join(buffer)))
             buffer.clear()
 
-    for line in _decoded(data).splitlines():
+    for line in _decoded_within(data, budget).splitlines():
         if _MD_FENCE.match(line):
             # A code block is one paragraph, blank lines and all.
             fenced = not fenced
@@ -162,7 +181,7 @@ _HTML_BLOCKS = {
 _HTML_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 
 
-def _html(data: bytes) -> ParsedDocument:
+def _html(data: bytes, limits: ParseLimits, budget: TextBudget) -> ParsedDocument:
     from bs4 import BeautifulSoup, NavigableString, Tag
     from bs4.element import Comment, Doctype, ProcessingInstruction
 
@@ -174,7 +193,7 @@ def _html(data: bytes) -> ParsedDocument:
         text = re.sub(r"[ \t\r\f\v]+", " ", "".join(buffer))
         text = "\n".join(line.strip() for line in text.split("\n") if line.strip())
         if text:
-            blocks.append(Block(text=text))
+            blocks.append(Block(text=budget.take(text)))
         buffer.clear()
 
     def walk(node: Any) -> None:
@@ -191,7 +210,7 @@ def _html(data: bytes) -> ParsedDocument:
                     flush()
                     text = " ".join(child.get_text(" ").split())
                     if text:
-                        blocks.append(Block(text=text, kind="heading", level=_HTML_HEADINGS[name]))
+                        blocks.append(Block(text=budget.take(text), kind="heading", level=_HTML_HEADINGS[name]))
                 elif name in ("td", "th"):
                     walk(child)
                     buffer.append(" | ")
@@ -218,30 +237,54 @@ def _html(data: bytes) -> ParsedDocument:
 # --- PDF ---------------------------------------------------------------------------------------------
 
 
-def _pdf(data: bytes) -> ParsedDocument:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+def _pdf(data: bytes, limits: ParseLimits, budget: TextBudget) -> ParsedDocument:
+    from pypdf import PdfReader, apply_configuration
+    from pypdf.errors import LimitReachedError, PyPdfError
 
+    # pypdf bounds what each stream may decode to; those bounds become the expanded-size limit.
+    bound = limits.max_expanded_bytes
+    bounded = apply_configuration(
+        array_based_stream_maximum_output_length=bound,
+        jbig2_maximum_output_length=bound,
+        lzw_maximum_output_length=bound,
+        run_length_maximum_output_length=bound,
+        zlib_maximum_output_length=bound,
+        brotli_maximum_output_length=bound,
+        image_maximum_buffer_size=bound,
+    )
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted:
-            # Many PDFs are "encrypted" with an empty user password only to set permissions.
-            try:
-                opened = bool(reader.decrypt(""))
-            except Exception:  # pypdf raises several kinds for unsupported ciphers
-                opened = False
-            if not opened:
-                raise DocumentRejectedError("The PDF is encrypted with a password; upload an unprotected copy.")
-        pages = reader.pages
-        blocks: list[Block] = []
-        for number, page in enumerate(pages, start=1):
-            text = page.extract_text() or ""
-            blocks.extend(_paragraphs(text, page=number) or [])
-        return ParsedDocument(mime_type=PDF, blocks=blocks, page_count=len(pages))
+        with bounded:
+            return _pdf_read(PdfReader(io.BytesIO(data)), limits, budget)
     except DocumentRejectedError:
         raise
+    except LimitReachedError as exc:
+        raise DocumentRejectedError(
+            f"The PDF is over a decoding limit ({exc}); its streams may expand to {bound:,} bytes each "
+            "(LANGBOT_KB_MAX_EXPANDED_BYTES)."
+        ) from exc
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
         raise DocumentRejectedError(f"The PDF cannot be read: {exc or type(exc).__name__}.") from exc
+
+
+def _pdf_read(reader: PdfReader, limits: ParseLimits, budget: TextBudget) -> ParsedDocument:
+    if reader.is_encrypted:
+        # Many PDFs are "encrypted" with an empty user password only to set permissions.
+        try:
+            opened = bool(reader.decrypt(""))
+        except Exception:  # pypdf raises several kinds for unsupported ciphers
+            opened = False
+        if not opened:
+            raise DocumentRejectedError("The PDF is encrypted with a password; upload an unprotected copy.")
+    pages = reader.pages
+    if len(pages) > limits.max_pdf_pages:
+        raise DocumentRejectedError(
+            f"The PDF has {len(pages):,} pages, more than {limits.max_pdf_pages:,} (LANGBOT_KB_MAX_PDF_PAGES)."
+        )
+    blocks: list[Block] = []
+    for number, page in enumerate(pages, start=1):
+        text = budget.take(page.extract_text() or "")
+        blocks.extend(_paragraphs(text, page=number) or [])
+    return ParsedDocument(mime_type=PDF, blocks=blocks, page_count=len(pages))
 
 
 # --- DOCX --------------------------------------------------------------------------------------------
@@ -249,7 +292,7 @@ def _pdf(data: bytes) -> ParsedDocument:
 _DOCX_HEADING = re.compile(r"^heading (\d)$", re.IGNORECASE)
 
 
-def _docx(data: bytes) -> ParsedDocument:
+def _docx(data: bytes, limits: ParseLimits, budget: TextBudget) -> ParsedDocument:
     import zipfile
 
     import docx
@@ -258,14 +301,23 @@ def _docx(data: bytes) -> ParsedDocument:
     from docx.text.paragraph import Paragraph
 
     try:
+        # python-docx inflates every part of the package at once: the zip is measured before it may.
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            zip_archive_check(archive, data=data, limits=limits, kind="DOCX")
         document = docx.Document(io.BytesIO(data))
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise DocumentRejectedError(f"The DOCX cannot be read: {exc or type(exc).__name__}.") from exc
     blocks: list[Block] = []
+    # Resolving a paragraph's style scans the document's styles each time (the default style's lookup
+    # especially), which made a long document take minutes: each style id is resolved once.
+    style_names: dict[str | None, str] = {}
     for item in document.iter_inner_content():
         if isinstance(item, Paragraph):
-            text = item.text.strip()
-            style = (item.style.name if item.style is not None else "") or ""
+            text = budget.take(item.text.strip())
+            style_id = item._p.style
+            if style_id not in style_names:
+                style_names[style_id] = (item.style.name if item.style is not None else "") or ""
+            style = style_names[style_id]
             heading = _DOCX_HEADING.match(style)
             if heading:
                 blocks.append(Block(text=text, kind="heading", level=int(heading.group(1))))
@@ -279,11 +331,11 @@ def _docx(data: bytes) -> ParsedDocument:
                 cells = [cell.text.strip() for cell in row.cells]
                 # Merged cells repeat their text in each grid cell they span.
                 rows.append(" | ".join(dict.fromkeys(cells)))
-            blocks.append(Block(text="\n".join(rows), kind="table"))
+            blocks.append(Block(text=budget.take("\n".join(rows)), kind="table"))
     return ParsedDocument(mime_type=DOCX, blocks=blocks)
 
 
-_PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
+_PARSERS: dict[str, Callable[[bytes, ParseLimits, TextBudget], ParsedDocument]] = {
     TEXT: _text,
     MARKDOWN: _markdown,
     HTML: _html,
