@@ -43,10 +43,11 @@ from bindings.selectors import (
     runner_descriptors_visible,
     workspaces_of_member,
 )
-from bindings.services import BindingValidationError, binding_prepare, credentials_merge
+from bindings.services import BindingValidationError, binding_prepare, bot_api_base_url_check, credentials_merge
 from bindings.specs import BindingIn
 from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.outbound import URLRefusedError
 from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 from langbot_sdk.protocol.state import StateScope, StorageArea
@@ -727,3 +728,16 @@ class BotAdminForm(forms.ModelForm[Bot]):
         except BindingValidationError as exc:
             raise forms.ValidationError(list(exc.fields.values())) from None
         return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.pk else None)
+        # A bot moved to another workspace is checked afresh, under that workspace's policy.
+        kept = self.instance.pk and "workspace" not in self.changed_data
+        stored = (self.instance.credentials or {}) if kept else {}
+        if workspace is not None and "credentials_input" not in self.errors:
+            try:
+                bot_api_base_url_check(workspace=workspace, credentials=self.credentials, stored=stored)
+            except URLRefusedError as exc:
+                self.add_error("credentials_input", list(exc.fields.values()))
+        return cleaned

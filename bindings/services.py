@@ -24,6 +24,7 @@ from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, Bot
 from langbot_host.core.api_errors import FieldsRefusedError, field_errors
 from langbot_host.core.crypto import SECRET_MASK, EncryptedJSONField
 from langbot_host.core.ids import free_slug
+from langbot_host.core.outbound import url_checked
 
 API_KEY_PREFIX = "lbk"
 
@@ -86,6 +87,20 @@ def credentials_merge(*, given: dict[str, Any], stored: dict[str, Any]) -> dict[
     return merged
 
 
+def bot_api_base_url_check(*, workspace: Workspace, credentials: dict[str, Any], stored: dict[str, Any]) -> None:
+    """A bot's `api_base_url`, when set or changed, passes the outbound address guard: public addresses
+    only, unless the operator allowed private ones for the workspace or the host (`URLRefusedError`, 400
+    `address.not_allowed`). Checked again by the adapter's HTTP client at every connection."""
+    # Imported here: the selectors import this module (api key digests).
+    from bindings.selectors import workspace_private_addresses_allowed
+
+    url = credentials.get("api_base_url")
+    if url in (None, "") or url == stored.get("api_base_url"):
+        return
+    allow_private = workspace_private_addresses_allowed(workspace=workspace)
+    url_checked(str(url), allow_private=allow_private, field="credentials.api_base_url")
+
+
 @transaction.atomic
 def bot_create(*, workspace: Workspace, spec: BotIn) -> Bot:
     def taken(bot_id: str) -> bool:
@@ -94,12 +109,14 @@ def bot_create(*, workspace: Workspace, spec: BotIn) -> Bot:
     if spec.bot_id is not None and taken(spec.bot_id):
         raise BindingValidationError({"bot_id": f"A bot {spec.bot_id!r} already exists in this workspace."})
     bot_id = spec.bot_id or free_slug(base=spec.name, taken=taken, fallback="bot")
+    credentials = credentials_merge(given=spec.credentials, stored={})
+    bot_api_base_url_check(workspace=workspace, credentials=credentials, stored={})
     return Bot.objects.create(
         workspace=workspace,
         bot_id=bot_id,
         name=spec.name,
         platform=spec.platform,
-        credentials=credentials_merge(given=spec.credentials, stored={}),
+        credentials=credentials,
         enabled=spec.enabled,
     )
 
@@ -119,7 +136,9 @@ def bot_update(*, bot: Bot, patch: BotPatchIn) -> Bot:
     if patch.enabled is not None:
         bot.enabled = patch.enabled
     if patch.credentials is not None:
-        bot.credentials = credentials_merge(given=patch.credentials, stored=bot.credentials or {})
+        stored = bot.credentials or {}
+        bot.credentials = credentials_merge(given=patch.credentials, stored=stored)
+        bot_api_base_url_check(workspace=bot.workspace, credentials=bot.credentials, stored=stored)
     bot.save()
     return bot
 

@@ -15,9 +15,10 @@ from pydantic import ValidationError
 
 from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
+from langbot_host.core.outbound import URLRefusedError
 from resources.models import Model, ModelProvider
 from resources.selectors import model_provider_headers_masked
-from resources.services import ResourceValidationError, provider_secret_merge
+from resources.services import ResourceValidationError, provider_base_url_checked, provider_secret_merge
 from resources.specs import ModelProviderIn
 
 _M = TypeVar("_M", bound=DjangoModel)
@@ -92,6 +93,14 @@ class ModelProviderAdminForm(SpecAdminForm[ModelProvider]):
         except ResourceValidationError as exc:
             self.add_spec_errors(exc.fields)
             return cleaned
+        workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.pk else None)
+        moved = not self.instance.pk or spec.base_url != self.instance.base_url or "workspace" in self.changed_data
+        if workspace is not None and moved:
+            try:
+                provider_base_url_checked(workspace=workspace, base_url=spec.base_url)
+            except URLRefusedError as exc:
+                self.add_spec_errors(exc.fields)
+                return cleaned
         cleaned["base_url"] = spec.base_url
         return cleaned
 

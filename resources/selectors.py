@@ -22,7 +22,7 @@ def model_provider_headers_masked(provider: ModelProvider) -> dict[str, str]:
 
 
 def model_list(*, workspace: Workspace, kind: str | None = None, provider_id: str | None = None) -> QuerySet[Model]:
-    queryset = Model.objects.filter(workspace=workspace).select_related("provider")
+    queryset = Model.objects.filter(workspace=workspace).select_related("provider__workspace")
     if kind is not None:
         queryset = queryset.filter(kind=kind)
     if provider_id is not None:
@@ -31,7 +31,7 @@ def model_list(*, workspace: Workspace, kind: str | None = None, provider_id: st
 
 
 def model_get(*, workspace: Workspace, model_id: str) -> Model | None:
-    return Model.objects.filter(workspace=workspace, model_id=model_id).select_related("provider").first()
+    return Model.objects.filter(workspace=workspace, model_id=model_id).select_related("provider__workspace").first()
 
 
 def models_by_id(*, workspace_id: int, model_ids: list[str]) -> dict[str, Model]:
@@ -42,4 +42,7 @@ def models_by_id(*, workspace_id: int, model_ids: list[str]) -> dict[str, Model]
 
 def model_with_provider(*, workspace_id: int, model_id: str) -> Model | None:
     """A model of the workspace with its provider loaded (a run's model call)."""
-    return Model.objects.filter(workspace_id=workspace_id, model_id=model_id).select_related("provider").first()
+    # With the provider's workspace: its address policy is read where no query may run (the event loop).
+    return (
+        Model.objects.filter(workspace_id=workspace_id, model_id=model_id).select_related("provider__workspace").first()
+    )

@@ -2,6 +2,9 @@
 
 Secrets: a provider's API key and its extra headers are write-only. A value sent back as the mask
 (`SECRET_MASK`) keeps the stored one, so a client or form that read the masked answer can send it back.
+
+A provider's `base_url` passes the outbound address guard when it is set or changed: public addresses
+only, unless the operator allowed private ones for the workspace or the host (400 `address.not_allowed`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,11 @@ from django.db import IntegrityError, transaction
 from pydantic import ValidationError
 
 from bindings.models import Workspace
+from bindings.selectors import workspace_private_addresses_allowed
 from langbot_host.core.api_errors import FieldsRefusedError, field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.ids import free_slug
+from langbot_host.core.outbound import url_checked
 from resources.models import Model, ModelProvider
 from resources.specs import ModelIn, ModelPatchIn, ModelProviderIn, ModelProviderPatchIn
 
@@ -75,7 +80,17 @@ def provider_secret_merge(
     return api_key, merged
 
 
+def provider_base_url_checked(*, workspace: Workspace, base_url: str) -> str:
+    """`base_url` when the workspace may reach its address; raises `URLRefusedError` naming `base_url`."""
+    allow_private = workspace_private_addresses_allowed(workspace=workspace)
+    return url_checked(base_url, allow_private=allow_private, field="base_url")
+
+
 def _provider_apply(provider: ModelProvider, spec: ModelProviderIn) -> ModelProvider:
+    # Checked when set: a provider saved while allowed keeps working for edits of its other fields, and
+    # its connections are refused at connect time once the operator withdraws private addresses.
+    if provider.pk is None or spec.base_url != provider.base_url:
+        provider_base_url_checked(workspace=provider.workspace, base_url=spec.base_url)
     api_key, headers = provider_secret_merge(
         api_key=spec.api_key, headers=spec.headers, provider=provider if provider.pk else None
     )

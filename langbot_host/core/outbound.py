@@ -34,7 +34,9 @@ from urllib.parse import urlsplit
 
 import anyio.to_thread
 import httpcore
+import httpcore2
 import httpx
+import httpx2
 from django.conf import settings
 
 from langbot_host.core.api_errors import FieldsRefusedError
@@ -207,7 +209,7 @@ def excerpt(text: str | bytes, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
 
 
-def _checked_addresses(host: str, port: int, allow_private: bool, addresses: list[str]) -> list[str]:
+def _checked_addresses(host: str, allow_private: bool, addresses: list[str]) -> list[str]:
     if not addresses:
         raise httpcore.ConnectError(f"{host} has no address")
     if not allow_private:
@@ -236,7 +238,7 @@ class GuardedBackend(httpcore.SyncBackend):
         except (OSError, UnicodeError) as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         failure: Exception | None = None
-        for address in _checked_addresses(host, port, self.allow_private, resolved):
+        for address in _checked_addresses(host, self.allow_private, resolved):
             try:
                 return super().connect_tcp(address, port, timeout, local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
@@ -264,12 +266,74 @@ class GuardedAsyncBackend(httpcore.AnyIOBackend):
         except (OSError, UnicodeError) as exc:
             raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         failure: Exception | None = None
-        for address in _checked_addresses(host, port, self.allow_private, resolved):
+        for address in _checked_addresses(host, self.allow_private, resolved):
             try:
                 return await super().connect_tcp(address, port, timeout, local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 failure = exc
         raise failure or httpcore.ConnectError(f"{host} has no address")
+
+
+# The `openai` and `mcp` SDKs speak HTTP through httpx2, a fork of httpx on httpcore2: the same backends on
+# the fork's classes (an httpcore error raised inside httpcore2 is not one it knows, hence its own types).
+
+
+class GuardedBackend2(httpcore2.SyncBackend):
+    """`GuardedBackend` for httpcore2."""
+
+    def __init__(self, *, allow_private: bool) -> None:
+        self.allow_private = allow_private
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.NetworkStream:
+        try:
+            resolved = resolve(host, port)
+        except (OSError, UnicodeError) as exc:
+            raise httpcore2.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        if not resolved:
+            raise httpcore2.ConnectError(f"{host} has no address")
+        failure: Exception | None = None
+        for address in _checked_addresses(host, self.allow_private, resolved):
+            try:
+                return super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                failure = exc
+        raise failure or httpcore2.ConnectError(f"{host} has no address")
+
+
+class GuardedAsyncBackend2(httpcore2.AnyIOBackend):
+    """`GuardedAsyncBackend` for httpcore2."""
+
+    def __init__(self, *, allow_private: bool) -> None:
+        self.allow_private = allow_private
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        try:
+            resolved = await anyio.to_thread.run_sync(lambda: resolve(host, port))
+        except (OSError, UnicodeError) as exc:
+            raise httpcore2.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        if not resolved:
+            raise httpcore2.ConnectError(f"{host} has no address")
+        failure: Exception | None = None
+        for address in _checked_addresses(host, self.allow_private, resolved):
+            try:
+                return await super().connect_tcp(address, port, timeout, local_address, socket_options)
+            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                failure = exc
+        raise failure or httpcore2.ConnectError(f"{host} has no address")
 
 
 # httpx takes no network backend, but its transports keep the httpcore connection pool they build, and the
@@ -289,4 +353,18 @@ def guarded_async_transport(*, allow_private: bool, **options: object) -> httpx.
     """The asynchronous twin of `guarded_transport`, for `httpx.AsyncClient(transport=...)`."""
     transport = httpx.AsyncHTTPTransport(**options)  # type: ignore[arg-type]
     transport._pool._network_backend = GuardedAsyncBackend(allow_private=allow_private)
+    return transport
+
+
+def guarded_httpx2_transport(*, allow_private: bool) -> httpx2.HTTPTransport:
+    """`guarded_transport` for httpx2 (`openai.OpenAI(http_client=openai.DefaultHttpxClient(transport=...))`)."""
+    transport = httpx2.HTTPTransport()
+    transport._pool._network_backend = GuardedBackend2(allow_private=allow_private)
+    return transport
+
+
+def guarded_httpx2_async_transport(*, allow_private: bool) -> httpx2.AsyncHTTPTransport:
+    """`guarded_async_transport` for httpx2 (`openai.AsyncOpenAI`, the `mcp` SDK's streamable HTTP)."""
+    transport = httpx2.AsyncHTTPTransport()
+    transport._pool._network_backend = GuardedAsyncBackend2(allow_private=allow_private)
     return transport

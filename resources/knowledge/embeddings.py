@@ -11,6 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import openai
 
+from langbot_host.core.outbound import AddressRefusedError
 from resources.clients import ProviderCallError, async_openai_client, openai_client, redacted, status_message
 from resources.models import Model
 
@@ -47,6 +48,8 @@ def texts_embed(*, model: Model, texts: list[str], progress: Callable[[int], Non
             answer = client.embeddings.create(model=model.name, input=batch, encoding_format="float")
         except openai.APIError as exc:
             raise _failure(model, exc) from None
+        except AddressRefusedError as exc:  # the SDK lets what is not its HTTP library's error through
+            raise ProviderCallError(None, f"Refused: {exc}") from None
         got = _vectors(model, list(answer.data))
         if len(got) != len(batch):
             raise ProviderCallError(None, f"The provider returned {len(got)} embeddings for {len(batch)} texts.")
@@ -63,6 +66,8 @@ async def query_embed(*, model: Model, text: str, timeout: float) -> np.ndarray:
         answer = await client.embeddings.create(model=model.name, input=[text], encoding_format="float")
     except openai.APIError as exc:
         raise _failure(model, exc) from None
+    except AddressRefusedError as exc:
+        raise ProviderCallError(None, f"Refused: {exc}") from None
     finally:
         await client.close()
     got = _vectors(model, list(answer.data))

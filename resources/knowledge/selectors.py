@@ -32,7 +32,7 @@ def knowledge_base_for_retrieval(*, workspace_id: int, kb_id: str) -> KnowledgeB
     """A run's knowledge base with its embedding model and provider (a retrieval's one read of it)."""
     return (
         KnowledgeBase.objects.filter(workspace_id=workspace_id, kb_id=kb_id)
-        .select_related("embedding_model__provider")
+        .select_related("embedding_model__provider__workspace")
         .first()
     )
 

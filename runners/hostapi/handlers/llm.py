@@ -22,9 +22,10 @@ from typing import Any
 import httpx
 import openai
 
+from langbot_host.core.outbound import AddressRefusedError
 from langbot_sdk.external import sse_events
 from langbot_sdk.protocol import AgentAPIException, ContentElement, InvokeLLMRequest, Message
-from resources.clients import async_openai_client, redacted, status_message
+from resources.clients import async_openai_client, provider_private_allowed, redacted, status_message
 from resources.models import Model, ModelProvider
 from runners.hostapi.handlers.base import ProxyCall
 from runners.hostapi.handlers.model_calls import (
@@ -72,6 +73,8 @@ def provider_client(provider: ModelProvider) -> openai.AsyncOpenAI:
         json.dumps(provider.headers or {}, sort_keys=True),
         provider.timeout_seconds,
         provider.max_retries,
+        # An operator who allows or withdraws private addresses changes which connections are made.
+        provider_private_allowed(provider),
     )
     client = clients.get(key)
     if client is None:
@@ -112,6 +115,8 @@ async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
         completion = await client.chat.completions.create(**arguments, timeout=call_timeout(call, provider))
     except openai.APIError as exc:
         raise provider_error(provider, exc) from None
+    except AddressRefusedError as exc:  # the SDK lets what is not its HTTP library's error through
+        raise provider_unreachable(provider, exc) from None
     choice = completion.choices[0] if completion.choices else None
     message = _message_of(choice.message.model_dump(exclude_none=True)) if choice else {"role": "assistant"}
     usage = completion.usage.model_dump(exclude_none=True) if completion.usage else None
@@ -139,6 +144,8 @@ async def llm_stream(call: ProxyCall) -> AsyncIterator[dict[str, Any]]:
         response = await manager.__aenter__()
     except openai.APIError as exc:
         raise provider_error(provider, exc) from None
+    except AddressRefusedError as exc:
+        raise provider_unreachable(provider, exc) from None
     return _chunks(manager, response.http_response, provider, call)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from langbot_host.core.outbound import REFUSED_CODE, AddressRefusedError
 from langbot_sdk.authorization import model_kind_check
 from langbot_sdk.protocol import AgentAPIException
 from resources.clients import redacted
@@ -31,6 +32,9 @@ def provider_timed_out(provider: ModelProvider) -> AgentAPIException:
 
 def provider_unreachable(provider: ModelProvider, cause: BaseException) -> AgentAPIException:
     message = redacted(provider, f"could not reach the model provider: {cause}")
+    if isinstance(cause, AddressRefusedError):
+        # The outbound guard refused the provider's address: trying again cannot help until an operator acts.
+        return AgentAPIException.runtime_error(message, retryable=False, reason=REFUSED_CODE)
     return AgentAPIException.runtime_error(message, retryable=True)
 
 

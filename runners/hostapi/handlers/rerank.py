@@ -11,7 +11,9 @@ from typing import Any
 
 import httpx
 
+from langbot_host.core.outbound import AddressRefusedError, excerpt, guarded_async_transport
 from langbot_sdk.protocol import AgentAPIException, InvokeRerankRequest
+from resources.clients import PROVIDER_MESSAGE_CHARS, provider_private_allowed
 from resources.models import Model, ModelProvider
 from runners.hostapi.handlers.base import ProxyCall
 from runners.hostapi.handlers.model_calls import (
@@ -54,12 +56,15 @@ async def _post_rerank(provider: ModelProvider, body: dict[str, Any], *, timeout
     if provider.api_key:
         headers["Authorization"] = f"Bearer {provider.api_key}"
     url = provider.base_url.rstrip("/") + "/rerank"
+    # Through the outbound address guard, as the SDK's clients (resources.clients); no proxies from the
+    # environment.
+    transport = guarded_async_transport(allow_private=provider_private_allowed(provider))
     try:
-        async with httpx.AsyncClient(timeout=timeout, headers=headers) as client:
+        async with httpx.AsyncClient(timeout=timeout, headers=headers, transport=transport, trust_env=False) as client:
             response = await client.post(url, json=body)
     except httpx.TimeoutException:
         raise provider_timed_out(provider) from None
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, AddressRefusedError) as exc:
         raise provider_unreachable(provider, exc) from None
     if response.status_code >= 400:
         raise provider_refused(
@@ -108,8 +113,12 @@ def _document_text(document: Any) -> str | None:
 
 
 def _error_message(response: httpx.Response) -> str:
-    """The provider's own words: an OpenAI-style `{"error": {"message"}}`, a `{"message"}` or `{"detail"}`
-    body, else the start of the text (not yet redacted)."""
+    """The provider's own words, as a short printable excerpt: an OpenAI-style `{"error": {"message"}}`, a
+    `{"message"}` or `{"detail"}` body, else the start of the text (not yet redacted)."""
+    return excerpt(_provider_words(response), PROVIDER_MESSAGE_CHARS)
+
+
+def _provider_words(response: httpx.Response) -> str:
     try:
         body = response.json()
     except ValueError:
@@ -121,4 +130,4 @@ def _error_message(response: httpx.Response) -> str:
         for name in ("error", "message", "detail"):
             if isinstance(body.get(name), str):
                 return str(body[name])
-    return response.text[:500] or response.reason_phrase
+    return response.text or response.reason_phrase
