@@ -78,8 +78,7 @@ def mcp_cleanup_fixture() -> Iterator[None]:
 @pytest.fixture(name="mcp_refresh_inline")
 def mcp_refresh_inline_fixture(monkeypatch: pytest.MonkeyPatch) -> None:
     """A refresh the web sends to a worker (every stdio server's) runs in this process at once, as Celery's
-    eager mode would: REST and admin tests see its outcome in their answer. A real worker runs it in
-    tests/integration/test_mcp_stdio_worker.py."""
+    eager mode would: REST and admin tests see its outcome in their answer."""
     from resources import tasks
 
     monkeypatch.setattr(tasks.mcp_server_refresh, "delay", lambda *args: tasks.mcp_server_refresh.apply(args=args))

@@ -2,7 +2,7 @@
 change what one runs, an operator key can only with a command on LANGBOT_MCP_STDIO_COMMANDS, a stored
 server whose command left the list does not start, and a server that starts gets a minimal environment
 (no host secret) and a scratch working directory of its own, gone when its session closes. Refreshes run
-in this process as a worker would (`mcp_refresh_inline`); a real worker: tests/integration."""
+in this process as a worker would (`mcp_refresh_inline`)."""
 
 from __future__ import annotations
 
