@@ -180,6 +180,7 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
             ("Resource policy", {"fields": policy_field_names("resource_policy")}),
             ("State policy", {"fields": policy_field_names("state_policy")}),
             ("Delivery policy", {"fields": policy_field_names("delivery_policy")}),
+            ("Trigger filter", {"fields": policy_field_names("trigger_policy")}),
             ("Run policies", {"fields": ["concurrency_policy", "timeout_seconds"]}),
         ]
         if obj is not None:

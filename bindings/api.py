@@ -40,6 +40,7 @@ from bindings.services import (
     bot_update,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn
+from bindings.triggers import TriggerPolicy
 from langbot_host.core.api_errors import ApiError, query_bool
 from langbot_host.core.api_input import body_parse
 
@@ -72,6 +73,7 @@ class BindingOut(BaseModel):
     resource_policy: ResourcePolicy
     state_policy: StatePolicy
     delivery_policy: DeliveryPolicy
+    trigger_policy: TriggerPolicy
     concurrency_policy: ConcurrencyPolicy
     timeout_seconds: int
     priority: int
@@ -112,6 +114,7 @@ def binding_out(binding: AgentBinding) -> dict[str, Any]:
         "resource_policy": ResourcePolicy.model_validate(binding.resource_policy).model_dump(mode="json"),
         "state_policy": StatePolicy.model_validate(binding.state_policy).model_dump(mode="json"),
         "delivery_policy": DeliveryPolicy.model_validate(binding.delivery_policy).model_dump(mode="json"),
+        "trigger_policy": TriggerPolicy.model_validate(binding.trigger_policy).model_dump(mode="json"),
         "concurrency_policy": binding.concurrency_policy,
         "timeout_seconds": binding.timeout_seconds,
         "priority": binding.priority,

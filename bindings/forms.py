@@ -45,6 +45,7 @@ from bindings.selectors import (
 )
 from bindings.services import BindingValidationError, binding_prepare, bot_api_base_url_check, credentials_merge
 from bindings.specs import BindingIn
+from bindings.triggers import TriggerPolicy
 from langbot_host.core.api_errors import field_errors
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.outbound import URLRefusedError
@@ -232,10 +233,11 @@ def _runner_platform_actions(descriptor: RunnerDescriptor | None) -> list[str]:
 
 # --- policies as controls ------------------------------------------------------------------------------
 
-POLICY_MODELS: dict[str, type[ResourcePolicy] | type[StatePolicy] | type[DeliveryPolicy]] = {
+POLICY_MODELS: dict[str, type[ResourcePolicy] | type[StatePolicy] | type[DeliveryPolicy] | type[TriggerPolicy]] = {
     "resource_policy": ResourcePolicy,
     "state_policy": StatePolicy,
     "delivery_policy": DeliveryPolicy,
+    "trigger_policy": TriggerPolicy,
 }
 POLICY_OTHER_KEYS = "other"
 """The control of a policy holding the stored keys no other control covers, as JSON."""
@@ -252,6 +254,19 @@ POLICY_CONTROLLED_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "state_policy": ("enable_state", "state_scopes"),
     "delivery_policy": ("enable_streaming", "enable_reply", "max_message_size"),
+    "trigger_policy": (
+        "chat_types",
+        "group_mention",
+        "group_prefixes",
+        "group_patterns",
+        "strip_prefix",
+        "ignore_prefixes",
+        "ignore_patterns",
+        "access_mode",
+        "access_group_chat_ids",
+        "access_private_user_ids",
+        "access_user_ids",
+    ),
 }
 
 # Policy lists of resource ids: (key, resource kind, what one is called in a message).
@@ -375,6 +390,48 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         help_text="Longest reply (characters) delivered to the platform; empty leaves it to the platform.",
     )
     delivery_policy__other = _other_keys_field()
+    # Trigger filter (bindings.triggers).
+    trigger_policy__chat_types = forms.MultipleChoiceField(
+        label="Chat types",
+        required=False,
+        choices=[("private", "private"), ("group", "group")],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The chats answered; an event naming no group chat type counts as private.",
+    )
+    trigger_policy__group_mention = forms.BooleanField(
+        label="Group: answer when addressed",
+        required=False,
+        help_text="A group message that @-mentions, replies to or commands the bot is answered.",
+    )
+    trigger_policy__group_prefixes = LinesField(
+        label="Group: answer prefixes", required=False, help_text="One per line; a group message starting so."
+    )
+    trigger_policy__group_patterns = LinesField(
+        label="Group: answer patterns",
+        required=False,
+        help_text="Regular expressions, one per line, matched at the start of a group message.",
+    )
+    trigger_policy__strip_prefix = forms.BooleanField(
+        label="Strip the matched prefix", required=False, help_text="The runner gets the text after it."
+    )
+    trigger_policy__ignore_prefixes = LinesField(label="Ignore prefixes", required=False)
+    trigger_policy__ignore_patterns = LinesField(
+        label="Ignore patterns", required=False, help_text="Regular expressions, one per line, matched anywhere."
+    )
+    trigger_policy__access_mode = forms.ChoiceField(
+        label="Access lists",
+        choices=[("deny", "deny the listed chats and senders"), ("allow", "allow only the listed ones")],
+    )
+    trigger_policy__access_group_chat_ids = LinesField(
+        label="Group chats", required=False, help_text="Chat ids, one per line; `*` lists every group chat."
+    )
+    trigger_policy__access_private_user_ids = LinesField(
+        label="Private chats", required=False, help_text="User ids, one per line; `*` lists every private chat."
+    )
+    trigger_policy__access_user_ids = LinesField(
+        label="Senders", required=False, help_text="User ids, one per line, listed in any chat."
+    )
+    trigger_policy__other = _other_keys_field()
 
     class Meta:
         model = AgentBinding
@@ -592,6 +649,9 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
 
     def clean_delivery_policy__other(self) -> Any:
         return self._clean_other("delivery_policy")
+
+    def clean_trigger_policy__other(self) -> Any:
+        return self._clean_other("trigger_policy")
 
     def _clean_other(self, policy: str) -> dict[str, Any]:
         value = self.cleaned_data.get(policy_field_name(policy, POLICY_OTHER_KEYS))

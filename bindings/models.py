@@ -150,6 +150,8 @@ class AgentBinding(models.Model):
     resource_policy = models.JSONField(default=dict, blank=True)
     state_policy = models.JSONField(default=dict, blank=True)
     delivery_policy = models.JSONField(default=dict, blank=True)
+    # Which events of its scope the binding answers (bindings.triggers.TriggerPolicy); empty is the default.
+    trigger_policy = models.JSONField(default=dict, blank=True)
     concurrency_policy = models.CharField(
         max_length=16,
         choices=[(p.value, p.value) for p in ConcurrencyPolicy],

@@ -17,6 +17,7 @@ from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspa
 from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from bindings.sql import binding_versions
+from bindings.triggers import TriggerContext, trigger_filter
 from langbot_host.core.crypto import SECRET_MASK
 from langbot_host.core.outbound import host_private_allowed
 
@@ -132,12 +133,14 @@ class BindingResolution:
     `replying` answers the user; `observers` (`enable_reply: false`) run beside it and never post.
     `conflict` lists the binding ids tied for replying (same scope level, same priority): then nothing
     runs at all, not even observers, and the caller records a visible `binding.conflict` error — a
-    half-handled event would hide the misconfiguration.
+    half-handled event would hide the misconfiguration. `strip_prefix` is the group prefix the replying
+    binding's trigger filter matched and removes from the text ("" for none).
     """
 
     replying: AgentBinding | None = None
     observers: list[AgentBinding] = field(default_factory=list)
     conflict: list[str] = field(default_factory=list)
+    strip_prefix: str = ""
 
     @property
     def to_run(self) -> list[AgentBinding]:
@@ -174,10 +177,12 @@ def _rank(binding: AgentBinding) -> tuple[int, int, str, bool]:
     )
 
 
-def binding_resolve_for_event(*, workspace: Workspace, event_type: str, bot_id: str | None) -> BindingResolution:
+def binding_resolve_for_event(
+    *, workspace: Workspace, event_type: str, bot_id: str | None, trigger: TriggerContext | None = None
+) -> BindingResolution:
     """Choose the bindings of `workspace` (and host-wide global ones) that handle an event."""
     candidates = binding_candidates(workspace=workspace)
-    return bindings_choose(candidates, workspace=workspace, event_type=event_type, bot_id=bot_id)
+    return bindings_choose(candidates, workspace=workspace, event_type=event_type, bot_id=bot_id, trigger=trigger)
 
 
 # The resolver runs for every event. On PostgreSQL the candidate bindings are kept per process and
@@ -223,25 +228,37 @@ def binding_candidates(*, workspace: Workspace) -> list[AgentBinding]:
 
 
 def bindings_choose(
-    bindings: Iterable[AgentBinding], *, workspace: Workspace, event_type: str, bot_id: str | None
+    bindings: Iterable[AgentBinding],
+    *,
+    workspace: Workspace,
+    event_type: str,
+    bot_id: str | None,
+    trigger: TriggerContext | None = None,
 ) -> BindingResolution:
     """The resolution rules over any set of bindings (the resolver's query only narrows the set).
 
-    Candidates are enabled, belong to the workspace or are global, match the event type and the scope.
-    Among the replying ones the most specific scope wins, then the highest priority; a tie at the top
-    is a conflict. The order of `bindings` never matters.
+    Candidates are enabled, belong to the workspace or are global, match the event type and the scope,
+    and — given the event's `trigger` context — their trigger filter accepts the event (without one, as
+    for the web chat's "who would answer" list, filters are not consulted). Among the replying ones the
+    most specific scope wins, then the highest priority; a tie at the top is a conflict. The order of
+    `bindings` never matters.
     """
-    matching = sorted(
-        (
-            b
-            for b in bindings
-            if b.enabled
-            and (b.workspace_id == workspace.pk or (b.workspace_id is None and b.scope_type == "global"))
-            and any(event_type_matches(p, event_type) for p in b.event_types or [])
-            and _scope_matches(b, workspace=workspace, bot_id=bot_id)
-        ),
-        key=_rank,
+    in_scope = (
+        b
+        for b in bindings
+        if b.enabled
+        and (b.workspace_id == workspace.pk or (b.workspace_id is None and b.scope_type == "global"))
+        and any(event_type_matches(p, event_type) for p in b.event_types or [])
+        and _scope_matches(b, workspace=workspace, bot_id=bot_id)
     )
+    accepted: list[AgentBinding] = []
+    strips: dict[int, str] = {}  # by id(): the candidates are shared instances, one object per binding
+    for binding in in_scope:
+        match = trigger_filter(binding.trigger_policy).check(trigger) if trigger is not None else None
+        if trigger is None or match is not None:
+            accepted.append(binding)
+            strips[id(binding)] = match.strip if match is not None else ""
+    matching = sorted(accepted, key=_rank)
     repliers = [b for b in matching if b.replies]
     observers = [b for b in matching if not b.replies]
     if not repliers:
@@ -250,7 +267,7 @@ def bindings_choose(
     tied = [b for b in repliers if _level(b) == _level(top)]
     if len(tied) > 1:
         return BindingResolution(conflict=sorted(b.binding_id for b in tied))
-    return BindingResolution(replying=top, observers=observers)
+    return BindingResolution(replying=top, observers=observers, strip_prefix=strips[id(top)])
 
 
 def _level(binding: AgentBinding) -> tuple[int, int]:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from bindings.policies import ConcurrencyPolicy, DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.triggers import TriggerPolicy
 from langbot_sdk.protocol import RunnerId
 
 SLUG_PATTERN = r"^[-a-zA-Z0-9_]+$"
@@ -45,6 +46,9 @@ class BindingIn(_Input):
     resource_policy: ResourcePolicy = Field(default_factory=ResourcePolicy)
     state_policy: StatePolicy = Field(default_factory=StatePolicy)
     delivery_policy: DeliveryPolicy = Field(default_factory=DeliveryPolicy)
+    trigger_policy: TriggerPolicy = Field(default_factory=TriggerPolicy)
+    """Which events of its scope and event types the binding answers (chat type, mention, prefixes,
+    patterns, ignore rules, access lists); the default answers every one."""
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
     timeout_seconds: int = Field(default=300, ge=1, le=TIMEOUT_MAX_SECONDS)
     priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
@@ -75,6 +79,7 @@ class BindingPatchIn(_Input):
     resource_policy: ResourcePolicy | None = None
     state_policy: StatePolicy | None = None
     delivery_policy: DeliveryPolicy | None = None
+    trigger_policy: TriggerPolicy | None = None
     concurrency_policy: ConcurrencyPolicy | None = None
     timeout_seconds: int | None = None
     priority: int | None = None

@@ -22,9 +22,10 @@ from artifacts.selectors import artifacts_by_id
 from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_conversation
 from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
+from bindings.triggers import TriggerContext, chat_kind_of, text_without_prefix
 from langbot_host.core.api_errors import FieldsRefusedError
 from langbot_host.core.sql import insert_with_children
-from runners.gateway.envelope import EventEnvelopeIn
+from runners.gateway.envelope import ContentIn, EventEnvelopeIn
 from runners.lifecycle import services as run_services
 from runners.models import Run
 from transcripts.models import EventLog, TranscriptItem
@@ -74,6 +75,46 @@ def input_summary(*, text: str | None, contents: list[dict[str, Any]], attachmen
     return preview
 
 
+def trigger_context_of(envelope: EventEnvelopeIn) -> TriggerContext:
+    """What bindings' trigger filters see of an event: its text (`input.text`, else its first text part),
+    chat type and chat id from `data`, the sender, and whether it addresses the bot (`data.mentioned`;
+    true unless it says otherwise, since the platform adapters forward only group messages that do)."""
+    data = envelope.data
+    chat_id = data.get("chat_id")
+    mentioned = data.get("mentioned")
+    return TriggerContext(
+        text=_trigger_text(envelope) or "",
+        chat_kind=chat_kind_of(data.get("chat_type")),
+        mentioned=mentioned if isinstance(mentioned, bool) else True,
+        chat_id=str(chat_id) if isinstance(chat_id, str | int) and not isinstance(chat_id, bool) else None,
+        user_id=envelope.actor.actor_id if envelope.actor else None,
+    )
+
+
+def _trigger_text(envelope: EventEnvelopeIn) -> str | None:
+    if envelope.input.text:
+        return envelope.input.text
+    first = next((c for c in envelope.input.contents if c.type == "text"), None)
+    text = getattr(first, "text", None)
+    return text if isinstance(text, str) else None
+
+
+def _prefix_stripped(envelope: EventEnvelopeIn, prefix: str) -> EventEnvelopeIn:
+    """The envelope with the trigger prefix removed from the text it was matched in (LangBot's behaviour,
+    which imported pipelines' prompts expect): the event, the transcript and the runner all see the rest."""
+    if envelope.input.text:
+        stripped_input = envelope.input.model_copy(update={"text": text_without_prefix(envelope.input.text, prefix)})
+    else:
+        contents = list(envelope.input.contents)
+        index = next((i for i, c in enumerate(contents) if c.type == "text"), None)
+        if index is None:
+            return envelope
+        part = contents[index].model_dump()
+        contents[index] = ContentIn.model_validate({**part, "text": text_without_prefix(str(part["text"]), prefix)})
+        stripped_input = envelope.input.model_copy(update={"contents": contents})
+    return envelope.model_copy(update={"input": stripped_input})
+
+
 def event_ingest(
     *,
     workspace: Workspace,
@@ -85,7 +126,9 @@ def event_ingest(
     created (`duplicate=True`). Raises `EventRefusedError` for a bot or attachment the workspace lacks.
 
     `resolution` is the event's routing when the caller has already resolved it (the web chat checks the
-    binding it was asked for); it must be for this workspace, event type and bot. Resolved here otherwise.
+    binding it was asked for); it must be for this workspace, event type and bot. Resolved here otherwise,
+    with the bindings' trigger filters (`trigger_context_of`); a group prefix the replying binding's filter
+    matched is removed from the input the event records.
     `bot` is the envelope's bot when the caller has just read it (a platform webhook found the bot its URL
     names): it is then not read a second time. Any other bot (or none) is looked up as usual.
     """
@@ -105,6 +148,15 @@ def event_ingest(
         if earlier is not None:
             return EventIngestResult(event=earlier, runs=list(earlier.runs.order_by("id")), duplicate=True)
     attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
+    if resolution is None:
+        resolution = binding_resolve_for_event(
+            workspace=workspace,
+            event_type=envelope.event_type,
+            bot_id=bot.bot_id if bot else None,
+            trigger=trigger_context_of(envelope),
+        )
+    if resolution.strip_prefix:
+        envelope = _prefix_stripped(envelope, resolution.strip_prefix)
     data = dict(envelope.data)
     raw = data.get("raw")
     raw_bytes = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode() if raw is not None else b""
@@ -120,10 +172,6 @@ def event_ingest(
         **({"message_chain": envelope.input.message_chain} if envelope.input.message_chain is not None else {}),
     }
 
-    if resolution is None:
-        resolution = binding_resolve_for_event(
-            workspace=workspace, event_type=envelope.event_type, bot_id=bot.bot_id if bot else None
-        )
     status, error = _routing_outcome(resolution)
     event = EventLog(
         workspace=workspace,
