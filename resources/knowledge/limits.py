@@ -43,7 +43,8 @@ class ParseLimits:
         return asdict(self)
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """A byte count as a limit's message gives it: whole MiB when it is one, else bytes."""
     return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n:,} bytes"
 
 
@@ -93,13 +94,12 @@ def zip_archive_check(archive: zipfile.ZipFile, *, data: bytes, limits: ParseLim
 
 
 def _check_entry(entry: zipfile.ZipInfo, *, expanded: int, total: int, limits: ParseLimits) -> None:
+    bound = size_text(limits.max_expanded_bytes)
     if expanded > limits.max_expanded_bytes:
-        raise LimitExceededError(
-            f"{entry.filename} expands to more than {_size(limits.max_expanded_bytes)} (LANGBOT_KB_MAX_EXPANDED_BYTES)."
-        )
+        raise LimitExceededError(f"{entry.filename} expands to more than {bound} (LANGBOT_KB_MAX_EXPANDED_BYTES).")
     if total > limits.max_expanded_bytes:
         raise LimitExceededError(
-            f"The document's files expand to more than {_size(limits.max_expanded_bytes)} in all, the last "
+            f"The document's files expand to more than {bound} in all, the last "
             f"counted being {entry.filename} (LANGBOT_KB_MAX_EXPANDED_BYTES)."
         )
     if expanded > RATIO_FLOOR_BYTES and expanded > limits.max_compression_ratio * max(entry.compress_size, 1):

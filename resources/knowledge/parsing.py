@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from resources.knowledge.limits import LimitExceededError, ParseLimits, TextBudget, zip_archive_check
+from resources.knowledge.limits import LimitExceededError, ParseLimits, TextBudget, size_text, zip_archive_check
 
 if TYPE_CHECKING:
     from pypdf import PdfReader
@@ -259,8 +259,7 @@ def _pdf(data: bytes, limits: ParseLimits, budget: TextBudget) -> ParsedDocument
         raise
     except LimitReachedError as exc:
         raise DocumentRejectedError(
-            f"The PDF is over a decoding limit ({exc}); its streams may expand to {bound:,} bytes each "
-            "(LANGBOT_KB_MAX_EXPANDED_BYTES)."
+            f"A stream in the PDF expands to more than {size_text(bound)} (LANGBOT_KB_MAX_EXPANDED_BYTES)."
         ) from exc
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError) as exc:
         raise DocumentRejectedError(f"The PDF cannot be read: {exc or type(exc).__name__}.") from exc

@@ -168,6 +168,15 @@ def test_a_pdf_with_more_pages_than_allowed_fails(api_client, kb, settings):
     assert_failed_on(document, "The PDF has 3 pages, more than 2 (LANGBOT_KB_MAX_PDF_PAGES)")
 
 
+def test_a_pdf_stream_that_expands_past_the_limit_fails(api_client, kb, settings):
+    settings.LANGBOT_KB_MAX_EXPANDED_BYTES = 2000
+    page = "Words of a long page. " * 300  # its content stream inflates to several KB
+
+    document = ingested(api_client, "dense.pdf", pdf_bytes(page))
+
+    assert_failed_on(document, "A stream in the PDF expands to more than 2,000 bytes (LANGBOT_KB_MAX_EXPANDED_BYTES)")
+
+
 @pytest.mark.parametrize(
     ("name", "make"),
     [
