@@ -20,10 +20,16 @@ import's report (`LegacyImportResult.unmapped`, also kept in `source_detail`), n
 * `output`: `misc.remove-think` goes to the runners that have it (dify-agent); the delivery policy keeps
   the host's defaults (reply, streaming) since LangBot's output options — long-text conversion, forced
   delay, failure hints, @-sender, quoting, function-call tracking — have no delivery-policy equivalent.
-* `trigger`: the binding handles `message.received` in its scope. LangBot's group rule "@-mention the bot"
-  is what the host's platform adapters already apply (a group message reaches the host only when it
-  addresses the bot: mention, reply or command); prefix, regexp and random group rules, ignore rules,
-  access-control lists and message aggregation have no equivalent and are reported when set.
+* `trigger`: the binding handles `message.received` in its scope, and its `trigger_policy` (the gateway's
+  per-binding filter, `bindings.triggers`) takes LangBot's group rules (`at` → `group_mention`, `prefix`
+  → `group_prefixes`, stripped as LangBot did, `regexp` → `group_patterns`), its ignore rules and its
+  access-control list (`blacklist` → deny, `whitelist` → allow; `group_<id>` → a group chat id,
+  `person_<id>` → a private chat's user id, `*` kept). Reported: the `random` group rule and message
+  aggregation (no equivalent); that the platform adapters forward only group messages that address the
+  bot (mention, reply or command), so a prefix or regexp rule picks among those and a prefixed group
+  message that does not @-mention the bot is not seen; group ids of an import not made for a QQ bot,
+  which are kept as written (a QQ bot's chats are `group:<number>`: an import for a QQ bot writes that);
+  rules the filter cannot hold (an invalid or too long pattern, an unknown list entry), dropped by name.
 * `safety` (content filter, rate limit) and `ai.runner.expire-time` are reported when set.
 """
 
@@ -48,6 +54,7 @@ from bindings.services import (
     workspace_get_or_create,
 )
 from bindings.specs import BindingIn, BindingScopeIn
+from bindings.triggers import PATTERN_MAX_CHARS, RULES_MAX, TriggerPolicy
 from langbot_host.core.storable import unstorable_text_path
 
 # OFFICIAL_RUNNER_PLUGINS §3: old built-in runner → runner id of its official plugin.
@@ -109,6 +116,7 @@ class LegacyPipeline:
     runner_config: dict[str, Any]
     resource_policy: ResourcePolicy = field(default_factory=ResourcePolicy)
     delivery_policy: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+    trigger_policy: TriggerPolicy = field(default_factory=TriggerPolicy)
     unmapped: list[str] = field(default_factory=list)
 
 
@@ -159,15 +167,17 @@ def legacy_pipeline_parse(data: Any) -> LegacyPipeline:
     remove_think = _section(output, "misc").get("remove-think")
     if legacy_runner in RUNNERS_WITH_REMOVE_THINK and isinstance(remove_think, bool):
         runner_config.setdefault("remove-think", remove_think)
+    trigger_policy, trigger_notes = _trigger_policy(_section(config, "trigger"))
     return LegacyPipeline(
         name=name,
         legacy_runner=legacy_runner,
         runner_id=LEGACY_RUNNER_IDS[legacy_runner],
         runner_config=runner_config,
         resource_policy=_resource_policy(legacy_runner, block),
+        trigger_policy=trigger_policy,
         unmapped=[
             *_unmapped_runner_settings(_section(ai, "runner")),
-            *_unmapped_trigger(_section(config, "trigger")),
+            *trigger_notes,
             *_unmapped_safety(_section(config, "safety")),
             *_unmapped_output(output, legacy_runner),
         ],
@@ -223,36 +233,73 @@ def _unmapped_runner_settings(runner_section: dict[str, Any]) -> list[str]:
     return []
 
 
-def _unmapped_trigger(trigger: dict[str, Any]) -> list[str]:
+def _trigger_policy(trigger: dict[str, Any]) -> tuple[TriggerPolicy, list[str]]:
+    """LangBot's trigger section as a binding's trigger filter, and what of it the filter cannot do."""
     notes: list[str] = []
     group = _section(trigger, "group-respond-rules")
-    if group and group.get("at") is False:
+    prefixes = _texts(group.get("prefix"), "trigger.group-respond-rules.prefix", max_chars=100, notes=notes)
+    patterns = _patterns(group.get("regexp"), "trigger.group-respond-rules.regexp", notes)
+    if prefixes or patterns:
         notes.append(
-            "trigger.group-respond-rules.at: false — the host's platform adapters answer a group message that "
-            "@-mentions (or replies to, or commands) the bot; disable the binding for group chats if that is unwanted"
+            "trigger.group-respond-rules.prefix/regexp: the platform adapters forward only group messages that "
+            "address the bot (mention, reply, command), so in groups these rules pick among those; a prefixed "
+            "message that does not @-mention the bot does not reach the host"
         )
-    for rule in ("prefix", "regexp", "random"):
-        if _is_set(group.get(rule)):
-            notes.append(
-                f"trigger.group-respond-rules.{rule}: group messages that do not address the bot (mention, reply, "
-                "command) do not reach the host, so this rule cannot trigger a reply"
-            )
+    if _is_set(group.get("random")):
+        notes.append("trigger.group-respond-rules.random: the host does not answer group messages at random")
+    ignore = _section(trigger, "ignore-rules")
     access = _section(trigger, "access-control")
     mode = "whitelist" if access.get("mode") == "whitelist" else "blacklist"
-    if _is_set(access.get(mode)):
-        notes.append(
-            f"trigger.access-control.{mode}: the host has no per-binding access list; every chat of the binding's "
-            "scope is answered (scope the binding to a bot, or disable the bot)"
-        )
-    ignore = _section(trigger, "ignore-rules")
-    for rule in ("prefix", "regexp"):
-        if _is_set(ignore.get(rule)):
-            notes.append(
-                f"trigger.ignore-rules.{rule}: the host has no per-binding ignore rules; such messages are answered"
-            )
+    lists = _access_lists(access.get(mode), f"trigger.access-control.{mode}", notes)
+    policy = TriggerPolicy(
+        group_mention=group.get("at", True) is not False,
+        group_prefixes=prefixes,
+        group_patterns=patterns,
+        ignore_prefixes=_texts(ignore.get("prefix"), "trigger.ignore-rules.prefix", max_chars=100, notes=notes),
+        ignore_patterns=_patterns(ignore.get("regexp"), "trigger.ignore-rules.regexp", notes),
+        access_mode="allow" if mode == "whitelist" else "deny",
+        access_group_chat_ids=lists["group"],
+        access_private_user_ids=lists["person"],
+    )
     if _is_set(_section(trigger, "message-aggregation").get("enabled")):
         notes.append("trigger.message-aggregation: each message is a run of its own on the host (not merged)")
-    return notes
+    return policy, notes
+
+
+def _texts(value: Any, where: str, *, max_chars: int, notes: list[str]) -> list[str]:
+    """The non-empty strings of a LangBot list the filter can hold; the others are named in `notes`."""
+    items = [item for item in (value if isinstance(value, list) else []) if isinstance(item, str) and item]
+    kept = [item for item in items if len(item) <= max_chars]
+    if len(kept) < len(items):
+        notes.append(f"{where}: entries longer than {max_chars} characters dropped")
+    if len(kept) > RULES_MAX:
+        notes.append(f"{where}: only the first {RULES_MAX} of {len(kept)} entries kept")
+    return list(dict.fromkeys(kept))[:RULES_MAX]
+
+
+def _patterns(value: Any, where: str, notes: list[str]) -> list[str]:
+    kept: list[str] = []
+    for pattern in _texts(value, where, max_chars=PATTERN_MAX_CHARS, notes=notes):
+        try:
+            TriggerPolicy(group_patterns=[pattern])
+        except ValueError:
+            notes.append(f"{where}: {pattern!r} is not a regular expression the host can run; dropped")
+            continue
+        kept.append(pattern)
+    return kept
+
+
+def _access_lists(value: Any, where: str, notes: list[str]) -> dict[str, list[str]]:
+    """LangBot's `group_<id>` / `person_<id>` entries (`*` for every one) as group chat ids and private
+    chats' user ids."""
+    lists: dict[str, list[str]] = {"group": [], "person": []}
+    for entry in _texts(value, where, max_chars=255, notes=notes):
+        kind, _, chat = entry.partition("_")
+        if kind in lists and chat.strip():
+            lists[kind].append(chat.strip())
+        else:
+            notes.append(f"{where}: {entry!r} is neither group_<id> nor person_<id>; dropped")
+    return lists
 
 
 def _unmapped_safety(safety: dict[str, Any]) -> list[str]:
@@ -343,8 +390,10 @@ def _import(
     origin: str,
     dry_run: bool,
 ) -> LegacyImportResult:
-    if bot_id is not None and not Bot.objects.filter(workspace=workspace, bot_id=bot_id).exists():
+    bot = Bot.objects.filter(workspace=workspace, bot_id=bot_id).first() if bot_id is not None else None
+    if bot_id is not None and bot is None:
         raise LegacyImportError(f"there is no bot {bot_id!r} in workspace {workspace.slug!r}")
+    trigger_policy, trigger_notes = _trigger_policy_for_bot(pipeline.trigger_policy, bot)
     spec = BindingIn(
         name=pipeline.name or f"Imported {pipeline.legacy_runner}",
         scope=BindingScopeIn(scope_type="bot", scope_id=bot_id) if bot_id else BindingScopeIn(scope_type="workspace"),
@@ -353,6 +402,7 @@ def _import(
         runner_config=pipeline.runner_config,
         resource_policy=pipeline.resource_policy,
         delivery_policy=pipeline.delivery_policy,
+        trigger_policy=trigger_policy,
     )
     descriptor_known = any(
         descriptor.visible_to(workspace.pk)
@@ -366,7 +416,7 @@ def _import(
             "could not answer: install its plugin and refresh the runners, or allow a missing runner to store "
             "the binding unchecked"
         )
-    unmapped = [*pipeline.unmapped, *_missing_resources(workspace, pipeline.resource_policy)]
+    unmapped = [*pipeline.unmapped, *trigger_notes, *_missing_resources(workspace, pipeline.resource_policy)]
     if not descriptor_known:
         unmapped.append(f"runner: {pipeline.runner_id} is not installed; the binding cannot answer until it is")
     detail = {"origin": origin, "legacy_runner": pipeline.legacy_runner, "unmapped": unmapped}
@@ -396,6 +446,26 @@ def _import(
         dry_run=dry_run,
         unmapped=unmapped,
     )
+
+
+def _trigger_policy_for_bot(policy: TriggerPolicy, bot: Bot | None) -> tuple[TriggerPolicy, list[str]]:
+    """Group chat ids as the bot's adapter writes them: LangBot named a QQ group by its number, the host's
+    OneBot adapter names its chat `group:<number>`. Without a bot the ids stay as written, and are named."""
+    groups = [chat for chat in policy.access_group_chat_ids if chat != "*"]
+    if not groups:
+        return policy, []
+    if bot is None:
+        return policy, [
+            f"trigger.access-control: group ids {', '.join(groups)} kept as LangBot wrote them; a QQ (OneBot) "
+            "bot's group chats are `group:<number>` — import for the bot (--bot) or edit the binding's "
+            "access_group_chat_ids"
+        ]
+    if bot.platform != Bot.Platform.QQ:
+        return policy, []
+    ids = [
+        chat if chat == "*" or chat.startswith("group:") else f"group:{chat}" for chat in policy.access_group_chat_ids
+    ]
+    return policy.model_copy(update={"access_group_chat_ids": ids}), []
 
 
 def _missing_resources(workspace: Workspace, policy: ResourcePolicy) -> list[str]:

@@ -1,6 +1,6 @@
 """A binding's trigger filter, rule by rule: chat types, the group rules (addressed, prefix, pattern), the
 prefix removed from the runner's text, ignore rules, access lists; patterns checked on save and bounded
-in time when run."""
+in time when run; the bindings API shows and checks it."""
 
 from __future__ import annotations
 
@@ -153,3 +153,41 @@ def test_a_stored_policy_that_no_longer_validates_answers_nothing():
     broken = trigger_filter({"group_patterns": ["(unclosed"]})
 
     assert broken.check(TriggerContext(text="hi", chat_kind="private", mentioned=True)) is None
+
+
+@pytest.mark.django_db
+def test_the_bindings_api_shows_the_default_filter_and_stores_a_given_one(api_client, runner):
+    body = {
+        "binding_id": "support",
+        "event_types": ["message.received"],
+        "runner_id": runner.runner_id,
+        "runner_config": {"greeting": "hello", "api_key": "sk"},
+    }
+    created = api_client.post("/api/v1/bindings", body, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["trigger_policy"]["chat_types"] == ["private", "group"]
+    assert created.json()["trigger_policy"]["group_mention"] is True
+
+    policy = {"group_prefixes": ["ai"], "access_mode": "allow", "access_group_chat_ids": ["g-1"]}
+    patched = api_client.patch("/api/v1/bindings/support", {"trigger_policy": policy}, format="json")
+
+    assert patched.status_code == 200, patched.content
+    assert patched.json()["trigger_policy"]["group_prefixes"] == ["ai"]
+    assert patched.json()["trigger_policy"]["access_mode"] == "allow"
+
+
+@pytest.mark.django_db
+def test_the_bindings_api_refuses_a_pattern_that_does_not_compile(api_client, runner):
+    body = {
+        "event_types": ["message.received"],
+        "runner_id": runner.runner_id,
+        "runner_config": {"greeting": "hello", "api_key": "sk"},
+        "trigger_policy": {"group_patterns": ["(help"]},
+    }
+
+    response = api_client.post("/api/v1/bindings", body, format="json")
+
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "invalid_argument"
+    assert "not a valid regular expression" in error["details"]["fields"]["trigger_policy.group_patterns"]

@@ -14,9 +14,9 @@ from django.core.management import CommandError, call_command
 
 from bindings.models import AgentBinding
 from runners.gateway.envelope import EventEnvelopeIn
-from runners.gateway.services import event_ingest
+from runners.gateway.services import EventIngestResult, event_ingest
 from runners.models import Run
-from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
+from tests.factories import BotFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes import langflow_server
 from tests.fakes.langflow_server import fake_langflow
 from tests.fakes.n8n_server import fake_n8n
@@ -101,13 +101,12 @@ def test_what_the_host_cannot_do_is_named_in_the_report_and_kept_on_the_binding(
     unmapped = json.loads(binding.source_detail)["unmapped"]
     expected = [
         "ai.runner.expire-time",
-        "trigger.access-control.whitelist",
-        "trigger.ignore-rules.prefix",
         "safety.rate-limit",
         "output.long-text-processing.strategy",
         "output.force-delay",
         "output.misc.exception-handling",
         "output.misc.remove-think",
+        "trigger.access-control",  # its group ids, kept as written for an import not made for a QQ bot
     ]
     assert [note.split(":")[0].split("/")[0] for note in unmapped] == expected
     assert f"not mapped ({len(expected)}):" in printed
@@ -119,11 +118,83 @@ def test_group_rules_that_cannot_reach_the_host_are_named(tmp_path, workspace, i
     binding, _ = migrate(tmp_path, workspace.slug, fixture("langflow"))
 
     unmapped = json.loads(binding.source_detail)["unmapped"]
+    assert binding.trigger_policy["group_patterns"] == [r"^(help|faq)\b"]
     assert any(
-        note.startswith("trigger.group-respond-rules.regexp: group messages that do not address") for note in unmapped
+        note.startswith("trigger.group-respond-rules.prefix/regexp: the platform adapters forward only group")
+        for note in unmapped
     )
     assert any(note.startswith("trigger.message-aggregation") for note in unmapped)
     assert any(note.startswith("safety.content-filter") for note in unmapped)
+
+
+@pytest.mark.django_db
+def test_trigger_rules_become_the_bindings_trigger_filter(tmp_path, workspace, installed_runners):
+    binding, printed = migrate(tmp_path, workspace.slug, fixture("n8n"))
+
+    policy = binding.trigger_policy
+    assert (policy["access_mode"], policy["access_group_chat_ids"]) == ("allow", ["123456"])
+    assert policy["access_private_user_ids"] == ["*"]
+    assert (policy["ignore_prefixes"], policy["group_mention"]) == (["!"], True)
+    assert 'trigger filter: {"ignore_prefixes": ["!"], "access_mode": "allow"' in printed
+
+
+@pytest.mark.django_db
+def test_an_import_for_a_qq_bot_names_group_chats_as_its_adapter_does(tmp_path, workspace, installed_runners):
+    BotFactory.create(workspace=workspace, bot_id="qq-bot", platform="qq")
+
+    binding, _ = migrate(tmp_path, workspace.slug, fixture("n8n"), "--bot", "qq-bot")
+
+    assert binding.trigger_policy["access_group_chat_ids"] == ["group:123456"]
+    assert not any(note.startswith("trigger.access-control") for note in json.loads(binding.source_detail)["unmapped"])
+
+
+@pytest.mark.django_db
+def test_group_rules_the_filter_cannot_hold_are_named_and_the_rest_kept(tmp_path, workspace, installed_runners):
+    pipeline = fixture("langflow")
+    pipeline["config"]["trigger"]["group-respond-rules"].update(
+        {"at": False, "regexp": ["(unclosed", "^bot"], "random": 0.2}
+    )
+    pipeline["config"]["trigger"]["access-control"] = {"mode": "blacklist", "blacklist": ["channel_9", "person_7"]}
+
+    binding, _ = migrate(tmp_path, workspace.slug, pipeline)
+
+    policy = binding.trigger_policy
+    assert (policy["group_mention"], policy["group_patterns"]) == (False, ["^bot"])
+    assert (policy["access_mode"], policy["access_private_user_ids"]) == ("deny", ["7"])
+    unmapped = json.loads(binding.source_detail)["unmapped"]
+    assert "trigger.group-respond-rules.regexp: '(unclosed' is not a regular expression the host can run; dropped" in (
+        unmapped
+    )
+    assert any(note.startswith("trigger.group-respond-rules.random") for note in unmapped)
+    assert any(note.startswith("trigger.access-control.blacklist: 'channel_9'") for note in unmapped)
+
+
+def group_event(binding: AgentBinding, text: str, *, mentioned: bool, event_id: str) -> EventIngestResult:
+    """What the gateway makes of a group message (the shape the platform adapters send) to the binding."""
+    envelope = EventEnvelopeIn.model_validate(
+        {
+            "event_id": event_id,
+            "actor": {"actor_id": "user-7"},
+            "input": {"text": text},
+            "data": {"chat_id": "group-1", "chat_type": "group", "mentioned": mentioned},
+        }
+    )
+    assert binding.workspace is not None
+    return event_ingest(workspace=binding.workspace, envelope=envelope)
+
+
+@pytest.mark.django_db
+def test_a_migrated_group_prefix_rule_answers_a_prefixed_group_message_only(tmp_path, workspace, installed_runners):
+    pipeline = fixture("local-agent")  # group rules: at, prefix "ai"
+    pipeline["config"]["trigger"]["group-respond-rules"]["at"] = False
+    binding, _ = migrate(tmp_path, workspace.slug, pipeline)
+
+    prefixed = group_event(binding, "ai what is new?", mentioned=False, event_id="g-1")
+    plain = group_event(binding, "what is new?", mentioned=True, event_id="g-2")
+
+    assert [run.binding_id for run in prefixed.runs] == [binding.pk]
+    assert prefixed.event.input["text"] == "what is new?"
+    assert (plain.runs, plain.event.status) == ([], "no_binding")
 
 
 @pytest.mark.django_db
@@ -170,6 +241,30 @@ def test_a_migrated_local_agent_pipeline_answers_with_its_model(tmp_path, worker
     request = openai.requests[-1]
     assert request["messages"][0]["content"].startswith("You are the support assistant of Example Corp.")
     assert request["messages"][-1] == {"role": "user", "content": "hi"}
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_migrated_prefix_rule_answers_a_group_message_with_the_prefix_and_not_one_without(
+    tmp_path, worker, installed_runners
+):
+    with fake_openai() as openai:
+        openai.stream(answer("Nothing new ", "today"))
+        workspace = WorkspaceFactory.create()
+        provider = ModelProviderFactory.create(workspace=workspace, base_url=openai.base_url, max_retries=0)
+        ModelFactory.create(workspace=workspace, provider=provider, model_id=LOCAL_AGENT_MODEL, name="gpt-fake")
+        pipeline = fixture("local-agent")  # group rules: at, prefix "ai"
+        pipeline["config"]["trigger"]["group-respond-rules"]["at"] = False
+        binding, _ = migrate(tmp_path, workspace.slug, pipeline)
+
+        without = group_event(binding, "what is new?", mentioned=True, event_id="g-plain")
+        [run] = group_event(binding, "ai what is new?", mentioned=False, event_id="g-prefixed").runs
+        run = wait_terminal(run, timeout=60)
+
+    assert (without.runs, without.event.status) == ([], "no_binding")
+    assert (run.status, run.output) == (Run.Status.COMPLETED, "Nothing new today"), run.error
+    assert len(openai.requests) == 1
+    assert openai.requests[0]["messages"][-1] == {"role": "user", "content": "what is new?"}
 
 
 @pytest.mark.integration

@@ -2,19 +2,22 @@
 pipeline config (JSON or YAML) into an AgentBinding of `message.received`, and say what of the pipeline the
 binding does not do."""
 
+import json
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bindings.legacy import LegacyImportError, legacy_config_import, legacy_config_load
+from bindings.triggers import TriggerPolicy
 
 
 class Command(BaseCommand):
     help = (
         "Import a LangBot pipeline config: `ai.runner.runner` picks the official runner plugin, the `ai.<runner>` "
         "block becomes the binding's runner config (unchanged), the models, knowledge bases and tools it selects "
-        "its resource policy. What has no equivalent on the host is listed. Unknown runners, and runners that "
+        "its resource policy, its trigger rules the binding's trigger filter. What has no equivalent on the host is "
+        "listed. Unknown runners, and runners that "
         "are not installed (unless --allow-missing-runner), are refused and nothing is written."
     )
 
@@ -62,6 +65,13 @@ class Command(BaseCommand):
         granted = "; ".join(f"{noun} {', '.join(ids)}" for noun, ids in allowed.items() if ids)
         if granted:
             self.stdout.write(f"resource policy allows: {granted}")
+        trigger = {
+            key: value
+            for key, value in (binding.trigger_policy or {}).items()
+            if value != TriggerPolicy().model_dump(mode="json").get(key)
+        }
+        if trigger:
+            self.stdout.write(f"trigger filter: {json.dumps(trigger, ensure_ascii=False)}")
         if not result.validated:
             self.stdout.write(
                 "runner config stored unchecked: the runner's plugin is not installed (or --no-validate); "
