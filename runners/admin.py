@@ -1,7 +1,8 @@
-"""Admin for runner descriptors (read-only, with a "Refresh from runtime" button on the list; labels in
-the admin's language, the config schema as a table) and runs (read-only, with their result events inline
-and a "Cancel selected runs" action; the list fits a laptop: short ids, coloured status, duration), and the
-development tokens (minted here, shown once, revocable) and sessions of `python -m langbot_sdk dev`."""
+"""Admin for runner descriptors (read-only, with a "Refresh from runtime" button on the list and the last
+refresh's plugin errors above it; labels in the admin's language, the config schema as a table) and runs
+(read-only, with their result events inline and a "Cancel selected runs" action; the list fits a laptop:
+short ids, coloured status, duration), and the development tokens (minted here, shown once, revocable) and
+sessions of `python -m langbot_sdk dev`."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle.retry import run_attempt
 from runners.lifecycle.services import run_cancel_request
 from runners.models import DevelopmentSession, DevelopmentToken, Run, RunEvent
-from runners.runtime.catalog import runner_descriptors_refresh
+from runners.runtime.catalog import runner_descriptors_refresh, runner_refresh_problems
 from runners.runtime.dev_access import (
     DEV_TOKEN_DEFAULT_LIFETIME,
     DEV_TOKEN_MAX_LIFETIME,
@@ -153,6 +154,23 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
             rows,
         )
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Plugins that failed before naming a runner have no row in the list: the last refresh's errors and
+        # warnings are shown above it instead (templates/admin/bindings/runnerdescriptor/change_list.html).
+        problems = runner_refresh_problems() or {}
+
+        def where(item: dict[str, Any]) -> str:
+            names = [item.get("path") or item.get("plugin"), item.get("runner_id")]
+            return " ".join(str(name) for name in dict.fromkeys(names) if name)
+
+        context = {
+            **(extra_context or {}),
+            "refresh_problems_at": problems.get("at"),
+            "refresh_errors": [(where(e), e.get("error") or "") for e in problems.get("plugin_errors", [])],
+            "refresh_warnings": [(where(w), w.get("warning") or "") for w in problems.get("plugin_warnings", [])],
+        }
+        return super().changelist_view(request, extra_context=context)
+
     def get_urls(self) -> list[URLPattern]:
         refresh = path(
             "refresh/", self.admin_site.admin_view(self.refresh_view), name="bindings_runnerdescriptor_refresh"
@@ -174,11 +192,12 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
             )
             for runner_id in result.errored:
                 messages.warning(request, f"{runner_id} failed to load; see its load error.")
-            for error in result.plugin_errors:
-                where = error.get("path") or error.get("plugin")
-                messages.error(request, f"Plugin {where} failed to load: {error.get('error')}")
-            for warning in result.plugin_warnings:
-                messages.warning(request, f"Plugin {warning.get('path')}: {warning.get('warning')}")
+            if result.plugin_errors or result.plugin_warnings:
+                messages.warning(
+                    request,
+                    f"{len(result.plugin_errors)} plugin error(s), {len(result.plugin_warnings)} warning(s): "
+                    "listed above the runners.",
+                )
         return HttpResponseRedirect(reverse("admin:bindings_runnerdescriptor_changelist"))
 
 
