@@ -200,7 +200,7 @@ class ReplyStream:
             self.on_done(self)
 
     async def _deliver_all(self) -> None:
-        run = await Run.objects.select_related("bot", "event", "binding", "workspace").aget(pk=self.run.pk)
+        run = await Run.objects.select_related("bot__workspace", "event", "binding", "workspace").aget(pk=self.run.pk)
         bot = run.bot
         kept = self.adapter_for is not None
         if bot is None:

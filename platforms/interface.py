@@ -53,6 +53,7 @@ from typing import Any, ClassVar
 from django.conf import settings
 
 from langbot_host.core.limits import json_too_deep
+from langbot_host.core.outbound import host_private_allowed, url_refusal
 
 PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
 
@@ -251,9 +252,12 @@ class PlatformAdapter(abc.ABC):
     credential_keys: ClassVar[tuple[str, ...]] = ()
     connector_class: ClassVar[type[PlatformConnector] | None] = None
 
-    def __init__(self, *, bot_id: str, credentials: Mapping[str, Any]) -> None:
+    def __init__(self, *, bot_id: str, credentials: Mapping[str, Any], allow_private: bool | None = None) -> None:
         self.bot_id = bot_id
         self.credentials = dict(credentials)
+        # Whether the bot's outbound connections may reach private addresses (the outbound address guard,
+        # langbot_host.core.outbound): its workspace's flag or the host's switch (the default here).
+        self.allow_private = host_private_allowed() if allow_private is None else allow_private
 
     @staticmethod
     def text_length(text: str) -> int:
@@ -269,6 +273,19 @@ class PlatformAdapter(abc.ABC):
     def api_base_url(self) -> str | None:
         value = self.credentials.get("api_base_url")
         return str(value).rstrip("/") if value else None
+
+    async def api_base_url_check(self) -> None:
+        """For a platform SDK that takes no HTTP transport (so no connection of its own can be checked):
+        before a call, refuse (a final `PlatformAPIError`) when `api_base_url`'s host resolves to an
+        address the outbound guard refuses. The SDK resolves the name again for its connection, so a name
+        that changes its answer in between is not caught here; SDKs that take a transport are guarded at
+        every connection instead."""
+        url = self.api_base_url
+        if url is None or self.allow_private:
+            return
+        refusal = await asyncio.to_thread(url_refusal, url, allow_private=False)
+        if refusal is not None:
+            raise PlatformAPIError(f"api_base_url refused: {refusal}")
 
     # -- inbound --------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -9,6 +9,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from bindings.models import Bot
+from bindings.selectors import workspace_private_addresses_allowed
 from platforms.interface import PlatformAdapter
 
 ADAPTER_PATHS: tuple[str, ...] = (
@@ -38,4 +39,6 @@ def adapter_for_bot(bot: Bot, **overrides: Any) -> PlatformAdapter | None:
     cls = adapter_class(bot.platform)
     if cls is None:
         return None
-    return cls(bot_id=bot.bot_id, credentials={**(bot.credentials or {}), **overrides})
+    # The bot's workspace is read here: callers on an event loop load it with the bot.
+    allow_private = workspace_private_addresses_allowed(workspace=bot.workspace)
+    return cls(bot_id=bot.bot_id, credentials={**(bot.credentials or {}), **overrides}, allow_private=allow_private)

@@ -32,6 +32,7 @@ import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from langbot_host.core.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
 from platforms.interface import (
     FetchedFile,
     InboundBatch,
@@ -126,6 +127,9 @@ class DiscordAdapter(PlatformAdapter):
                 raise PlatformAPIError("the bot has no Discord token (credentials.token)")
             self._http = httpx.AsyncClient(
                 base_url=self.base_url,
+                # Through the outbound address guard; no proxy from the environment.
+                transport=guarded_async_transport(allow_private=self.allow_private),
+                trust_env=False,
                 timeout=REQUEST_TIMEOUT,
                 headers={
                     "Authorization": f"Bot {self.token}",
@@ -140,6 +144,8 @@ class DiscordAdapter(PlatformAdapter):
             response = await self.http().request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise PlatformAPIError(f"Discord {method} {path}: {exc}", retryable=True) from exc
+        except AddressRefusedError as exc:  # api_base_url's address, refused by the outbound guard: final
+            raise PlatformAPIError(f"Discord {method} {path}: refused: {exc}") from exc
         if response.status_code == 429:
             raise PlatformAPIError(f"Discord {method} {path}: rate limited", retry_after=_retry_after(response))
         if response.status_code == 401:
@@ -330,6 +336,19 @@ class DiscordConnector(PlatformConnector):
             self.state = "stopped"
             await self.adapter.aclose()
 
+    async def _gateway_address(self, url: str) -> tuple[str, int]:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "wss" else 80)
+        try:
+            addresses = await asyncio.to_thread(resolve, host, port)
+        except (OSError, UnicodeError) as exc:
+            raise GatewayClosedError(f"the gateway host {host} does not resolve: {exc}") from exc
+        refusal = None if self.adapter.allow_private else addresses_refusal(host, addresses)
+        if refusal is not None or not addresses:
+            raise GatewayClosedError(f"the gateway address is refused: {refusal or 'no address'}", fatal=True)
+        return addresses[0], port
+
     async def _gateway_url(self) -> str:
         if self.resume_url and self.session_id:
             return self.resume_url
@@ -341,8 +360,11 @@ class DiscordConnector(PlatformConnector):
 
     async def _session(self) -> None:
         url = (await self._gateway_url()).rstrip("/")
+        # The gateway's address comes from the API's answer: the socket connects only to an address the
+        # outbound guard checked (TLS and the Host header still name the URL's host).
+        address, port = await self._gateway_address(url)
         async with websockets.connect(
-            f"{url}/?v={GATEWAY_VERSION}&encoding=json", max_size=None, open_timeout=20
+            f"{url}/?v={GATEWAY_VERSION}&encoding=json", max_size=None, open_timeout=20, host=address, port=port
         ) as socket:
             self.sessions += 1
             hello = json.loads(await asyncio.wait_for(socket.recv(), timeout=20))

@@ -413,6 +413,7 @@ class LarkAdapter(PlatformAdapter):
             )
             .build()
         )
+        await self.api_base_url_check()
         try:
             response = await self.client().auth.v3.tenant_access_token.ainternal(request)
         except Exception as exc:  # the SDK lets httpx's and its own errors through
@@ -448,6 +449,8 @@ class LarkAdapter(PlatformAdapter):
         A token the platform no longer takes is dropped and bought again once."""
         import lark_oapi as lark
 
+        # The SDK makes a client per call and takes no transport: the override's address is checked first.
+        await self.api_base_url_check()
         for attempt in (1, 2):
             option = lark.RequestOption.builder().tenant_access_token(await self._tenant_token()).build()
             try:

@@ -240,6 +240,8 @@ class SlackAdapter(PlatformAdapter):
     # -- outbound -------------------------------------------------------------------------------
     async def _call(self, method: str, **kwargs: Any) -> dict[str, Any]:
         """One Web API call by the SDK; Slack's errors (HTTP 200 with `ok: false`, or 429) as `PlatformAPIError`."""
+        # The SDK's HTTP sessions take no transport: the override's address is checked before each call.
+        await self.api_base_url_check()
         try:
             response = await getattr(self.client(), method)(**kwargs)
         except SlackApiError as exc:

@@ -17,11 +17,13 @@ import warnings
 from datetime import timedelta
 from typing import Any, ClassVar
 
+import httpx
 from telegram import Bot, InputFile, Message, ReactionTypeEmoji, ReplyParameters, Update
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
+from langbot_host.core.outbound import AddressRefusedError, guarded_async_transport
 from platforms.interface import (
     FetchedFile,
     InboundBatch,
@@ -40,6 +42,8 @@ from platforms.interface import (
 )
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
+# Connections kept to the Bot API per bot.
+POOL_SIZE = 32
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 GROUP_CHATS = frozenset({"group", "supergroup"})
 GROUP_WRITE_INTERVAL_SECONDS = 3.0
@@ -96,11 +100,18 @@ class TelegramAdapter(PlatformAdapter):
             if not self.token:
                 raise PlatformAPIError("the bot has no Telegram token (credentials.token)")
             base = self.api_base_url or DEFAULT_API_BASE_URL
+            # Every connection (API calls and file downloads) goes through the outbound address guard; no
+            # proxy from the environment makes a connection it cannot see.
+            transport = guarded_async_transport(
+                allow_private=self.allow_private, limits=httpx.Limits(max_connections=POOL_SIZE)
+            )
             self._client = Bot(
                 self.token,
                 base_url=f"{base}/bot",
                 base_file_url=f"{base}/file/bot",
-                request=HTTPXRequest(connection_pool_size=32),
+                request=HTTPXRequest(
+                    connection_pool_size=POOL_SIZE, httpx_kwargs={"transport": transport, "trust_env": False}
+                ),
             )
         return self._client
 
@@ -252,6 +263,9 @@ class TelegramAdapter(PlatformAdapter):
         except (TimedOut, NetworkError) as exc:
             if isinstance(exc, BadRequest):
                 raise PlatformAPIError(exc.message) from exc
+            if isinstance(exc.__cause__, AddressRefusedError):
+                # The outbound guard refused api_base_url's address: retrying cannot help.
+                raise PlatformAPIError(f"refused: {exc.__cause__}") from exc
             raise PlatformAPIError(str(exc), retryable=True) from exc
         except TelegramError as exc:
             raise PlatformAPIError(exc.message) from exc
