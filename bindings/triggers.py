@@ -66,7 +66,8 @@ class TriggerPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    chat_types: list[ChatKind] = Field(default_factory=lambda: list(CHAT_KINDS), max_length=2)
+    chat_types: list[ChatKind] = Field(default_factory=lambda: list(CHAT_KINDS), min_length=1, max_length=2)
+    """The chats answered (a binding that should answer none is disabled instead)."""
     group_mention: bool = True
     """In a group, a message that addresses the bot (@-mention, reply, command) is answered."""
     group_prefixes: list[TriggerText] = Field(default_factory=list, max_length=RULES_MAX)
@@ -216,4 +217,5 @@ def _compiled(key: str) -> TriggerFilter:
 
 
 _DEFAULT = TriggerFilter(policy=TriggerPolicy(), group_patterns=(), ignore_patterns=())
-_REFUSE_ALL = TriggerFilter(policy=TriggerPolicy(chat_types=[]), group_patterns=(), ignore_patterns=())
+# Built without validation: no policy a user can save answers nothing.
+_REFUSE_ALL = TriggerFilter(policy=TriggerPolicy.model_construct(chat_types=[]), group_patterns=(), ignore_patterns=())

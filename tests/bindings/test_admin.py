@@ -48,6 +48,10 @@ def form_data(workspace, runner, **overrides):
         "state_policy__state_scopes": ["conversation", "actor", "subject", "runner", "binding"],
         "delivery_policy__enable_streaming": "on",
         "delivery_policy__enable_reply": "on",
+        "trigger_policy__chat_types": ["private", "group"],
+        "trigger_policy__group_mention": "on",
+        "trigger_policy__strip_prefix": "on",
+        "trigger_policy__access_mode": "deny",
         "concurrency_policy": "queue",
         "timeout_seconds": "300",
         "_save": "Save",
@@ -240,3 +244,31 @@ def test_bot_credentials_the_database_cannot_store_are_refused(admin_client, wor
     assert response.status_code == 200
     assert _errors(response)["credentials_input"] == ["Must not contain NUL characters or unpaired surrogates."]
     assert not Bot.objects.exists()
+
+
+def test_the_trigger_filter_is_edited_with_controls_and_checked_like_the_api(admin_client, workspace, runner):
+    refused = admin_client.post(
+        ADD_URL, form_data(workspace, runner, trigger_policy__group_patterns="(help", trigger_policy__chat_types=[])
+    )
+    response = admin_client.post(
+        ADD_URL,
+        form_data(
+            workspace,
+            runner,
+            trigger_policy__group_prefixes="ai\n/bot",
+            trigger_policy__access_mode="allow",
+            trigger_policy__access_group_chat_ids="g-1",
+        ),
+    )
+
+    errors = _errors(refused)
+    assert "not a valid regular expression" in str(errors["trigger_policy__group_patterns"])
+    assert "trigger_policy__chat_types" in errors
+    assert response.status_code == 302, _errors(response)
+    policy = AgentBinding.objects.get(binding_id="from-admin").trigger_policy
+    assert (policy["group_prefixes"], policy["access_mode"], policy["access_group_chat_ids"]) == (
+        ["ai", "/bot"],
+        "allow",
+        ["g-1"],
+    )
+    assert policy["chat_types"] == ["private", "group"]
