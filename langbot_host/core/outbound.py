@@ -21,7 +21,12 @@ host name resolves to, so the mistake shows at once. When a connection is made, 
 connect only to an address they checked: a name that resolves to a public address when saved and to a
 private one later (DNS rebinding) is refused before any byte leaves, and a name cannot resolve to one
 address for the check and to another for the connection. TLS still names the URL's host, so certificates
-are verified against the name, not the address.
+are verified against the name, not the address. `guarded_httpx2_transport` / `guarded_httpx2_async_transport`
+do the same for httpx2, the fork of httpx the `openai` and `mcp` SDKs speak through.
+
+A refused save is `URLRefusedError` (400 `address.not_allowed` naming the field, through the API's error
+handler); a refused connection is `AddressRefusedError`, which the SDKs let through or wrap as their own
+connection error. Neither carries more of a peer's answer than `excerpt()` keeps.
 """
 
 from __future__ import annotations

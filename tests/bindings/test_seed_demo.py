@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from bindings.models import AgentBinding, Bot
+from bindings.models import AgentBinding, Bot, Workspace
 from bindings.selectors import binding_resolve_for_event
 from bindings.services import binding_runner_config_plain
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory
@@ -86,3 +86,14 @@ def test_an_unchecked_binding_is_validated_once_its_runner_is_known():
     assert validated == ["demo-qa"]
     assert binding.config_validated is True
     assert binding_runner_config_plain(binding) == {"behaviour": "ok", "delta_count": 5}
+
+
+def test_the_demo_workspace_it_creates_may_reach_a_local_model_and_an_operators_withdrawal_is_kept():
+    # the demo workspace is the operator's own: a local Ollama on 127.0.0.1 is its README's example
+    call_command("seed_demo")
+    demo = Workspace.objects.get(slug="demo")
+    assert demo.allow_private_addresses is True
+    # an operator who withdraws it keeps their choice across later seeds (`make run` seeds every time)
+    Workspace.objects.filter(pk=demo.pk).update(allow_private_addresses=False)
+    call_command("seed_demo")
+    assert Workspace.objects.get(pk=demo.pk).allow_private_addresses is False

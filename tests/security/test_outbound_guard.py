@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import httpx2
 import pytest
 
 from langbot_host.core import outbound
@@ -221,3 +222,32 @@ def test_an_excerpt_of_a_peer_body_is_short_and_printable():
     assert not any(character in text for character in "\x1b\x00\r\n")
     assert text.startswith("[31mSECRET-START")
     assert outbound.excerpt("short answer") == "short answer"
+
+
+def test_httpx2_clients_connect_through_the_guard_too(local_server, dns):
+    # Pins the httpx2 transports' wiring, which the openai and mcp SDKs' clients use.
+    port = local_server.server_address[1]
+    dns["local-model.example.test"] = ["127.0.0.1"]
+    url = f"http://local-model.example.test:{port}/"
+    with (
+        httpx2.Client(transport=outbound.guarded_httpx2_transport(allow_private=False)) as client,
+        pytest.raises((outbound.AddressRefusedError, httpx2.ConnectError), match="loopback"),
+    ):
+        client.get(url)
+    assert local_server.hits == 0
+    with httpx2.Client(transport=outbound.guarded_httpx2_transport(allow_private=True)) as client:
+        assert client.get(url).text == "hello"
+    assert local_server.hits == 1
+
+
+async def test_async_httpx2_clients_connect_through_the_guard_too(local_server, dns):
+    port = local_server.server_address[1]
+    dns["local-model.example.test"] = ["127.0.0.1"]
+    url = f"http://local-model.example.test:{port}/"
+    async with httpx2.AsyncClient(transport=outbound.guarded_httpx2_async_transport(allow_private=False)) as client:
+        with pytest.raises((outbound.AddressRefusedError, httpx2.ConnectError), match="loopback"):
+            await client.get(url)
+    assert local_server.hits == 0
+    async with httpx2.AsyncClient(transport=outbound.guarded_httpx2_async_transport(allow_private=True)) as client:
+        assert (await client.get(url)).text == "hello"
+    assert local_server.hits == 1

@@ -1,5 +1,6 @@
 """`python manage.py seed_demo`: the demo workspace, bot, qa-runner binding and admin login that `make run`
-prints. Idempotent: existing objects are kept as they are (an operator may have edited them).
+prints. Idempotent: existing objects are kept as they are (an operator may have edited them). A demo
+workspace it creates may reach private addresses (a local Ollama), as its operator's own.
 
 The demo binding is workspace-scoped: it answers the debug chat's default target ("Workspace default",
 no bot) as well as messages to `demo-bot`, by the resolver's ordinary rules (a bot-scoped binding added
@@ -72,7 +73,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         password = os.environ.get("LANGBOT_DEMO_PASSWORD", "admin")
+        new = not Workspace.objects.filter(slug="demo").exists()
         workspace = workspace_get_or_create(slug="demo", name="Demo workspace")
+        if new:
+            # The demo workspace is the operator's own, on their machine: its model provider may be a local
+            # Ollama (README), which the outbound address guard refuses unless the workspace is allowed.
+            Workspace.objects.filter(pk=workspace.pk).update(allow_private_addresses=True)
         user_model = get_user_model()
         user, created = user_model.objects.get_or_create(
             username=DEMO_USERNAME, defaults={"is_staff": True, "is_superuser": True}
