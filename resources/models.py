@@ -74,7 +74,8 @@ class Model(models.Model):
 class MCPServer(models.Model):
     """A Model Context Protocol server whose tools runs may call: a local process spoken to over stdio, or
     a streamable-HTTP endpoint. Its tools are cached as `MCPTool` rows, refreshed on demand and on
-    reconnect; `status` and `last_error` say how the last connection went."""
+    reconnect and, in the background, after a save that changes how it connects; `status` and `last_error`
+    say how the last connection went (or that one is under way)."""
 
     class Transport(models.TextChoices):
         STDIO = "stdio", "stdio (local process)"
@@ -82,6 +83,8 @@ class MCPServer(models.Model):
 
     class Status(models.TextChoices):
         UNKNOWN = "unknown", "not connected yet"
+        # Set by a save that changes how the server connects; a worker then connects in the background.
+        CONNECTING = "connecting", "connecting"
         OK = "ok", "connected"
         ERROR = "error", "failing"
 
@@ -97,7 +100,7 @@ class MCPServer(models.Model):
     headers = EncryptedJSONField(default=dict)
     enabled = models.BooleanField(default=True)
     timeout_seconds = models.PositiveIntegerField(default=30)
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.UNKNOWN)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.UNKNOWN)
     last_error = models.TextField(blank=True)
     tools_refreshed_at = models.DateTimeField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)

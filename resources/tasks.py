@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from resources.knowledge.ingestion import knowledge_document_ingest as _document_ingest
-from resources.mcp.services import mcp_server_refresh_run
+from resources.mcp.services import mcp_server_connect_run, mcp_server_refresh_run
 
 
 @shared_task(acks_late=True, ignore_result=True)
@@ -18,3 +18,10 @@ def knowledge_document_ingest(document_id: str) -> None:
 def mcp_server_refresh(server_pk: int, token: str) -> None:
     # A refresh asked from the web: a stdio server starts here, in the worker, never in the web process.
     mcp_server_refresh_run(server_pk=server_pk, token=token)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def mcp_server_connect(server_pk: int, version: str) -> None:
+    # After a save that changes how a server connects: the worker connects and lists its tools, the save
+    # having answered already. `version` fences out a save superseded by a later one.
+    mcp_server_connect_run(server_pk=server_pk, version=version)

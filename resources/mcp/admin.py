@@ -1,6 +1,7 @@
 """Admin of MCP servers: their settings (env and headers masked), how the last connection went (status
-coloured, the last error in full), their cached tools (read-only), and a "Refresh tools" action that
-connects now and shows the tool count or the server's error (a stdio server's in a worker, as REST does).
+coloured, `connecting` while a worker connects after a save, the last error in full), their cached tools
+(read-only), and a "Refresh tools" action that connects now and shows the tool count or the server's error
+(a stdio server's in a worker, as REST does). A save connects in the background as a REST one does.
 
 Superusers see everything; other staff see and edit only the servers of workspaces they belong to.
 """
@@ -21,7 +22,9 @@ from resources.mcp.services import (
     MCPRefreshPendingError,
     MCPServerDisabledError,
     MCPServerUnavailableError,
+    mcp_server_connection,
     mcp_server_refresh_requested,
+    mcp_server_saved,
 )
 from resources.models import MCPServer, MCPTool
 
@@ -29,6 +32,7 @@ _STATUS_COLOURS = {
     MCPServer.Status.OK: "#2e7d32",
     MCPServer.Status.ERROR: "#c62828",
     MCPServer.Status.UNKNOWN: "#757575",
+    MCPServer.Status.CONNECTING: "#ef6c00",
 }
 # How many tool names a successful refresh shows before "and N more".
 SHOWN_TOOL_NAMES = 20
@@ -80,10 +84,14 @@ class MCPServerAdmin(WorkspaceScopedAdmin[MCPServer]):
 
     def save_model(self, request: HttpRequest, obj: MCPServer, form: Any, change: bool) -> None:
         assert isinstance(form, MCPServerAdminForm)
+        # The form has already put its values on `obj`: how it connected before is the stored row's.
+        stored = MCPServer.objects.filter(pk=obj.pk).first() if change else None
+        connection_before = mcp_server_connection(stored) if stored is not None else None
         obj.args = form.args
         obj.env = form.env
         obj.headers = form.headers
         super().save_model(request, obj, form, change)
+        mcp_server_saved(server=obj, connection_before=connection_before)
 
     @admin.display(description="status", ordering="status")
     def status_coloured(self, obj: MCPServer) -> str:

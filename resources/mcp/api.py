@@ -4,7 +4,10 @@
 Everything is scoped to the caller's workspace; another workspace's server answers 404. Bodies are parsed
 by the strict models of `resources.mcp.specs`; a bad field (a stdio server without a command, an http
 server without an http(s) url, an id already taken) answers 400 `invalid_argument` with `details.fields`.
-`env` and `headers` values are never returned, only masked. A refresh that cannot reach the server
+`env` and `headers` values are never returned, only masked. A create, or a change of how an enabled server
+connects, answers at once with `status: connecting` while a worker connects and lists the tools in the
+background (`resources.mcp.services`); `status` then becomes `ok` with the tools, or `error` with
+`last_error`. A refresh that cannot reach the server
 answers 502 `mcp.unavailable`, one that gets no answer in time 504 `mcp.timeout`, a server that answers
 with a protocol error 502 `mcp.refused` — each with the server's (redacted) words, recorded on the server
 as `status: error` and `last_error`; refreshing a disabled server answers 409 `failed_precondition`.
@@ -89,7 +92,10 @@ class MCPServerOut(BaseModel):
     headers: dict[str, str] = Field(description="Every value is shown as `********`.")
     timeout_seconds: int
     enabled: bool
-    status: str = Field(description="`unknown` (never connected), `ok` or `error`.")
+    status: str = Field(
+        description="`connecting` (a worker is connecting after a create or a change of how the server "
+        "connects), `ok`, `error`, or `unknown` (disabled before it connected)."
+    )
     last_error: str
     tools_refreshed_at: datetime | None
     tools: list[MCPServerToolOut]

@@ -13,9 +13,17 @@ workspace, and collisions between servers resolve first come, first served:
 - a name once assigned stays on every refresh while the server still lists the tool, even after the tool
   it collided with is gone, so a binding's `allowed_tool_names` never silently points at another tool;
 - a tool the server no longer lists is deleted, freeing its name.
-Refreshing happens on demand (REST, admin) and whenever a session (re)connects; every connection attempt
-records the server's `status` and `last_error`, without touching `updated_at` (which keys the live
-sessions: an edit, not a status, makes a new one).
+Refreshing happens on demand (REST, admin), whenever a session (re)connects, and in the background after
+a save that changes how the server connects; every connection attempt records the server's `status` and
+`last_error`, without touching `updated_at` (which keys the live sessions: an edit, not a status, makes a
+new one).
+
+Connecting after a save. Creating an enabled server, enabling one, or changing what it connects with
+(`transport`, `command`, `args`, `env`, `url`, `headers`) marks it `connecting` (its old `last_error` is
+about settings that are gone) and, once the transaction commits, sends a worker to connect and list its
+tools (`mcp_server_connect_run`); the save answers at once. A rename, a new timeout or disabling does not
+connect; a server disabled while it was connecting goes back to `unknown`. The status stays `connecting`
+until a worker has answered: with no worker running it stays so, and a refresh still works.
 
 Who may save what: stdio servers follow `resources.mcp.policy` (an operator's, with an allowlisted
 command); a streamable-HTTP server's URL must pass the outbound guard when saved (public addresses only,
@@ -28,9 +36,11 @@ web waits a bounded time for the worker's outcome, passed back through the cache
 
 from __future__ import annotations
 
+import contextlib
 import re
 import secrets
 import time
+from datetime import datetime
 from typing import Any
 
 from django.core.cache import cache
@@ -55,6 +65,8 @@ REMOTE_NAME_MAX = MCPTool._meta.get_field("remote_name").max_length or 128
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _STDIO_FIELDS = ("command", "args", "env")
 _HTTP_FIELDS = ("url", "headers")
+# What a server connects with: a save that changes one of these connects it anew.
+_CONNECTION_FIELDS = ("transport", *_STDIO_FIELDS, *_HTTP_FIELDS)
 # What a listing may bring in, per server and per tool; more is refused as a failed refresh.
 MAX_TOOLS_PER_SERVER = 500
 DESCRIPTION_MAX_CHARS = 8192
@@ -151,6 +163,8 @@ def _server_apply(server: MCPServer, spec: MCPServerIn, *, operator: bool) -> MC
     env, headers = mcp_secret_merge(env=spec.env, headers=spec.headers, server=stored)
     if spec.transport == "stdio":
         mcp_stdio_change_check(command=spec.command, args=spec.args, env=env, stored=stored, operator=operator)
+    # Read before the fields below are assigned: `stored` is the same object.
+    connection_before = mcp_server_connection(stored) if stored is not None else None
     server.name = spec.name
     server.transport = spec.transport
     server.command = spec.command
@@ -169,7 +183,54 @@ def _server_apply(server: MCPServer, spec: MCPServerIn, *, operator: bool) -> MC
     # `updated_at` and replaced on their next use (or reaped when idle).
     pk = server.pk
     transaction.on_commit(lambda: mcp_connection_close(pk))
+    mcp_server_saved(server=server, connection_before=connection_before)
     return server
+
+
+def mcp_server_connection(server: MCPServer) -> tuple[Any, ...] | None:
+    """What the server connects with, or None when it is disabled (it does not connect): two saves that
+    give different values connect differently."""
+    if not server.enabled:
+        return None
+    return tuple(getattr(server, name) for name in _CONNECTION_FIELDS)
+
+
+def mcp_server_saved(*, server: MCPServer, connection_before: tuple[Any, ...] | None) -> None:
+    """After a save (REST, admin) of a server that connected with `connection_before` (None: it was new or
+    disabled): when it now connects differently, mark it `connecting` and send a worker to connect once the
+    transaction commits; when it is disabled, a `connecting` it still shows is over."""
+    from resources.tasks import mcp_server_connect  # the tasks module imports this one
+
+    connection = mcp_server_connection(server)
+    if connection is None:
+        if server.status == MCPServer.Status.CONNECTING:
+            _status_set(server, status=MCPServer.Status.UNKNOWN, last_error="")
+        return
+    if connection == connection_before:
+        return
+    _status_set(server, status=MCPServer.Status.CONNECTING, last_error="")
+    pk, version = server.pk, server.updated_at.isoformat()
+    transaction.on_commit(lambda: mcp_server_connect.delay(pk, version))
+
+
+def _status_set(server: MCPServer, **values: Any) -> None:
+    # A queryset update: `updated_at` (the sessions' key, and the connect task's fence) stays the save's.
+    MCPServer.objects.filter(pk=server.pk).update(**values)
+    for name, value in values.items():
+        setattr(server, name, value)
+
+
+def mcp_server_connect_run(*, server_pk: int, version: str) -> None:
+    """A worker's side of `mcp_server_saved`: connect the server as saved at `version` (its `updated_at`)
+    and list its tools, the outcome recorded on the server as any refresh's is. A server deleted, or saved
+    again since (that save sent a worker of its own), is left alone. Running it twice lists the tools
+    twice, which is harmless."""
+    server = MCPServer.objects.select_related("workspace").filter(pk=server_pk).first()
+    if server is None or server.updated_at != datetime.fromisoformat(version) or not server.enabled:
+        return
+    # A failure is recorded on the server (`status: error`, `last_error`): that is where the user looks.
+    with contextlib.suppress(MCPServerUnavailableError):
+        mcp_server_refresh(server=server)
 
 
 @transaction.atomic
@@ -236,16 +297,13 @@ def mcp_server_delete(*, server: MCPServer) -> None:
 def mcp_server_status_record(*, server: MCPServer, error: str | None, tools_refreshed: bool = False) -> None:
     """Record how the last connection went. A queryset update: `updated_at` keys the live sessions and
     must only change when the server's settings do."""
-    now = timezone.now()
     values: dict[str, Any] = {
         "status": MCPServer.Status.ERROR if error else MCPServer.Status.OK,
         "last_error": (error or "")[:4000],
     }
     if tools_refreshed:
-        values["tools_refreshed_at"] = now
-    MCPServer.objects.filter(pk=server.pk).update(**values)
-    for name, value in values.items():
-        setattr(server, name, value)
+        values["tools_refreshed_at"] = timezone.now()
+    _status_set(server, **values)
 
 
 def mcp_server_refresh(*, server: MCPServer) -> MCPServer:

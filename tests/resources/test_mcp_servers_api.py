@@ -62,7 +62,7 @@ def test_create_a_stdio_server_and_see_its_env_only_masked(operator_client):
     assert body["server_id"] == "files"
     assert (body["transport"], body["command"], body["args"]) == ("stdio", "/usr/bin/npx", STDIO["args"])
     assert body["env"] == {"API_TOKEN": SECRET_MASK}
-    assert (body["status"], body["last_error"], body["tools"], body["enabled"]) == ("unknown", "", [], True)
+    assert (body["status"], body["last_error"], body["tools"], body["enabled"]) == ("connecting", "", [], True)
     assert body["timeout_seconds"] == 30
     for answer in (
         response,
