@@ -61,8 +61,11 @@ def test_a_telegram_bot_on_loopback_sends_nothing_unless_its_workspace_is_allowe
 def test_an_adapter_made_for_a_bot_follows_its_workspaces_flag(telegram):
     refused = BotFactory.create(workspace=WorkspaceFactory.create(), platform="telegram")
     allowed = BotFactory.create(workspace=WorkspaceFactory.create(allow_private_addresses=True), platform="telegram")
-    assert adapter_for_bot(refused).allow_private is False
-    assert adapter_for_bot(allowed).allow_private is True
+    refused_adapter, allowed_adapter = adapter_for_bot(refused), adapter_for_bot(allowed)
+    assert refused_adapter is not None
+    assert allowed_adapter is not None
+    assert refused_adapter.allow_private is False
+    assert allowed_adapter.allow_private is True
 
 
 @pytest.mark.parametrize(
