@@ -109,6 +109,16 @@ def lbp_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     stop_process(process)
 
 
+@pytest.fixture
+def cache_of_its_own(settings) -> None:
+    """The cache under a key prefix of this test's own, for a test that publishes LangBot's catalog itself: once
+    started, the package's worker publishes the real runtime's catalog every few seconds until the session
+    ends, and would overwrite the test's (a test clearing the shared keys would also make the next refresh
+    take the worker's connection)."""
+    default = settings.CACHES["default"]
+    settings.CACHES = {"default": {**default, "KEY_PREFIX": f"lbptest-{uuid.uuid4().hex[:8]}"}}
+
+
 @pytest.fixture(scope="package")
 def langbot_queue(celery_queue: str) -> Iterator[str]:
     """A Celery queue of this package's own, where this process and its web processes send runs.

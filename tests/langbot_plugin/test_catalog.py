@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _no_published_catalog():
+def _no_published_catalog(cache_of_its_own):
     """The catalog a test publishes must not outlive it: another test's refresh would read it."""
     from django.core.cache import cache
 

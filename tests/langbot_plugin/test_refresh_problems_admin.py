@@ -21,7 +21,7 @@ REFRESH = "/admin/bindings/runnerdescriptor/refresh/"
 
 
 @pytest.fixture(autouse=True)
-def _forget_refreshes() -> Iterator[None]:
+def _forget_refreshes(cache_of_its_own) -> Iterator[None]:
     """The published catalog and the kept problems must not outlive the test: later refreshes would read them."""
     from django.core.cache import cache
 
