@@ -26,13 +26,14 @@ FUZZ_FACTOR ?= 10
 FUZZ_TESTS := tests/host/test_api_fuzz.py tests/streaming/test_chat_socket_fuzz.py tests/handlers/test_proxy_fuzz.py
 CELERY_LOGLEVEL ?= INFO
 
-.PHONY: help venv lbp-venv run test fuzz chaos lint docs bench web worker migrate static clean
+.PHONY: help venv lbp-venv run test fuzz chaos peers lint docs bench web worker migrate static clean
 
 help:
 	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
 	@echo "make test     run the test suite (extra pytest options: PYTEST_ARGS='-k name -x')"
 	@echo "make fuzz     the fuzz tests randomized and FUZZ_FACTOR (default 10) times longer, before a release"
 	@echo "make chaos    fault tests against real processes (runtime/worker killed, ...), printing a table"
+	@echo "make peers    install real n8n and Langflow under var/peers and run the runners' tests against them (not CI)"
 	@echo "make lint     ruff, mypy, import-linter, the plugin import check and the docs build"
 	@echo "make docs     build the runner author's guide (docs/) into var/site, warnings as errors"
 	@echo "make bench    run every benchmark under bench/ and print their tables"
@@ -78,6 +79,34 @@ fuzz: venv
 CHAOS_LOOPS ?= 3
 chaos: venv
 	LANGBOT_CHAOS=1 CHAOS_LOOPS=$(CHAOS_LOOPS) $(VENV)/bin/pytest -p no:randomly tests/chaos $(PYTEST_ARGS)
+
+# The n8n and Langflow runners against the real systems (tests/peers/, collected only with LANGBOT_PEERS set;
+# never part of `make test` or CI). n8n from npm into var/peers/n8n (pinned to the newest release that runs on
+# Node 20; its spreadsheet library's tarball is on a CDN outside the registry, so the registry's release is used),
+# Langflow from PyPI through uv into var/peers/langflow-venv; the tests start both on loopback ports and set
+# them up through their own APIs. Installing takes minutes and a few GB the first time.
+PEERS := var/peers
+N8N_VERSION ?= 2.8.4
+LANGFLOW_VERSION ?= 1.13.0
+UV_VERSION ?= 0.13.8
+N8N_STAMP := $(PEERS)/n8n/.installed-$(N8N_VERSION)
+LANGFLOW_STAMP := $(PEERS)/langflow-venv/.installed-$(LANGFLOW_VERSION)
+
+$(N8N_STAMP):
+	@mkdir -p $(PEERS)/n8n
+	echo '{"name": "langbot-peers-n8n", "private": true, "dependencies": {"n8n": "$(N8N_VERSION)"}, "overrides": {"xlsx": "npm:xlsx@0.18.5"}}' > $(PEERS)/n8n/package.json
+	npm install --prefix $(PEERS)/n8n --no-audit --no-fund --loglevel=error
+	touch $@
+
+$(LANGFLOW_STAMP):
+	$(PYTHON) -m venv $(PEERS)/uv-venv
+	$(PEERS)/uv-venv/bin/python -m pip install --quiet uv==$(UV_VERSION)
+	UV_PYTHON_DOWNLOADS=never $(PEERS)/uv-venv/bin/uv venv --allow-existing --python $(PYTHON) $(PEERS)/langflow-venv
+	$(PEERS)/uv-venv/bin/uv pip install --python $(PEERS)/langflow-venv/bin/python langflow==$(LANGFLOW_VERSION)
+	touch $@
+
+peers: venv $(N8N_STAMP) $(LANGFLOW_STAMP)
+	LANGBOT_PEERS=1 $(VENV)/bin/pytest -p no:randomly tests/peers $(PYTEST_ARGS)
 
 # Runs every check even when an earlier one fails, so one CI run shows all findings.
 LINT_CHECKS := "$(VENV)/bin/ruff check ." "$(VENV)/bin/mypy ." "$(VENV)/bin/lint-imports" \
