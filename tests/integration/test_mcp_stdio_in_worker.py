@@ -164,3 +164,28 @@ def test_a_stdio_server_refreshed_over_rest_is_started_by_the_worker(
     assert {tool["tool_name"] for tool in refreshed.json()["tools"]} == {"probe", "slow_count"}
     # and the server was started by the worker, in a scratch directory, without the host's secrets
     assert_started_by_the_worker(probe_report, stack)
+
+
+def test_a_refresh_right_after_a_create_answers_the_tools_while_the_worker_connects(
+    stack: Stack, operator_api: httpx.Client, probe_report: Path
+):
+    # given a stdio server just created: its background connection is under way in the worker
+    spec = {
+        "server_id": "probe-early",
+        "name": "Probe",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": [PROBE_SCRIPT, "--report", str(probe_report)],
+        "timeout_seconds": 20,
+    }
+    assert operator_api.post("/api/v1/mcp-servers", json=spec).status_code == 201
+
+    # when someone asks for a refresh at once
+    refreshed = operator_api.post("/api/v1/mcp-servers/probe-early/refresh")
+
+    # then the refresh waits for the same worker's connection and answers the tools
+    assert refreshed.status_code == 200, refreshed.text
+    assert {tool["tool_name"] for tool in refreshed.json()["tools"]} == {"probe", "slow_count"}
+    body = server_when_settled(operator_api, "probe-early")
+    assert (body["status"], len(body["tools"])) == ("ok", 2)
+    assert_started_by_the_worker(probe_report, stack)
