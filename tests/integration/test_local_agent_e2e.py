@@ -92,8 +92,8 @@ class Api:
         return run
 
 
-def api_for(web: WebProcess, workspace: Workspace) -> Api:
-    _, key = api_key_create(workspace=workspace)
+def api_for(web: WebProcess, workspace: Workspace, *, operator: bool = False) -> Api:
+    _, key = api_key_create(workspace=workspace, is_operator=operator)
     return Api(web, key)
 
 
@@ -241,7 +241,7 @@ def test_the_readme_walkthrough_binds_the_demo_bot_to_the_local_agent_and_it_ans
 
 def test_the_agent_calls_an_mcp_tool_over_stdio_and_the_model_reads_its_result(web, catalog, fake):
     workspace = WorkspaceFactory.create()
-    api = api_for(web, workspace)
+    api = api_for(web, workspace, operator=True)  # stdio servers are an operator's
     server = api.call(
         "POST",
         "/api/v1/mcp-servers",
