@@ -211,7 +211,9 @@ def test_the_vector_cache_follows_new_and_deleted_documents(
 
 def test_the_query_is_embedded_by_the_knowledge_bases_model(api_client, workspace, fake):
     _vector_kb(api_client, workspace, fake)
-    model = KnowledgeBase.objects.select_related("embedding_model__provider").get(kb_id="vec").embedding_model
+    # As knowledge_base_for_retrieval loads it: the provider with its workspace (its address policy).
+    kb = KnowledgeBase.objects.select_related("embedding_model__provider__workspace").get(kb_id="vec")
+    model = kb.embedding_model
     assert model is not None
 
     vector = asyncio.run(query_embed(model=model, text="hello world", timeout=5))
