@@ -22,9 +22,9 @@ directory per session, removed when the session closes), with its own `env` over
 encryption keys, runtime token). Its stderr goes to a file of the session; when the server fails to start
 or its session breaks, the last lines are added to the error (`last_error`), secrets masked.
 
-A streamable-HTTP server is reached only through the outbound guard (`resources.mcp.transport`): the
-server's address is checked on every connection, against the workspace's `allow_private` as computed when
-the config was read.
+A streamable-HTTP server is reached only through the outbound guard (`langbot_host.core.outbound`'s httpx2
+transport: the SDK speaks httpx2): the server's address is checked on every connection, against the
+workspace's `allow_private` as computed when the config was read.
 
 Secrets: error texts made here are shown to operators and runners: env and header values (and a URL's
 password) are replaced by the mask before they leave this module, and what a peer said is cut to a short,
@@ -63,9 +63,8 @@ from mcp_types import (
 )
 
 from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.outbound import AddressRefusedError, excerpt
+from langbot_host.core.outbound import AddressRefusedError, excerpt, guarded_httpx2_async_transport
 from resources.mcp.policy import mcp_stdio_command_refusal
-from resources.mcp.transport import mcp_guarded_transport
 
 if TYPE_CHECKING:
     from resources.models import MCPServer
@@ -189,7 +188,7 @@ class MCPClientError(Exception):
 async def _http_transport(config: MCPServerConfig) -> AsyncIterator[Any]:
     # The SDK leaves a client it was given open: this one is closed here, with the session.
     timeout = httpx2.Timeout(config.timeout_seconds, read=max(config.timeout_seconds, 300.0))
-    transport = mcp_guarded_transport(allow_private=config.allow_private)
+    transport = guarded_httpx2_async_transport(allow_private=config.allow_private)
     async with (
         httpx2.AsyncClient(headers=config.headers, timeout=timeout, transport=transport) as http,
         streamable_http_client(config.url, http_client=http) as streams,

@@ -27,7 +27,7 @@ until a worker has answered: with no worker running it stays so, and a refresh s
 
 Who may save what: stdio servers follow `resources.mcp.policy` (an operator's, with an allowlisted
 command); a streamable-HTTP server's URL must pass the outbound guard when saved (public addresses only,
-unless the workspace may reach private ones), and again on every connection (`resources.mcp.transport`).
+unless the workspace may reach private ones), and again on every connection (`langbot_host.core.outbound`).
 
 Where a stdio server runs: never in the web process. A refresh asked from the web (REST, admin) of a stdio
 server is sent to a worker (`mcp_server_refresh_queued`), which holds the MCP sessions runs use anyway; the

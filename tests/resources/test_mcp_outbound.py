@@ -108,8 +108,8 @@ def test_a_stored_loopback_server_is_refused_when_connecting_and_reached_once_al
 def test_a_name_that_resolves_to_loopback_only_when_connecting_is_refused(api_client, monkeypatch, mcp_http: HttpMCP):
     port = mcp_http.url.split(":")[2].split("/")[0]
     # Public when saved, loopback when the connection is made (DNS rebinding).
-    monkeypatch.setattr(outbound, "resolve", lambda host, port: ["93.184.216.34"])
-    monkeypatch.setattr("resources.mcp.transport.resolve", lambda host, port: ["127.0.0.1"])
+    answers = iter([["93.184.216.34"]])
+    monkeypatch.setattr(outbound, "resolve", lambda host, port: next(answers, ["127.0.0.1"]))
     body = {**remote(f"http://rebind.example.com:{port}/mcp"), "headers": {"Authorization": f"Bearer {mcp_http.token}"}}
     assert api_client.post("/api/v1/mcp-servers", body, format="json").status_code == 201
 
