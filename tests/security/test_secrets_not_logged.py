@@ -57,7 +57,8 @@ class CapturedLog:
 def debug_log() -> Iterator[CapturedLog]:
     """Every logger at DEBUG into one stream, through the formatter and filter that `settings.LOGGING`
     configures for the console."""
-    plain = settings.LOGGING["formatters"]["plain"]
+    logging_config: dict[str, Any] = settings.LOGGING
+    plain: dict[str, str] = logging_config["formatters"]["plain"]
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(import_string(plain["class"])(plain["format"]))
