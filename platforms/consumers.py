@@ -99,7 +99,8 @@ class OneBotConsumer(AsyncJsonWebsocketConsumer):
         """An API call of the bot's delivery: sent to the OneBot implementation, its response awaited."""
         if len(self.pending) >= MAX_PENDING_CALLS:
             await self.channel_layer.send(
-                message["reply_to"], {"type": RESULT_MESSAGE_TYPE, "error": "too many calls awaiting a response"}
+                message["reply_to"],
+                {"type": RESULT_MESSAGE_TYPE, "error": "too many calls awaiting a response", "not_sent": True},
             )
             return
         self.pending[str(message["echo"])] = str(message["reply_to"])

@@ -12,6 +12,14 @@ came from, whatever the platform.
   word boundary (`text_split`).
 - Retries: a platform error with `retry_after` (HTTP 429) waits that long and tries again; other transient
   errors back off exponentially; after `MAX_ATTEMPTS` the delivery has failed.
+- At most once: a write that may have been carried out although no answer says so (`PlatformAPIError.
+  outcome_unknown`: the connection broke or timed out after the request left, a 5xx, a OneBot call with no
+  response) is never made again, since a second send would post the message twice: the delivery fails
+  with `platform_outcome_unknown` ("outcome unknown; not sent again"). Only a failure that provably
+  happened before the request left (refused or timed-out connect, DNS, the pool, a 429) is retried. An
+  edit to a given text is idempotent and retried either way. This one rule (`retry_allowed`) serves every
+  platform; the adapters only classify their failures. Platform actions (`platform_action_carry_out`) are
+  made once and never retried here; one whose outcome is unknown fails to the runner saying so.
 - Records: every run's delivery leaves one `PlatformDelivery` row (messages sent, or the error); the run's
   outcome never changes because of it.
 - Files: `artifact.created` results are uploaded after the text.
@@ -97,6 +105,12 @@ def _prefix_within(text: str, limit: int, length: Callable[[str], int]) -> int:
     return len(text)
 
 
+def retry_allowed(exc: PlatformAPIError, *, idempotent: bool) -> bool:
+    """Whether a failed platform call may be made again: transient, and either provably not carried out
+    or harmless to repeat (an edit to the same text)."""
+    return exc.retryable and (idempotent or not exc.outcome_unknown)
+
+
 def _message_text(data: dict[str, Any]) -> str:
     message = data.get("message")
     content = message.get("content") if isinstance(message, dict) else None
@@ -108,7 +122,15 @@ def _message_text(data: dict[str, Any]) -> str:
 
 
 class DeliveryFailedError(Exception):
-    pass
+    """The delivery gave up; `code` is what its `PlatformDelivery.error` records."""
+
+    def __init__(self, message: str, *, code: str = "platform_error") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+OUTCOME_UNKNOWN_CODE = "platform_outcome_unknown"
+OUTCOME_UNKNOWN_NOTE = "outcome unknown; not sent again"
 
 
 class ChatPace:
@@ -132,7 +154,9 @@ class PlatformWriter:
     def wait_seconds(self) -> float:
         return self.pace.last_write + self.interval - time.monotonic()
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(self, fn: Callable[..., Any], *args: Any, idempotent: bool = False) -> Any:
+        """`fn(*args)`, retried as `retry_allowed` says; `idempotent` for a call that does nothing more
+        when repeated (an edit to a given text)."""
         delay = BACKOFF_FIRST_SECONDS
         async with self.pace.turn:
             for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -143,7 +167,9 @@ class PlatformWriter:
                 try:
                     return await fn(*args)
                 except PlatformAPIError as exc:
-                    if not exc.retryable or attempt == MAX_ATTEMPTS:
+                    if exc.outcome_unknown and not idempotent:
+                        raise DeliveryFailedError(f"{exc}: {OUTCOME_UNKNOWN_NOTE}", code=OUTCOME_UNKNOWN_CODE) from exc
+                    if not retry_allowed(exc, idempotent=idempotent) or attempt == MAX_ATTEMPTS:
                         raise DeliveryFailedError(str(exc)) from exc
                     # The platform's own wait holds the chat's turn: nobody writes there until it is over.
                     pause = exc.retry_after if exc.retry_after is not None else delay
@@ -231,7 +257,7 @@ class ReplyStream:
             for index, piece in enumerate(text_split(text, limit, adapter.text_length)):
                 if index < len(sent):
                     if shown[index] != piece:
-                        await writer.call(adapter.edit_text, sent[index], piece)
+                        await writer.call(adapter.edit_text, sent[index], piece, idempotent=True)
                         shown[index] = piece
                 else:
                     sent.append(await writer.call(adapter.send_text, target, piece))
@@ -262,7 +288,7 @@ class ReplyStream:
             for data in self.files:
                 sent.append(await self._send_file(writer, adapter, target, run, data))
         except DeliveryFailedError as exc:
-            error = {"code": "platform_error", "message": str(exc)[:1000]}
+            error = {"code": exc.code, "message": str(exc)[:1000]}
             logger.warning("run %s: delivery to %s failed: %s", run.run_id, bot.platform, exc)
         finally:
             if not kept:
@@ -426,7 +452,10 @@ def platform_action_carry_out(
             await adapter.add_reaction(message, reaction)
             return {"message_id": message_id, "chat_id": chat, "reaction": reaction}
         except PlatformAPIError as exc:
-            error = DeliveryError(f"{bot.platform}: {exc}")
+            # Made once, never again here: a send whose answer was lost may be on the chat already, and
+            # the runner reads that in the error (an edit it may repeat itself; a send it should not).
+            note = f": {OUTCOME_UNKNOWN_NOTE}" if exc.outcome_unknown else ""
+            error = DeliveryError(f"{bot.platform}: {exc}{note}")
             error.code = "runtime_error"
             raise error from exc
         finally:

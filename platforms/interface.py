@@ -26,8 +26,9 @@ Implementing a platform (see `platforms/adapters/telegram.py` for a complete one
 4. Replies: a `ReplyTarget` says where a run's answer goes (chat, thread, the message replied to); the
    adapter puts `ReplyTarget.as_data()` into the envelope's `data.reply_target`, and the delivery reads it
    back from the run's event. Outbound calls raise `PlatformAPIError` (with `retry_after` when the platform
-   says how long to wait, `retryable` for transient failures); the host retries and, when it gives up,
-   records the failure on the run.
+   says how long to wait, `retryable` for transient failures, `outcome_unknown` when the call may have
+   been carried out without an answer saying so — `transport_failure` classifies a transport error); the
+   host retries what is safe to repeat and, when it gives up, records the failure on the run.
 5. Long-lived connections (Discord gateway, ...): set `connector_class` to a `PlatformConnector` subclass;
    its `run()` keeps the connection, reconnects with `backoff_delays()`, and hands each update to the
    `on_update` callback (`platforms.inbound.platform_update_accept` behind it).
@@ -45,15 +46,18 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
+import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import aiohttp
+import httpx
 from django.conf import settings
 
 from langbot_host.core.limits import json_too_deep
-from langbot_host.core.outbound import host_private_allowed, url_refusal
+from langbot_host.core.outbound import AddressRefusedError, host_private_allowed, url_refusal
 
 PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
 
@@ -236,12 +240,63 @@ class OutboundFile:
 
 class PlatformAPIError(Exception):
     """A platform call failed. `retry_after` (seconds) when the platform said how long to wait (HTTP 429),
-    `retryable` for other transient failures (5xx, network); anything else is final."""
+    `retryable` for other transient failures (5xx, network); anything else is final.
 
-    def __init__(self, message: str, *, retry_after: float | None = None, retryable: bool = False) -> None:
+    `outcome_unknown` when the call may have been carried out although no answer says so: the connection
+    broke or timed out after the request was written, the platform answered an error that does not say
+    the call was not executed (a 5xx, Slack's `internal_error`), or a OneBot call got no response after
+    its frame left. Adapters only classify; `platforms.delivery` decides, with one rule for every
+    platform, that such a write (a send, an upload, a reaction) is never made again, while an idempotent
+    call (an edit to a given text, a file download) may be. A failure that provably happened before the
+    request left (`request_never_sent`) is not `outcome_unknown`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        retryable: bool = False,
+        outcome_unknown: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.retryable = retryable or retry_after is not None
+        self.outcome_unknown = outcome_unknown
+
+
+# Transport failures that happen before a request's first byte is written: no connection was made (DNS,
+# refused, connect or TLS handshake timed out) or none was free in the pool. Anything else (a read or
+# write timeout, a reset or a close after the request was written) leaves the outcome unknown.
+_NEVER_SENT: tuple[type[BaseException], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+    AddressRefusedError,
+    socket.gaierror,
+    ConnectionRefusedError,
+)
+
+
+def request_never_sent(exc: BaseException) -> bool:
+    """Whether a transport failure (or one of its causes: SDKs wrap the HTTP client's errors in their
+    own) provably happened before the request left, so repeating the request cannot do its work twice."""
+    # Only explicit causes (`raise ... from`): an implicit context may be an older, unrelated failure.
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _NEVER_SENT):
+            return True
+        seen.add(id(current))
+        current = current.__cause__
+    return False
+
+
+def transport_failure(message: str, exc: BaseException) -> PlatformAPIError:
+    """The retryable `PlatformAPIError` for a call that failed on the way (no answer from the platform):
+    its outcome is unknown unless `request_never_sent` proves otherwise."""
+    return PlatformAPIError(message, retryable=True, outcome_unknown=not request_never_sent(exc))
 
 
 class PlatformAdapter(abc.ABC):

@@ -47,6 +47,7 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    transport_failure,
 )
 
 logger = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ class DiscordAdapter(PlatformAdapter):
         try:
             response = await self.http().request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise PlatformAPIError(f"Discord {method} {path}: {exc}", retryable=True) from exc
+            raise transport_failure(f"Discord {method} {path}: {exc}", exc) from exc
         except AddressRefusedError as exc:  # api_base_url's address, refused by the outbound guard: final
             raise PlatformAPIError(f"Discord {method} {path}: refused: {exc}") from exc
         if response.status_code == 429:
@@ -155,9 +156,11 @@ class DiscordAdapter(PlatformAdapter):
                 detail = response.json().get("message") or response.text
             except (ValueError, AttributeError):
                 detail = response.text
+            # A 5xx (Discord's own or its proxy's) does not say whether the message was created.
             raise PlatformAPIError(
                 f"Discord {method} {path}: HTTP {response.status_code} {str(detail)[:200]}",
                 retryable=response.status_code >= 500,
+                outcome_unknown=response.status_code >= 500,
             )
         return response.json() if response.content else None
 

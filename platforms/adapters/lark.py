@@ -47,6 +47,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    transport_failure,
 )
 
 if TYPE_CHECKING:
@@ -417,8 +418,9 @@ class LarkAdapter(PlatformAdapter):
         try:
             response = await self.client().auth.v3.tenant_access_token.ainternal(request)
         except Exception as exc:  # the SDK lets httpx's and its own errors through
+            # Buying a token writes nothing, and the call it was bought for has not been made.
             raise PlatformAPIError(f"Lark tenant_access_token: {exc}", retryable=True) from exc
-        self._raise_for(response, "tenant_access_token")
+        self._raise_for(response, "tenant_access_token", writes=False)
         body = json.loads(response.raw.content or b"{}")
         token = str(body.get("tenant_access_token") or "")
         if not token:
@@ -428,7 +430,7 @@ class LarkAdapter(PlatformAdapter):
         return token
 
     @staticmethod
-    def _raise_for(response: Any, what: str) -> None:
+    def _raise_for(response: Any, what: str, *, writes: bool = True) -> None:
         raw = response.raw
         status = getattr(raw, "status_code", 0) or 0
         if response.code == 0 and status < 400:
@@ -442,7 +444,8 @@ class LarkAdapter(PlatformAdapter):
             except ValueError:
                 retry_after = 1.0
             raise PlatformAPIError(message, retry_after=retry_after)
-        raise PlatformAPIError(message, retryable=status >= 500)
+        # A 5xx does not say whether a write (a message, a reaction, an upload) was carried out.
+        raise PlatformAPIError(message, retryable=status >= 500, outcome_unknown=writes and status >= 500)
 
     async def _call(self, what: str, fn: Any, request: Any) -> Any:
         """One SDK call with the tenant token; errors (the body's `code`, HTTP 429) as `PlatformAPIError`.
@@ -456,7 +459,7 @@ class LarkAdapter(PlatformAdapter):
             try:
                 response = await fn(request, option)
             except Exception as exc:  # the SDK lets httpx's and its own errors through
-                raise PlatformAPIError(f"Lark {what}: {exc}", retryable=True) from exc
+                raise transport_failure(f"Lark {what}: {exc}", exc) from exc
             if response.code in TOKEN_INVALID and attempt == 1:
                 _tenant_tokens.pop(self._token_key(), None)
                 continue
@@ -472,7 +475,8 @@ class LarkAdapter(PlatformAdapter):
             ReplyMessageRequestBody,
         )
 
-        # The uuid makes a retried send (after a timeout, say) one message on the platform.
+        # The Open Platform posts one message per uuid within an hour. It is new for every call: the host's
+        # delivery never repeats a send whose outcome is unknown (`platforms.delivery`).
         dedupe = str(uuid.uuid4())
         im = self.client().im.v1.message
         if target.reply_to_message_id:

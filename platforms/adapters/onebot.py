@@ -212,14 +212,21 @@ class OneBotAdapter(PlatformAdapter):
             str(channel),
             {"type": CALL_MESSAGE_TYPE, "action": action, "params": params, "echo": echo, "reply_to": reply},
         )
+        # From here on the call may reach the implementation, which sends the message before it answers:
+        # without an answer the outcome is unknown, unless the consumer says it never sent the frame.
         try:
             async with asyncio.timeout(CALL_TIMEOUT_SECONDS):
                 answer = await layer.receive(reply)
         except TimeoutError:
-            raise PlatformAPIError(f"OneBot {action}: no response", retryable=True) from None
-        response = answer.get("response") if isinstance(answer, dict) else None
+            raise PlatformAPIError(f"OneBot {action}: no response", retryable=True, outcome_unknown=True) from None
+        answer = answer if isinstance(answer, dict) else {}
+        response = answer.get("response")
         if not isinstance(response, dict):
-            raise PlatformAPIError(f"OneBot {action}: {answer.get('error') or 'no response'}", retryable=True)
+            raise PlatformAPIError(
+                f"OneBot {action}: {answer.get('error') or 'no response'}",
+                retryable=True,
+                outcome_unknown=not answer.get("not_sent"),
+            )
         if response.get("status") == "failed" or response.get("retcode") not in (0, 1, None):
             message = response.get("wording") or response.get("message") or response.get("msg") or ""
             raise PlatformAPIError(f"OneBot {action}: retcode {response.get('retcode')} {message}".strip())

@@ -17,6 +17,7 @@ import time
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.signature import SignatureVerifier
@@ -37,6 +38,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    transport_failure,
 )
 
 DEFAULT_API_BASE_URL = "https://slack.com/api"
@@ -82,8 +84,9 @@ class SlackAdapter(PlatformAdapter):
         if self._client is None:
             if not self.bot_token:
                 raise PlatformAPIError("the bot has no Slack bot token (credentials.bot_token)")
-            # No retry handlers beyond the SDK's connection-error one: the host's delivery retries 429s.
-            self._client = AsyncWebClient(token=self.bot_token, base_url=self.base_url)
+            # No retry handlers: the SDK's default one sends a call again after the server hung up, which
+            # may be after Slack posted the message. The host's delivery retries what is safe to repeat.
+            self._client = AsyncWebClient(token=self.bot_token, base_url=self.base_url, retry_handlers=[])
         return self._client
 
     # -- inbound --------------------------------------------------------------------------------
@@ -250,11 +253,12 @@ class SlackAdapter(PlatformAdapter):
             message = f"Slack {method}: {error or f'HTTP {status}'}"
             if status == 429 or error == "ratelimited":
                 raise PlatformAPIError(message, retry_after=_retry_after(exc.response.headers)) from exc
-            raise PlatformAPIError(
-                message, retryable=status >= 500 or error in ("internal_error", "fatal_error")
-            ) from exc
-        except (SlackClientError, OSError, TimeoutError) as exc:
-            raise PlatformAPIError(f"Slack {method}: {exc}", retryable=True) from exc
+            # Slack documents that after `internal_error` or `fatal_error` "some aspect of the operation"
+            # may have succeeded; a 5xx says nothing either way.
+            failed_midway = status >= 500 or error in ("internal_error", "fatal_error")
+            raise PlatformAPIError(message, retryable=failed_midway, outcome_unknown=failed_midway) from exc
+        except (SlackClientError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise transport_failure(f"Slack {method}: {exc}", exc) from exc
         data = response.data
         return data if isinstance(data, dict) else {}
 

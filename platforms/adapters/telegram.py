@@ -39,6 +39,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    transport_failure,
 )
 
 DEFAULT_API_BASE_URL = "https://api.telegram.org"
@@ -266,7 +267,9 @@ class TelegramAdapter(PlatformAdapter):
             if isinstance(exc.__cause__, AddressRefusedError):
                 # The outbound guard refused api_base_url's address: retrying cannot help.
                 raise PlatformAPIError(f"refused: {exc.__cause__}") from exc
-            raise PlatformAPIError(str(exc), retryable=True) from exc
+            # PTB raises both for httpx's errors (the cause) and for a 5xx answer (no transport cause):
+            # only a connection never made proves the call was not carried out.
+            raise transport_failure(str(exc), exc) from exc
         except TelegramError as exc:
             raise PlatformAPIError(exc.message) from exc
 

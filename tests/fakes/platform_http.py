@@ -3,12 +3,14 @@ module keeps only its platform's routes and wire shapes.
 
 * `FakePlatformServer`: a threaded HTTP server on a free local port with the script of answers (`script`),
   the recorded request bodies (`requests`), and the events a test waits on — `holding` (a stream is being
-  held), `disconnected` (a held or written stream saw its client go away); `release()` lets held streams end.
+  held), `disconnected` (a held or written stream saw its client go away); `release()` lets held streams end;
+  `refuse_connections()` / `accept_connections()` take the port down and up again.
   `serving(fake)` starts a fake and always stops it.
 * `PlatformHandler`: the request handler a fake subclasses (`do_POST`), with the body, query and headers of the
   request, JSON and plain answers, a streamed answer (optionally HTTP/1.1-chunked), server-sent event frames
   (`write_event`, with the separator a platform uses), holding a stream until the client disconnects, and
-  multipart form parts for upload endpoints (`form_parts`, `Upload.of`).
+  multipart form parts for upload endpoints (`form_parts`, `Upload.of`), and hanging up without an answer
+  (`hang_up`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,20 @@ class FakePlatformServer:
     @property
     def origin(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def refuse_connections(self) -> None:
+        """Stop listening (a connection is refused, as when the platform is down) until
+        `accept_connections()` listens again on the same port."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def accept_connections(self) -> None:
+        port = self._server.server_address[1]
+        handler = self._server.RequestHandlerClass
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
 
     def release(self) -> None:
         """Let held streams go on (and end)."""
@@ -129,6 +145,12 @@ class PlatformHandler(BaseHTTPRequestHandler):
         return parts
 
     # -- whole answers ------------------------------------------------------------------------------
+
+    def hang_up(self) -> None:
+        """Close the connection without answering: a request the platform carried out, whose answer the
+        client never gets (what a dropped connection or a read timeout looks like from the client)."""
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def send_json(self, status: int, body: Any) -> None:
         self.send_bytes(status, self.json_content_type, json.dumps(body, ensure_ascii=False).encode())

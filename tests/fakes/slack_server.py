@@ -5,7 +5,8 @@ URL on this server, the bytes are POSTed there, `files.completeUploadExternal` s
 served at `GET /files-pri/...` only with the bot token.
 
 It keeps the channels as Slack would (`sent`: each bot message's current text), records every call with its
-time (`calls`), can answer the next call of a method with a 429 (`rate_limit_next`), and builds
+time (`calls`), can answer the next call of a method with a 429 (`rate_limit_next`) or carry it out and
+hang up without answering (`hang_up_after_next`), and builds
 real-shaped Events API payloads and their signature headers for tests to post to the host's webhook.
 """
 
@@ -75,6 +76,7 @@ class FakeSlack(FakePlatformServer):
         self.files: dict[str, tuple[str, bytes]] = {}  # path under /files-pri/ -> (mime type, bytes)
         self.uploads: dict[str, PendingUpload] = {}
         self.failures: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
+        self.hang_ups: dict[str, int] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
 
@@ -83,6 +85,18 @@ class FakeSlack(FakePlatformServer):
         self.failures.setdefault(method, []).append(
             (429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)})
         )
+
+    def hang_up_after_next(self, method: str) -> None:
+        """Carry out the next call of `method`, then close its connection without answering."""
+        with self.lock:
+            self.hang_ups[method] = self.hang_ups.get(method, 0) + 1
+
+    def take_hang_up(self, method: str) -> bool:
+        with self.lock:
+            if not self.hang_ups.get(method):
+                return False
+            self.hang_ups[method] -= 1
+            return True
 
     def add_file(self, name: str, data: bytes, mime_type: str) -> dict[str, Any]:
         """A file a user shared, as it appears in a message event's `files`."""
@@ -285,6 +299,9 @@ class SlackHandler(PlatformHandler):
         else:
             params.update({k: v[0] for k, v in parse_qs(raw.decode()).items()})
         status, body, headers = self.fake.answer(method, params)
+        if self.fake.take_hang_up(method):
+            self.hang_up()
+            return
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")

@@ -3,8 +3,10 @@ multipart or JSON parameters, answered `{"ok": true, "result": ...}` or `{"ok": 
 "description", "parameters": {"retry_after"}}`; files served at `GET /file/bot<token>/<file_path>`.
 
 It keeps the chat as Telegram would (`messages`: each bot message's current text by chat), records every
-call with its time (`calls`), can answer the next call of a method with a 429 (`rate_limit_next`), and
-builds real-shaped `Update` JSON for tests to post to the host's webhook (`message_update`).
+call with its time (`calls`), can answer the next call of a method with a 429 (`rate_limit_next`) or carry
+it out and hang up without answering (`hang_up_after_next`), refuses an edit to the same text as Telegram
+does ("message is not modified"), and builds real-shaped `Update` JSON for tests to post to the host's
+webhook (`message_update`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,19 @@ from tests.fakes.platform_http import FakePlatformServer, PlatformHandler
 BOT_USER_ID = 777000111
 TOKEN = f"{BOT_USER_ID}:AAtest-token"
 BOT_USERNAME = "langbot_test_bot"
+
+
+# What the Bot API answers an edit to the text a message already has.
+NOT_MODIFIED = {
+    "ok": False,
+    "error_code": 400,
+    "description": "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message",
+}
+
+
+class NotModifiedError(Exception):
+    pass
 
 
 @dataclass
@@ -54,6 +69,7 @@ class FakeTelegram(FakePlatformServer):
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self.failures: dict[str, deque[tuple[int, dict[str, Any]]]] = {}
         self.webhook: dict[str, Any] = {}
+        self.hang_ups: dict[str, int] = {}
         self._ids = itertools.count(100)
         self._updates = itertools.count(500_000)
 
@@ -69,6 +85,18 @@ class FakeTelegram(FakePlatformServer):
             "parameters": {"retry_after": retry_after},
         }
         self.failures.setdefault(method, deque()).append((429, body))
+
+    def hang_up_after_next(self, method: str) -> None:
+        """Carry out the next call of `method`, then close its connection without answering."""
+        with self.lock:
+            self.hang_ups[method] = self.hang_ups.get(method, 0) + 1
+
+    def take_hang_up(self, method: str) -> bool:
+        with self.lock:
+            if not self.hang_ups.get(method):
+                return False
+            self.hang_ups[method] -= 1
+            return True
 
     def message_update(
         self,
@@ -140,8 +168,13 @@ class FakeTelegram(FakePlatformServer):
                 status, body = queued.popleft()
                 self.calls.append(Call(method, params, time.monotonic(), status, files))
                 return status, body
+            try:
+                result = self._result(method, params, files)
+            except NotModifiedError:
+                self.calls.append(Call(method, params, time.monotonic(), 400, files))
+                return 400, NOT_MODIFIED
             self.calls.append(Call(method, params, time.monotonic(), 200, files))
-            return 200, {"ok": True, "result": self._result(method, params, files)}
+            return 200, {"ok": True, "result": result}
 
     def _message(self, sent: SentMessage) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -172,6 +205,8 @@ class FakeTelegram(FakePlatformServer):
         if method == "editMessageText":
             for sent in self.sent:
                 if sent.chat_id == str(params["chat_id"]) and sent.message_id == int(params["message_id"]):
+                    if sent.text == str(params["text"]):
+                        raise NotModifiedError
                     sent.text = str(params["text"])
                     return self._message(sent)
             return {"message_id": int(params["message_id"])}
@@ -247,4 +282,7 @@ class TelegramHandler(PlatformHandler):
             if isinstance(value, str) and value.startswith("attach://") and value[9:] in files:
                 files[name] = files.pop(value[9:])
         status, body = self.fake.answer(method, params, files)
+        if self.fake.take_hang_up(method):
+            self.hang_up()
+            return
         self.send_json(status, body)
