@@ -18,6 +18,7 @@ from typing import Any
 HEADER_NAME = "X-N8N-Key"
 HEADER_VALUE = "peers-header-secret-4242"
 CREDENTIAL_ID = "langbotPeersHeader1"
+WEBHOOK = "n8n-nodes-base.webhook"
 
 ECHO_BODY = '={{ { "response": "echo: " + $json.body.chatInput + " (session " + $json.body.sessionId + ")" } }}'
 
@@ -26,7 +27,7 @@ def _webhook(path: str, response_mode: str, *, auth: bool = False) -> dict[str, 
     node: dict[str, Any] = {
         "id": f"webhook-{path}",
         "name": "Webhook",
-        "type": "n8n-nodes-base.webhook",
+        "type": WEBHOOK,
         "typeVersion": 2.1,
         "position": [0, 0],
         "webhookId": str(uuid.uuid5(uuid.NAMESPACE_URL, f"langbot-peers/{path}")),
@@ -43,7 +44,8 @@ def _respond(parameters: dict[str, Any]) -> dict[str, Any]:
         "id": "respond",
         "name": "Respond to Webhook",
         "type": "n8n-nodes-base.respondToWebhook",
-        "typeVersion": 1.4,
+        # 1.5 is the first version that streams when its webhook does; 1.4 answers nothing there.
+        "typeVersion": 1.5,
         "position": [400, 0],
         "parameters": {**parameters, "options": {}},
     }

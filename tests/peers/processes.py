@@ -1,7 +1,11 @@
 """Starting and stopping the real peers `make peers` installed under var/peers, and setting each up through
 its own API the way a user would in its UI: Langflow (its virtualenv's `langflow run`) with a superuser, an
 API key and the echo flow of `langflow_flow`; n8n (`var/peers/n8n`'s `n8n start`) with the workflows of
-`n8n_workflows` imported and published through its command line before it starts."""
+`n8n_workflows` imported and published through its command line before it starts.
+
+A peer counts as started once it can do what the tests ask of it, not when its health check first answers:
+n8n's `/healthz` answers as soon as its HTTP server listens, before it has registered the webhooks of its
+published workflows, and a request sent in between gets a 404."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,15 +74,15 @@ def _installed(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _process(argv: list[str], *, env: dict[str, str], log_path: Path, ready_url: str) -> Iterator[None]:
-    """Run `argv` (its own process group) until the block ends; wait for `ready_url` to answer 200 first."""
+def _process(argv: list[str], *, env: dict[str, str], log_path: Path, ready: Callable[[], bool]) -> Iterator[None]:
+    """Run `argv` (its own process group) until the block ends; wait for `ready()` to say yes first."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(ready_url, timeout=2).status_code == 200:
+                if ready():
                     break
             if process.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"{argv[0]} did not start:\n{log_path.read_text(errors='replace')[-4000:]}")
@@ -95,6 +99,16 @@ def _process(argv: list[str], *, env: dict[str, str], log_path: Path, ready_url:
             process.wait()
 
 
+def _answers_200(url: str) -> Callable[[], bool]:
+    return lambda: httpx.get(url, timeout=2).status_code == 200
+
+
+def _webhooks_registered(base_url: str, paths: list[str]) -> Callable[[], bool]:
+    """Whether n8n has registered a production webhook on every path. n8n answers a CORS preflight (`OPTIONS`)
+    on a registered path with 204 and on any other path with an error, without running the workflow."""
+    return lambda: all(httpx.options(f"{base_url}/webhook/{path}", timeout=2).status_code == 204 for path in paths)
+
+
 @contextlib.contextmanager
 def langflow_start(directory: Path) -> Iterator[LangflowPeer]:
     _installed(LANGFLOW)
@@ -109,7 +123,7 @@ def langflow_start(directory: Path) -> Iterator[LangflowPeer]:
         "LANGFLOW_DO_NOT_TRACK": "true",
     }
     argv = [str(LANGFLOW), "run", "--host", "127.0.0.1", "--port", str(port), "--backend-only", "--no-open-browser"]
-    with _process(argv, env=env, log_path=directory / "langflow.log", ready_url=f"{base_url}/health"):
+    with _process(argv, env=env, log_path=directory / "langflow.log", ready=_answers_200(f"{base_url}/health")):
         client = httpx.Client(base_url=base_url, timeout=60)
         login = client.post("/api/v1/login", data={"username": LANGFLOW_USER[0], "password": LANGFLOW_USER[1]})
         login.raise_for_status()
@@ -125,7 +139,7 @@ def langflow_start(directory: Path) -> Iterator[LangflowPeer]:
 
 @contextlib.contextmanager
 def n8n_start(directory: Path) -> Iterator[N8nPeer]:
-    from tests.peers.n8n_workflows import HEADER_NAME, HEADER_VALUE, credentials, workflows
+    from tests.peers.n8n_workflows import HEADER_NAME, HEADER_VALUE, WEBHOOK, credentials, workflows
 
     _installed(N8N)
     port = _free_port()
@@ -136,6 +150,8 @@ def n8n_start(directory: Path) -> Iterator[N8nPeer]:
         "N8N_PORT": str(port),
         "N8N_LISTEN_ADDRESS": "127.0.0.1",
         "N8N_HOST": "127.0.0.1",
+        # Its task broker (which runs Code nodes) listens on a fixed port unless told otherwise.
+        "N8N_RUNNERS_BROKER_PORT": str(_free_port()),
         "N8N_ENCRYPTION_KEY": "langbot-peers-test-encryption-key",
         "N8N_DIAGNOSTICS_ENABLED": "false",
         "N8N_VERSION_NOTIFICATIONS_ENABLED": "false",
@@ -152,5 +168,9 @@ def n8n_start(directory: Path) -> Iterator[N8nPeer]:
     ):
         done = subprocess.run([str(N8N), *command], env=env, capture_output=True, text=True, timeout=START_TIMEOUT)
         assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
-    with _process([str(N8N), "start"], env=env, log_path=directory / "n8n.log", ready_url=f"{base_url}/healthz"):
+    paths = [
+        node["parameters"]["path"] for workflow in workflows() for node in workflow["nodes"] if node["type"] == WEBHOOK
+    ]
+    ready = _webhooks_registered(base_url, paths)
+    with _process([str(N8N), "start"], env=env, log_path=directory / "n8n.log", ready=ready):
         yield N8nPeer(base_url, HEADER_NAME, HEADER_VALUE)
