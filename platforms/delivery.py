@@ -20,6 +20,15 @@ came from, whatever the platform.
   edit to a given text is idempotent and retried either way. This one rule (`retry_allowed`) serves every
   platform; the adapters only classify their failures. Platform actions (`platform_action_carry_out`) are
   made once and never retried here; one whose outcome is unknown fails to the runner saying so.
+
+The host's other calls with side effects are at most once too, or harmless to repeat: the SDK's proxy
+client (`langbot_sdk.wire.connection.Connection.call`) sends a request once and never again — an answer
+lost with the connection fails the call (`runtime_error`, retryable) and the runner decides; MCP tool calls
+are never re-sent once they may have reached the server (`resources.mcp.client`); state and storage
+writes are upserts of a value and deletes of a key, so the same write again leaves the same row; results
+(`state.updated`, `artifact.created`, `action.requested`) come once on the run's stream and are written
+under the run's lease; completion webhooks are retried by design and carry the same `webhook-id` on every
+attempt, so receivers de-duplicate (Standard Webhooks).
 - Records: every run's delivery leaves one `PlatformDelivery` row (messages sent, or the error); the run's
   outcome never changes because of it.
 - Files: `artifact.created` results are uploaded after the text.

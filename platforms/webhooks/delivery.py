@@ -10,6 +10,11 @@ Redirects are not followed (a 3xx is a failure), as the specification asks. A me
 refused by the outbound address guard (`langbot_host.core.outbound`: a private address, unless the
 operator allowed them for the endpoint's workspace or the host) has `failed` at once, with the reason as
 its last error: retrying cannot help, a redelivery can once the URL is fixed.
+
+Unlike a chat platform's send (`platforms.delivery`, at most once), a webhook message is sent at least
+once on purpose: a timeout after the receiver took it is sent again. Every attempt and redelivery carries
+the message's same `webhook-id`, so a receiver that de-duplicates on it, as Standard Webhooks asks, acts
+on each message once.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 but whose answer was lost (the platform hung up) is on the chat once and its delivery records that the
 outcome is unknown; a send refused at connect is retried and delivered once; an edit whose answer was lost
 is retried (an edit to the same text changes nothing). On fake Telegram and Slack servers, through the
-adapters' real SDKs, and for a runner's `message.send` platform action."""
+adapters' real SDKs, on a OneBot client that goes away after taking a call, and for a runner's
+`message.send` platform action."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from channels.testing import WebsocketCommunicator
 from telegram.error import NetworkError, TimedOut
 
+from langbot_host.asgi import application
 from platforms.adapters.slack import SlackAdapter
 from platforms.adapters.telegram import TelegramAdapter
 from platforms.delivery import OUTCOME_UNKNOWN_CODE, DeliveryFailedError, PlatformDeliveryPort, PlatformWriter
@@ -24,15 +27,17 @@ from runners.models import PlatformActionRequest, Run
 from tests.factories import AgentBindingFactory
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
-from tests.platforms import test_slack
+from tests.platforms import test_onebot, test_slack
 from tests.platforms.conftest import post_update
 from tests.platforms.test_delivery_policy import _completed, _deliver, _delta, _platform_run, fast_pace  # noqa: F401
 from tests.platforms.test_slack import _platform_run as _slack_run
+from transcripts.models import EventLog
 
 CHAT = 4242
-# The Slack tests' fixtures: a fake Slack Web API and a bot pointed at it.
+# The Slack and OneBot tests' fixtures: a fake Slack Web API and bots pointed at it or taking OneBot.
 fake_slack = test_slack.fake_slack
 slack_bot_for = test_slack.slack_bot_for
+onebot_bot_for = test_onebot.onebot_bot_for
 
 
 async def _delivery(run: Run) -> PlatformDelivery:
@@ -172,6 +177,33 @@ async def test_a_slack_update_whose_answer_was_lost_is_made_again_and_the_reply_
     assert len(fake_slack.calls_of("chat.postMessage")) == 1
     assert len(fake_slack.calls_of("chat.update")) == 2
     assert (await _delivery(run)).status == PlatformDelivery.Status.DELIVERED
+
+
+# -- OneBot -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_onebot_send_whose_socket_closed_before_its_answer_is_not_sent_again(onebot_bot_for: Any) -> None:
+    bot = await test_onebot._bot(onebot_bot_for)
+    napcat = WebsocketCommunicator(application, test_onebot.ws_path(bot), headers=test_onebot.napcat_headers())
+    assert (await napcat.connect())[0] is True
+    await napcat.send_json_to(test_onebot.message_event(test_onebot.text("hello there")))
+    event = await test_onebot._until(lambda: EventLog.objects.filter(input__text="hello there").first())
+    run = await Run.objects.aget(event__event_id=event.event_id)
+
+    async def napcat_takes_the_call_and_goes_away() -> dict[str, Any]:
+        call: dict[str, Any] = await napcat.receive_json_from(timeout=10)
+        await napcat.disconnect()
+        return call
+
+    going = asyncio.create_task(napcat_takes_the_call_and_goes_away())
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("only once, please")], 0))
+    call = await going
+
+    assert call["action"] == "send_msg"
+    delivery = await _delivery(run)
+    assert delivery.error is not None
+    assert (delivery.status, delivery.error["code"], delivery.calls) == ("failed", OUTCOME_UNKNOWN_CODE, 1)
 
 
 # -- a runner's platform action ---------------------------------------------------------------------

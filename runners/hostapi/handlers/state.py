@@ -5,6 +5,10 @@ The scope must be enabled by the binding's state policy (`unauthorized`); a scop
 subject for — an event without an actor has no actor state — answers `not_found`. Values are JSON
 only and ≤ 256 KiB (`invalid_argument` / `payload_too_large`, the same `state_write` checks the
 `state.updated` results of the normalizer go through); a list returns at most 100 keys.
+
+A set is an upsert of the value and a delete removes the key: made again (the SDK never re-sends a call,
+but a runner may repeat one whose answer it lost), either leaves the same row, so no idempotency key is
+needed.
 """
 
 from __future__ import annotations

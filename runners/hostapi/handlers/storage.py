@@ -4,7 +4,8 @@ the areas `plugin`, `workspace` and `binding`, kept in `transcripts.StorageEntry
 An area is usable only when the manifest asks for it and the binding's resource policy grants it
 (`resources.storage.areas` of the snapshot; `unauthorized` otherwise). Isolation by owner key:
 `plugin:{author/name}` (the plugin's own, whichever binding runs it), `binding:{runner}:{binding}`
-and `workspace` (shared by every plugin of the workspace). A list returns at most 1000 keys.
+and `workspace` (shared by every plugin of the workspace). A list returns at most 1000 keys. A set (an
+upsert) or a delete made again leaves the same row, so a repeated call cannot apply twice.
 """
 
 from __future__ import annotations
