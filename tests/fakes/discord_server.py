@@ -4,9 +4,9 @@ MESSAGE_CREATE), both on 127.0.0.1; `GET /api/v10/gateway/bot` names the fake ga
 
 It keeps each channel's messages as Discord would (`messages`: the bot's current content by channel), records
 every REST call with its time (`calls`), answers the next call of a route with a 429 and `retry_after`
-(`rate_limit_next`), serves attachments at `/attachments/<id>/<name>`, and lets a test dispatch a user's
-message to the connected bot (`send_message`), drop the connection (`drop`) or stop acknowledging
-heartbeats (`ack_heartbeats`).
+(`rate_limit_next`) or carries it out and hangs up without answering (`hang_up_after_next`), serves
+attachments at `/attachments/<id>/<name>`, and lets a test dispatch a user's message to the connected bot
+(`send_message`), drop the connection (`drop`) or stop acknowledging heartbeats (`ack_heartbeats`).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class FakeDiscord(FakePlatformServer):
         self.calls: list[Call] = []
         self.sent: list[Message] = []
         self.failures: dict[str, deque[float]] = {}
+        self.hang_ups: dict[str, int] = {}
         self.attachments: dict[str, tuple[str, bytes]] = {}
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
@@ -113,6 +114,18 @@ class FakeDiscord(FakePlatformServer):
     def rate_limit_next(self, route: str, retry_after: float) -> None:
         """Answer the next call of `route` (e.g. `POST /channels/{id}/messages`) with a 429."""
         self.failures.setdefault(route, deque()).append(retry_after)
+
+    def hang_up_after_next(self, route: str) -> None:
+        """Carry out the next call of `route`, then close its connection without answering."""
+        with self.lock:
+            self.hang_ups[route] = self.hang_ups.get(route, 0) + 1
+
+    def take_hang_up(self, route: str) -> bool:
+        with self.lock:
+            if not self.hang_ups.get(route):
+                return False
+            self.hang_ups[route] -= 1
+            return True
 
     def add_attachment(self, name: str, data: bytes, content_type: str) -> dict[str, Any]:
         attachment_id = self.next_id()
@@ -284,6 +297,9 @@ class DiscordHandler(PlatformHandler):
             return
         status, answer = self._answer(call)
         call.status = status
+        if self.fake.take_hang_up(call.route):
+            self.hang_up()
+            return
         if status == 204:
             self.send_response(204)
             self.send_header("Content-Length", "0")

@@ -1,8 +1,8 @@
 """A platform write that may have been carried out is never made again: a reply whose send was carried out
 but whose answer was lost (the platform hung up) is on the chat once and its delivery records that the
 outcome is unknown; a send refused at connect is retried and delivered once; an edit whose answer was lost
-is retried (an edit to the same text changes nothing). On fake Telegram and Slack servers, through the
-adapters' real SDKs, on a OneBot client that goes away after taking a call, and for a runner's
+is retried (an edit to the same text changes nothing). On fake Telegram, Slack and Discord servers through
+the adapters' real SDKs, on a OneBot client that goes away after taking a call, and for a runner's
 `message.send` platform action."""
 
 from __future__ import annotations
@@ -25,19 +25,22 @@ from platforms.models import PlatformDelivery
 from runners.hostapi.platform_actions import platform_action_submit
 from runners.models import PlatformActionRequest, Run
 from tests.factories import AgentBindingFactory
+from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.slack_server import FakeSlack
 from tests.fakes.telegram_server import FakeTelegram
-from tests.platforms import test_onebot, test_slack
+from tests.platforms import test_discord, test_onebot, test_slack
 from tests.platforms.conftest import post_update
 from tests.platforms.test_delivery_policy import _completed, _deliver, _delta, _platform_run, fast_pace  # noqa: F401
 from tests.platforms.test_slack import _platform_run as _slack_run
 from transcripts.models import EventLog
 
 CHAT = 4242
-# The Slack and OneBot tests' fixtures: a fake Slack Web API and bots pointed at it or taking OneBot.
+# The Slack, Discord and OneBot tests' fixtures: fake Slack and Discord APIs, and bots for each.
 fake_slack = test_slack.fake_slack
 slack_bot_for = test_slack.slack_bot_for
 onebot_bot_for = test_onebot.onebot_bot_for
+fake_discord = test_discord.fake_discord
+discord_bot_for = test_discord.discord_bot_for
 
 
 async def _delivery(run: Run) -> PlatformDelivery:
@@ -177,6 +180,25 @@ async def test_a_slack_update_whose_answer_was_lost_is_made_again_and_the_reply_
     assert len(fake_slack.calls_of("chat.postMessage")) == 1
     assert len(fake_slack.calls_of("chat.update")) == 2
     assert (await _delivery(run)).status == PlatformDelivery.Status.DELIVERED
+
+
+# -- Discord ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_discord_reply_whose_answer_was_lost_is_posted_once_and_recorded_as_unknown(
+    fake_discord: FakeDiscord, discord_bot_for: Any
+) -> None:
+    run = await test_discord._platform_run(discord_bot_for, fake_discord)
+    fake_discord.hang_up_after_next("POST /channels/{id}/messages")
+
+    await _deliver(PlatformDeliveryPort(), run, ([_completed("only once, please")], 0))
+
+    assert [m.content for m in fake_discord.sent] == ["only once, please"]
+    assert len(fake_discord.calls_of("POST /channels/{id}/messages")) == 1
+    delivery = await _delivery(run)
+    assert delivery.error is not None
+    assert (delivery.status, delivery.error["code"], delivery.calls) == ("failed", OUTCOME_UNKNOWN_CODE, 1)
 
 
 # -- OneBot -----------------------------------------------------------------------------------------
