@@ -85,8 +85,9 @@ def local_agent_binding(web_server: str, fake: FakeOpenAI, qa_report: Any) -> Ag
     workspace = WorkspaceFactory.create()
     provider = ModelProviderFactory.create(workspace=workspace, base_url=fake.base_url, max_retries=0)
     ModelFactory.create(workspace=workspace, provider=provider, model_id="m1", name="gpt-fake", supports_tools=True)
-    # The MCP server is made and its tools listed over REST: the web process connects to it, not this one.
-    _, key = api_key_create(workspace=workspace)
+    # The MCP server is made and its tools listed over REST, as an operator (a stdio server runs a program):
+    # a worker connects to it, not this process.
+    _, key = api_key_create(workspace=workspace, is_operator=True)
     with httpx.Client(base_url=web_server, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
         body = {"server_id": "calc", "name": "Calculator", "transport": "stdio", "command": sys.executable,
                 "args": [SERVER_SCRIPT, "--tools", "add"]}  # fmt: skip
