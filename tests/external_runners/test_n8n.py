@@ -115,28 +115,50 @@ async def test_each_auth_type_is_accepted_by_the_webhook(host, auth, config):
             assert claims["exp"] - claims["iat"] == 3600
 
 
-async def test_wrong_credentials_fail_with_n8ns_message_and_no_secret_shown(host, caplog):
+@pytest.mark.parametrize(
+    ("auth", "config", "refusal"),
+    [
+        (
+            ("header", "X-N8N-Key", "right-value"),
+            {"auth-type": "header", "header-name": "X-N8N-Key", "header-value": "wrong-value-123"},
+            "Authorization data is wrong!",
+        ),
+        (
+            ("basic", "bot", "right-value"),
+            {"auth-type": "basic", "basic-username": "bot", "basic-password": "wrong-value-123"},
+            "Authorization data is wrong!",
+        ),
+        (("jwt", "right-value"), {"auth-type": "jwt", "jwt-secret": "wrong-value-123"}, "invalid signature"),
+    ],
+)
+async def test_wrong_credentials_fail_with_n8ns_plain_text_refusal_and_no_secret_shown(
+    host, caplog, auth, config, refusal
+):
     log_everything(caplog)
-    with fake_n8n(auth=("header", "X-N8N-Key", "right-value")) as n8n:
-        config = {"auth-type": "header", "header-name": "X-N8N-Key", "header-value": "wrong-value-123"}
-
+    with fake_n8n(auth=auth) as n8n:
         results = await run(host, n8n, config=config)
 
     data = failure(results)
     assert (data["code"], data["retryable"]) == ("n8n.http_error", False)
-    assert "Authorization data is wrong!" in data["message"]
+    assert data["message"] == f"n8n refused the request (403): {refusal}"
+    assert data["details"] == {"status": 403}
     assert_secret_nowhere("wrong-value-123", results, caplog)
+
+
+async def test_a_failed_workflow_fails_the_run_with_n8ns_message_and_is_not_retried(host, n8n):
+    n8n.workflow_error()
+
+    data = failure(await run(host, n8n))
+
+    assert (data["code"], data["retryable"]) == ("n8n.error", False)
+    assert "Error in workflow" in data["message"]
 
 
 @pytest.mark.parametrize(
     ("status", "message", "code", "retryable"),
     [
-        (404, 'The requested webhook "POST x" is not registered.', "n8n.http_error", False),
-        (500, "Error in workflow", "n8n.error", False),
-        (500, "Workflow could not be started!", "n8n.error", False),
-        (502, "Bad Gateway", "n8n.unavailable", True),
+        (500, "Workflow Webhook Error: Workflow could not be started!", "n8n.error", False),
         (500, "Internal Server Error", "n8n.unavailable", True),
-        (429, "Too many requests", "n8n.rate_limited", True),
     ],
 )
 async def test_n8n_error_answers_fail_the_run_with_its_message(host, n8n, status, message, code, retryable):
@@ -146,17 +168,36 @@ async def test_n8n_error_answers_fail_the_run_with_its_message(host, n8n, status
 
     assert (data["code"], data["retryable"]) == (code, retryable)
     assert message in data["message"]
+    assert "stacktrace" not in str(data)
+    assert "webhook-request-handler" not in str(data)
 
 
-async def test_a_webhook_that_is_not_registered_is_a_clear_failure(host, n8n):
+@pytest.mark.parametrize(
+    ("status", "message", "code", "retryable"),
+    [
+        (502, "Bad Gateway", "n8n.unavailable", True),
+        (429, "Too many requests", "n8n.rate_limited", True),
+    ],
+)
+async def test_a_proxys_error_in_front_of_n8n_fails_the_run_with_its_text(host, n8n, status, message, code, retryable):
+    n8n.text(message, status=status)
+
+    data = failure(await run(host, n8n))
+
+    assert (data["code"], data["retryable"]) == (code, retryable)
+    assert message in data["message"]
+
+
+async def test_a_webhook_that_is_not_registered_is_a_clear_failure_without_n8ns_stack_trace(host, n8n):
     results = await run(host, n8n, config={"webhook-url": n8n.webhook_url + "-typo"})
 
     data = failure(results)
-    assert data["code"] == "n8n.http_error"
-    assert "is not registered" in data["message"]
+    assert (data["code"], data["retryable"]) == ("n8n.http_error", False)
+    assert 'The requested webhook "POST langbot-chat-typo" is not registered.' in data["message"]
+    assert "webhook-request-handler" not in str(data)
 
 
-async def test_an_error_item_in_the_stream_fails_the_run(host, n8n):
+async def test_an_error_item_with_a_message_in_the_stream_fails_the_run_with_it(host, n8n):
     n8n.stream_lines([{"type": "begin"}, {"type": "error", "content": "Node 'AI Agent' failed"}])
 
     data = failure(await run(host, n8n))
@@ -165,7 +206,7 @@ async def test_an_error_item_in_the_stream_fails_the_run(host, n8n):
     assert "Node 'AI Agent' failed" in data["message"]
 
 
-async def test_a_node_failing_mid_stream_is_named_in_the_failure(host, n8n):
+async def test_a_node_failing_in_a_streaming_webhook_is_named_in_the_failure(host, n8n):
     n8n.stream_failure("AI Agent")
 
     data = failure(await run(host, n8n))
