@@ -28,9 +28,9 @@ Authentication is checked as n8n's Webhook node checks it: `auth` is None, `("ba
 plain text (no Content-Type) with `WWW-Authenticate: Basic realm="Webhook"`: 403 `Authorization data is
 wrong!` for a wrong or missing header and wrong basic credentials, 401 `Authorization is required!` without
 basic credentials, 401 `No token provided` without a JWT and 403 with the JWT library's reason for a bad one.
-The webhook answers at `webhook_url` and, as
-a Chat Trigger does, at `chat_url` (`/webhook/<id>/chat`). Request bodies are kept in `requests`,
-headers in `headers`; `disconnected` is set when a held stream sees its client close the connection.
+The webhook answers at `webhook_url` and, as a Chat Trigger does, at `chat_url` (`/webhook/<id>/chat`).
+Request bodies are kept in `requests`, headers in `headers`; `disconnected` is set when a held stream sees its
+client close the connection.
 """
 
 from __future__ import annotations
