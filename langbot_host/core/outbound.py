@@ -214,14 +214,26 @@ def excerpt(text: str | bytes, limit: int = 200) -> str:
     return flat if len(flat) <= limit else flat[: max(limit - 1, 0)] + "…"
 
 
-def _checked_addresses(host: str, allow_private: bool, addresses: list[str]) -> list[str]:
+def _allowed_addresses(host: str, port: int, *, allow_private: bool, connect_error: type[Exception]) -> list[str]:
+    """Every address `host` resolves to for a connection, once the guard allowed each of them. Raises the
+    HTTP library's `connect_error` when the name resolves to nothing, `AddressRefusedError` when an address
+    is refused. Resolved here, on each connection, so the connection goes to an address that was checked."""
+    try:
+        addresses = resolve(host, port)
+    except (OSError, UnicodeError) as exc:
+        raise connect_error(f"cannot resolve {host}: {exc}") from exc
     if not addresses:
-        raise httpcore.ConnectError(f"{host} has no address")
+        raise connect_error(f"{host} has no address")
     if not allow_private:
         refusal = addresses_refusal(host, addresses)
         if refusal is not None:
             raise AddressRefusedError(refusal)
     return addresses
+
+
+# One backend per HTTP library (httpcore; httpcore2, the fork under httpx2, which the `openai` and `mcp` SDKs
+# speak through) and mode: each library only knows its own base classes and error types. Each tries the
+# allowed addresses in turn, as the library's own backend tries a name's addresses.
 
 
 class GuardedBackend(httpcore.SyncBackend):
@@ -238,12 +250,10 @@ class GuardedBackend(httpcore.SyncBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
-        try:
-            resolved = resolve(host, port)
-        except (OSError, UnicodeError) as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
         failure: Exception | None = None
-        for address in _checked_addresses(host, self.allow_private, resolved):
+        for address in _allowed_addresses(
+            host, port, allow_private=self.allow_private, connect_error=httpcore.ConnectError
+        ):
             try:
                 return super().connect_tcp(address, port, timeout, local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
@@ -266,21 +276,18 @@ class GuardedAsyncBackend(httpcore.AnyIOBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        try:
-            resolved = await anyio.to_thread.run_sync(lambda: resolve(host, port))
-        except (OSError, UnicodeError) as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        addresses = await anyio.to_thread.run_sync(
+            lambda: _allowed_addresses(
+                host, port, allow_private=self.allow_private, connect_error=httpcore.ConnectError
+            )
+        )
         failure: Exception | None = None
-        for address in _checked_addresses(host, self.allow_private, resolved):
+        for address in addresses:
             try:
                 return await super().connect_tcp(address, port, timeout, local_address, socket_options)
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 failure = exc
         raise failure or httpcore.ConnectError(f"{host} has no address")
-
-
-# The `openai` and `mcp` SDKs speak HTTP through httpx2, a fork of httpx on httpcore2: the same backends on
-# the fork's classes (an httpcore error raised inside httpcore2 is not one it knows, hence its own types).
 
 
 class GuardedBackend2(httpcore2.SyncBackend):
@@ -297,14 +304,10 @@ class GuardedBackend2(httpcore2.SyncBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.NetworkStream:
-        try:
-            resolved = resolve(host, port)
-        except (OSError, UnicodeError) as exc:
-            raise httpcore2.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        if not resolved:
-            raise httpcore2.ConnectError(f"{host} has no address")
         failure: Exception | None = None
-        for address in _checked_addresses(host, self.allow_private, resolved):
+        for address in _allowed_addresses(
+            host, port, allow_private=self.allow_private, connect_error=httpcore2.ConnectError
+        ):
             try:
                 return super().connect_tcp(address, port, timeout, local_address, socket_options)
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
@@ -326,14 +329,13 @@ class GuardedAsyncBackend2(httpcore2.AnyIOBackend):
         local_address: str | None = None,
         socket_options: Iterable[httpcore2.SOCKET_OPTION] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        try:
-            resolved = await anyio.to_thread.run_sync(lambda: resolve(host, port))
-        except (OSError, UnicodeError) as exc:
-            raise httpcore2.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        if not resolved:
-            raise httpcore2.ConnectError(f"{host} has no address")
+        addresses = await anyio.to_thread.run_sync(
+            lambda: _allowed_addresses(
+                host, port, allow_private=self.allow_private, connect_error=httpcore2.ConnectError
+            )
+        )
         failure: Exception | None = None
-        for address in _checked_addresses(host, self.allow_private, resolved):
+        for address in addresses:
             try:
                 return await super().connect_tcp(address, port, timeout, local_address, socket_options)
             except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
