@@ -31,7 +31,9 @@ POOL = 10
 WAITERS = 200
 STREAMS = 100
 SOCKETS = 50  # chat WebSockets, each watching the conversation of one of the streamed runs
-SLOW_SECONDS = 15
+# Long enough that every run is still going when the last of them starts: the web process takes the 300
+# events in at 20-30 a second on a 2-core machine, so at 15 s the first runs could end before the last began.
+SLOW_SECONDS = 30
 WAIT_SECONDS = 90
 # Clients arrive this far apart, not all in one instant: daphne listens with Twisted's backlog of 50, and
 # hundreds of connections opened at once overflow it (the kernel drops some, which is not what is tested).
