@@ -64,7 +64,6 @@ class FakeDiscord(FakePlatformServer):
         self.calls: list[Call] = []
         self.sent: list[Message] = []
         self.failures: dict[str, deque[float]] = {}
-        self.hang_ups: dict[str, int] = {}
         self.attachments: dict[str, tuple[str, bytes]] = {}
         self.identifies: list[dict[str, Any]] = []
         self.resumes: list[dict[str, Any]] = []
@@ -114,18 +113,6 @@ class FakeDiscord(FakePlatformServer):
     def rate_limit_next(self, route: str, retry_after: float) -> None:
         """Answer the next call of `route` (e.g. `POST /channels/{id}/messages`) with a 429."""
         self.failures.setdefault(route, deque()).append(retry_after)
-
-    def hang_up_after_next(self, route: str) -> None:
-        """Carry out the next call of `route`, then close its connection without answering."""
-        with self.lock:
-            self.hang_ups[route] = self.hang_ups.get(route, 0) + 1
-
-    def take_hang_up(self, route: str) -> bool:
-        with self.lock:
-            if not self.hang_ups.get(route):
-                return False
-            self.hang_ups[route] -= 1
-            return True
 
     def add_attachment(self, name: str, data: bytes, content_type: str) -> dict[str, Any]:
         attachment_id = self.next_id()

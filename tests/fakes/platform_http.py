@@ -59,6 +59,9 @@ class FakePlatformServer:
         self.holding = threading.Event()
         self.disconnected = threading.Event()
         self.released = threading.Event()
+        # Calls to carry out and then hang up on without answering (`hang_up_after_next`), by method/route.
+        self.hang_ups: dict[str, int] = {}
+        self._hang_up_lock = threading.Lock()
         bound = type(handler.__name__, (handler,), {"fake": self})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), bound)
         self._server.daemon_threads = True
@@ -67,6 +70,19 @@ class FakePlatformServer:
     @property
     def origin(self) -> str:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def hang_up_after_next(self, method: str) -> None:
+        """Carry out the next call of `method`, then close its connection without answering."""
+        with self._hang_up_lock:
+            self.hang_ups[method] = self.hang_ups.get(method, 0) + 1
+
+    def take_hang_up(self, method: str) -> bool:
+        """Whether this call of `method` is one to hang up on (and count it taken)."""
+        with self._hang_up_lock:
+            if not self.hang_ups.get(method):
+                return False
+            self.hang_ups[method] -= 1
+            return True
 
     def refuse_connections(self) -> None:
         """Stop listening (a connection is refused, as when the platform is down) until

@@ -76,7 +76,6 @@ class FakeSlack(FakePlatformServer):
         self.files: dict[str, tuple[str, bytes]] = {}  # path under /files-pri/ -> (mime type, bytes)
         self.uploads: dict[str, PendingUpload] = {}
         self.failures: dict[str, list[tuple[int, dict[str, Any], dict[str, str]]]] = {}
-        self.hang_ups: dict[str, int] = {}
         self._ts = itertools.count(1)
         self._ids = itertools.count(1)
 
@@ -85,18 +84,6 @@ class FakeSlack(FakePlatformServer):
         self.failures.setdefault(method, []).append(
             (429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)})
         )
-
-    def hang_up_after_next(self, method: str) -> None:
-        """Carry out the next call of `method`, then close its connection without answering."""
-        with self.lock:
-            self.hang_ups[method] = self.hang_ups.get(method, 0) + 1
-
-    def take_hang_up(self, method: str) -> bool:
-        with self.lock:
-            if not self.hang_ups.get(method):
-                return False
-            self.hang_ups[method] -= 1
-            return True
 
     def add_file(self, name: str, data: bytes, mime_type: str) -> dict[str, Any]:
         """A file a user shared, as it appears in a message event's `files`."""

@@ -69,7 +69,6 @@ class FakeTelegram(FakePlatformServer):
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self.failures: dict[str, deque[tuple[int, dict[str, Any]]]] = {}
         self.webhook: dict[str, Any] = {}
-        self.hang_ups: dict[str, int] = {}
         self._ids = itertools.count(100)
         self._updates = itertools.count(500_000)
 
@@ -85,18 +84,6 @@ class FakeTelegram(FakePlatformServer):
             "parameters": {"retry_after": retry_after},
         }
         self.failures.setdefault(method, deque()).append((429, body))
-
-    def hang_up_after_next(self, method: str) -> None:
-        """Carry out the next call of `method`, then close its connection without answering."""
-        with self.lock:
-            self.hang_ups[method] = self.hang_ups.get(method, 0) + 1
-
-    def take_hang_up(self, method: str) -> bool:
-        with self.lock:
-            if not self.hang_ups.get(method):
-                return False
-            self.hang_ups[method] -= 1
-            return True
 
     def message_update(
         self,
