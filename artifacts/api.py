@@ -30,8 +30,8 @@ from artifacts.selectors import artifact_get
 from artifacts.services import artifact_create_from_file, artifact_iter_range
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
-from langbot_host.core.api_errors import ApiError, invalid_fields
-from langbot_host.core.api_input import MultiPartParser
+from foundation.api_errors import ApiError, invalid_fields
+from foundation.api_input import MultiPartParser
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 EXPIRES_IN_MAX = 10 * 365 * 24 * 3600

@@ -1,7 +1,7 @@
 """The SSRF-safe fetcher of URL attachments.
 
 A URL is fetched only when every address its host name resolves to is public, as the outbound address
-guard (`langbot_host.core.outbound`) judges them: private, loopback, link-local, multicast, reserved and
+guard (`foundation.outbound`) judges them: private, loopback, link-local, multicast, reserved and
 unspecified addresses, and IPv6 addresses carrying one, are refused — after DNS resolution, and the
 connection is then made to the checked address itself, through the guard's transport, so a second lookup
 cannot be steered elsewhere (DNS rebinding). Redirects are followed by hand (at most 5), each hop checked
@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 from django.conf import settings
 
-from langbot_host.core.outbound import addresses_refusal, guarded_transport, host_private_allowed
+from foundation.outbound import addresses_refusal, guarded_transport, host_private_allowed
 
 MAX_REDIRECTS = 5
 Resolver = Callable[[str, int], list[str]]

@@ -1,6 +1,6 @@
 """Shared set-up of the host benchmarks: a fresh PostgreSQL database, a Celery worker subprocess with its
 own plugin runtime, a workspace bound to the qa-runner, and a driver that ingests events through the
-gateway service (`runners.gateway.services.event_ingest`, i.e. without HTTP) and waits for each run's
+gateway service (`gateway.services.event_ingest`, i.e. without HTTP) and waits for each run's
 terminal `run.status` on the channel layer — the same path `?wait=`, SSE and WebSocket clients use.
 
 Measured "host overhead" = from calling the gateway service to receiving the run's terminal status:
@@ -96,7 +96,7 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
     try:
         _setup_binding()
         # This process stands in for the web process, which freezes its start-up objects (asgi.py).
-        from langbot_host.core.process import startup_objects_freeze
+        from foundation.process import startup_objects_freeze
 
         startup_objects_freeze()
         yield worker
@@ -201,8 +201,8 @@ def _workspace() -> Any:
 def _ingest(workspace: Any, text: str, conversation: str) -> tuple[str, str]:
     from django.db import close_old_connections
 
-    from runners.gateway.envelope import EventEnvelopeIn
-    from runners.gateway.services import event_ingest
+    from gateway.envelope import EventEnvelopeIn
+    from gateway.services import event_ingest
 
     try:
         envelope = EventEnvelopeIn.model_validate({"conversation_id": conversation, "input": {"text": text}})

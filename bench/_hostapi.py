@@ -43,7 +43,7 @@ def django_on_scratch_database(suffix: str) -> None:
 
     django.setup()
     # This process stands in for a worker answering host API calls, which freezes its start-up objects.
-    from langbot_host.core.process import startup_objects_freeze
+    from foundation.process import startup_objects_freeze
 
     startup_objects_freeze()
 

@@ -1,5 +1,5 @@
 """Full garbage-collection pause in a started web process and a started plugin runtime, with the start-up
-objects frozen (`LANGBOT_GC_FREEZE`, the default; see `langbot_host/core/process.py`) and without.
+objects frozen (`LANGBOT_GC_FREEZE`, the default; see `foundation/process.py`) and without.
 
 A full collection holds the GIL for as long as it walks the process's tracked objects, and every stream and
 request of the process waits meanwhile. Each variant runs in a fresh subprocess that starts the process's

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from bindings.authentication import ApiKeyPrincipal
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
-from langbot_host.core.api_errors import ApiError
+from foundation.api_errors import ApiError
 
 
 def request_workspace(request: Request) -> Workspace:

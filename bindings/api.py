@@ -41,8 +41,8 @@ from bindings.services import (
 )
 from bindings.specs import BindingIn, BindingPatchIn, BotIn, BotPatchIn
 from bindings.triggers import TriggerPolicy
-from langbot_host.core.api_errors import ApiError, query_bool
-from langbot_host.core.api_input import body_parse
+from foundation.api_errors import ApiError, query_bool
+from foundation.api_input import body_parse
 
 WORKSPACE_PARAMETER = OpenApiParameter(
     "workspace",

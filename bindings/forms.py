@@ -46,10 +46,10 @@ from bindings.selectors import (
 from bindings.services import BindingValidationError, binding_prepare, bot_api_base_url_check, credentials_merge
 from bindings.specs import BindingIn
 from bindings.triggers import TriggerPolicy
-from langbot_host.core.api_errors import field_errors
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.outbound import URLRefusedError
-from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+from foundation.api_errors import field_errors
+from foundation.crypto import SECRET_MASK
+from foundation.outbound import URLRefusedError
+from foundation.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 from langbot_sdk.protocol.state import StateScope, StorageArea
 

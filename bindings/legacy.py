@@ -55,7 +55,7 @@ from bindings.services import (
 )
 from bindings.specs import BindingIn, BindingScopeIn
 from bindings.triggers import PATTERN_MAX_CHARS, RULES_MAX, TriggerPolicy
-from langbot_host.core.storable import unstorable_text_path
+from foundation.storable import unstorable_text_path
 
 # OFFICIAL_RUNNER_PLUGINS §3: old built-in runner → runner id of its official plugin.
 LEGACY_RUNNER_IDS: dict[str, str] = {

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 
 from bindings.policies import ConcurrencyPolicy
-from langbot_host.core.crypto import EncryptedJSONField
+from foundation.crypto import EncryptedJSONField
 
 
 class Workspace(models.Model):
@@ -26,7 +26,7 @@ class Workspace(models.Model):
     members: models.ManyToManyField[AbstractBaseUser, WorkspaceMembership] = models.ManyToManyField(
         settings.AUTH_USER_MODEL, through="WorkspaceMembership", related_name="workspaces"
     )
-    # The outbound address guard (langbot_host.core.outbound) lets this workspace's provider, bot, MCP,
+    # The outbound address guard (foundation.outbound) lets this workspace's provider, bot, MCP,
     # webhook and attachment URLs reach loopback and private addresses (a self-hosted Ollama). An
     # operator's decision: set by superusers in the admin only, never through the REST API.
     allow_private_addresses = models.BooleanField(

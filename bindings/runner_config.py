@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as JsonSchemaError
 from pydantic import ValidationError as PydanticValidationError
 
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 
 CONFIG_FIELD_PREFIX = "runner_config"

@@ -18,8 +18,8 @@ from bindings.runner_config import runner_config_masked
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from bindings.sql import binding_versions
 from bindings.triggers import TriggerContext, trigger_filter
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.outbound import host_private_allowed
+from foundation.crypto import SECRET_MASK
+from foundation.outbound import host_private_allowed
 
 
 def api_key_by_plaintext(*, key: str) -> ApiKey | None:

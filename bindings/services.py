@@ -21,10 +21,10 @@ from bindings.runner_config import (
     runner_config_validate,
 )
 from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn
-from langbot_host.core.api_errors import FieldsRefusedError, field_errors
-from langbot_host.core.crypto import SECRET_MASK, EncryptedJSONField
-from langbot_host.core.ids import free_slug
-from langbot_host.core.outbound import url_checked
+from foundation.api_errors import FieldsRefusedError, field_errors
+from foundation.crypto import SECRET_MASK, EncryptedJSONField
+from foundation.ids import free_slug
+from foundation.outbound import url_checked
 
 API_KEY_PREFIX = "lbk"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from bindings.models import AgentBinding
-from langbot_host.core.sql import Statement, column, table
+from foundation.sql import Statement, column, table
 
 
 def binding_versions(*, workspace_id: int) -> Statement:

@@ -14,7 +14,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import re_path  # noqa: E402
 
-from langbot_host.core.process import startup_objects_freeze  # noqa: E402
+from foundation.process import startup_objects_freeze  # noqa: E402
 from langbot_host.routing import platform_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(

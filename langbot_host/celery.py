@@ -48,7 +48,7 @@ def _start_run_loop(sender: Any = None, **kwargs: Any) -> None:
     pool = getattr(sender, "pool", None)
     if pool is not None and type(pool).__module__.endswith("prefork"):
         return
-    from langbot_host.core.process import startup_objects_freeze
+    from foundation.process import startup_objects_freeze
     from runners.orchestrator.worker import orchestrator_start
 
     orchestrator_start()
@@ -57,7 +57,7 @@ def _start_run_loop(sender: Any = None, **kwargs: Any) -> None:
 
 @worker_process_init.connect
 def _start_child_run_loop(**kwargs: Any) -> None:
-    from langbot_host.core.process import startup_objects_freeze
+    from foundation.process import startup_objects_freeze
     from runners.orchestrator.worker import orchestrator_start
 
     orchestrator_start()

@@ -6,7 +6,7 @@ from django.urls import path
 
 from platforms.routing import websocket_urlpatterns as onebot_websocket_urlpatterns
 from runners.runtime.dev_consumer import DevRuntimeConsumer
-from runners.webchat.consumers import ChatConsumer
+from webchat.consumers import ChatConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/v1/chat/", ChatConsumer.as_asgi()),

@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "platforms",
     "platforms.webhooks",
     "platforms.schedules",
+    "gateway",
+    "webchat",
     "django_celery_beat",
 ]
 
@@ -56,14 +58,14 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "langbot_host.core.api_input.StorableTextMiddleware",
-    "langbot_host.core.limits.RequestLimitsMiddleware",
+    "foundation.api_input.StorableTextMiddleware",
+    "foundation.limits.RequestLimitsMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # A view that gets no database connection answers 503 (not a 500 with a logged traceback).
-    "langbot_host.core.api_errors.DatabaseUnavailableMiddleware",
+    "foundation.api_errors.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "langbot_host.urls"
@@ -89,7 +91,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web, worker and beat share the embedded database: WAL lets readers proceed beside one writer and
     # IMMEDIATE transactions take the write lock up front instead of failing on upgrade.
     # A writer waits this long for the lock (sqlite3's default is 5 s, which a burst of runs on two cores
-    # outlasts); past it the request answers 503 `unavailable` (`langbot_host.core.db_unavailable`).
+    # outlasts); past it the request answers 503 `unavailable` (`foundation.db_unavailable`).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
@@ -102,7 +104,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env.boo
     "LANGBOT_DB_PREPARED_STATEMENTS", default=True
 ):
     # Django turns psycopg's prepared statements off (prepare_threshold None), which also ignores an
-    # explicit `execute(..., prepare=True)`. The run hot path (`langbot_host/core/sql.py`) prepares its
+    # explicit `execute(..., prepare=True)`. The run hot path (`foundation/sql.py`) prepares its
     # statements: planning its joins costs more than running them. The ORM's client-side-binding cursors
     # never prepare, whatever the threshold. Turn off behind a pooler that cannot keep prepared
     # statements (PgBouncer before 1.21 in transaction mode).
@@ -166,7 +168,7 @@ LANGBOT_KB_MAX_CHARACTERS = env.int("LANGBOT_KB_MAX_CHARACTERS", default=10_000_
 LANGBOT_KB_PARSE_MEMORY_MB = env.int("LANGBOT_KB_PARSE_MEMORY_MB", default=1024)
 LANGBOT_KB_PARSE_TIMEOUT_SECONDS = env.float("LANGBOT_KB_PARSE_TIMEOUT_SECONDS", default=120.0)
 LANGBOT_ARTIFACT_FETCH_TIMEOUT = env.float("LANGBOT_ARTIFACT_FETCH_TIMEOUT", default=20.0)
-# The outbound address guard (langbot_host.core.outbound): every URL a tenant chooses (model providers,
+# The outbound address guard (foundation.outbound): every URL a tenant chooses (model providers,
 # bots' api_base_url, MCP servers, webhooks, URL attachments) may reach only public addresses unless this
 # is on for the whole host, or a superuser set the workspace's `allow_private_addresses` in the admin.
 LANGBOT_ALLOW_PRIVATE_ADDRESSES = env.bool("LANGBOT_ALLOW_PRIVATE_ADDRESSES", default=False)
@@ -267,7 +269,7 @@ LANGBOT_RUN_CANCEL_GRACE = env.float("LANGBOT_RUN_CANCEL_GRACE", default=7.0)
 LANGBOT_QUEUED_STALE_SECONDS = env.float("LANGBOT_QUEUED_STALE_SECONDS", default=30.0)
 LANGBOT_SWEEP_BATCH = env.int("LANGBOT_SWEEP_BATCH", default=500)
 LANGBOT_RUN_CANCEL_CHANNEL = env.str("LANGBOT_RUN_CANCEL_CHANNEL", default="langbot:runs:cancel")
-# Freeze the objects alive after start-up out of the garbage collector's view (langbot_host/core/process.py):
+# Freeze the objects alive after start-up out of the garbage collector's view (foundation/process.py):
 # full collections then stop pausing daphne and the workers for 85-230 ms. Off only to compare.
 LANGBOT_GC_FREEZE = env.bool("LANGBOT_GC_FREEZE", default=True)
 
@@ -315,7 +317,7 @@ LANGBOT_CONNECTORS_RESCAN_SECONDS = env.float("LANGBOT_CONNECTORS_RESCAN_SECONDS
 LANGBOT_INBOUND_REFUSAL_WINDOW_SECONDS = env.int("LANGBOT_INBOUND_REFUSAL_WINDOW_SECONDS", default=600)
 LANGBOT_INBOUND_REFUSALS_PER_WINDOW = env.int("LANGBOT_INBOUND_REFUSALS_PER_WINDOW", default=20)
 
-# API request limits (langbot_host/core/limits.py): JSON bodies above LANGBOT_API_BODY_MAX_BYTES answer 413
+# API request limits (foundation/limits.py): JSON bodies above LANGBOT_API_BODY_MAX_BYTES answer 413
 # (`/events` and the uploads keep their own caps above); JSON nested deeper than LANGBOT_API_JSON_MAX_DEPTH
 # answers 400 (the chat WebSocket's messages too).
 LANGBOT_API_BODY_MAX_BYTES = env.int("LANGBOT_API_BODY_MAX_BYTES", default=1024 * 1024)
@@ -324,7 +326,7 @@ LANGBOT_API_JSON_MAX_DEPTH = env.int("LANGBOT_API_JSON_MAX_DEPTH", default=64)
 # is served at); list the public origin here behind a proxy that terminates TLS.
 LANGBOT_WS_ALLOWED_ORIGINS = env.list("LANGBOT_WS_ALLOWED_ORIGINS", default=[])
 # A chat socket whose client takes nothing for this long is closed with 4408; the close then waits this
-# long for the client to read up to it (runners.webchat.consumers).
+# long for the client to read up to it (webchat.consumers).
 LANGBOT_WS_SEND_STALL_SECONDS = env.float("LANGBOT_WS_SEND_STALL_SECONDS", default=10.0)
 LANGBOT_WS_CLOSE_WAIT_SECONDS = env.float("LANGBOT_WS_CLOSE_WAIT_SECONDS", default=30.0)
 # REST requests per API key (per user for browser sessions), `<n>/<second|minute|hour|day>`, counted in the
@@ -359,10 +361,10 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["bindings.throttling.ApiKeyRateThrottle"],
-    "DEFAULT_SCHEMA_CLASS": "langbot_host.core.api_schema.ApiAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "foundation.api_schema.ApiAutoSchema",
     # The API takes JSON (DESIGN §3.2); the artifact upload names its own multipart parser.
-    "DEFAULT_PARSER_CLASSES": ["langbot_host.core.api_input.JSONParser"],
-    "EXCEPTION_HANDLER": "langbot_host.core.api_errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["foundation.api_input.JSONParser"],
+    "EXCEPTION_HANDLER": "foundation.api_errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": None,
 }
@@ -380,7 +382,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         # The SSE endpoint is a plain Django view the generator cannot see.
-        "langbot_host.core.api_schema.run_stream_document",
+        "foundation.api_schema.run_stream_document",
     ],
     # Several resources have a `status` field with its own set of values; name each set after its owner.
     "ENUM_NAME_OVERRIDES": {
@@ -390,16 +392,16 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-# Records logged while a run executes carry its id and workspace (`langbot_host.core.log_context`).
+# Records logged while a run executes carry its id and workspace (`foundation.log_context`).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"run": {"()": "langbot_host.core.log_context.RunContextFilter"}},
+    "filters": {"run": {"()": "foundation.log_context.RunContextFilter"}},
     # Every line is redacted as it is formatted: no secret reaches the log at any level, whichever library
-    # wrote the line (langbot_host/core/log_redaction.py).
+    # wrote the line (foundation/log_redaction.py).
     "formatters": {
         "plain": {
-            "class": "langbot_host.core.log_redaction.RedactingFormatter",
+            "class": "foundation.log_redaction.RedactingFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s [run=%(run_id)s workspace=%(workspace)s]: %(message)s",
         }
     },

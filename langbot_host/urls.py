@@ -10,10 +10,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from langbot_host.health import healthz
 from langbot_host.metrics_view import metrics
 from runners.usage_report import usage_report_view
-from runners.webchat.chat import chat_urlpatterns, home_page
+from webchat.chat import chat_urlpatterns, home_page
 
 api_v1 = [
+    path("", include("gateway.urls")),
     path("", include("runners.urls")),
+    path("", include("webchat.urls")),
     path("", include("bindings.urls")),
     path("", include("transcripts.urls")),
     path("", include("artifacts.urls")),
@@ -40,8 +42,8 @@ urlpatterns = [
 ]
 
 # JSON error bodies under /api/ for what no API view handled (DESIGN §3.2).
-handler404 = "langbot_host.core.api_errors.page_not_found"
-handler500 = "langbot_host.core.api_errors.server_error"
+handler404 = "foundation.api_errors.page_not_found"
+handler500 = "foundation.api_errors.server_error"
 
 admin.site.site_header = "LangBot Host"
 admin.site.site_title = "LangBot Host admin"

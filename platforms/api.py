@@ -20,8 +20,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from langbot_host.core.api_errors import error_body
-from langbot_host.core.limits import declared_length
+from foundation.api_errors import error_body
+from foundation.limits import declared_length
 from platforms.inbound import inbound_refusal_record, platform_update_accept
 from platforms.interface import InboundRefusedError, InboundRequest
 from platforms.registry import adapter_for_bot

@@ -31,11 +31,11 @@ from pydantic import ValidationError
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Bot
+from gateway.envelope import EventEnvelopeIn, EventSource
+from gateway.services import EventIngestResult, EventRefusedError, event_ingest
 from platforms.interface import InboundRefusedError, InboundRequest, InboundUpdate, PlatformFileRef
 from platforms.models import InboundRefusal
 from platforms.registry import adapter_for_bot
-from runners.gateway.envelope import EventEnvelopeIn, EventSource
-from runners.gateway.services import EventIngestResult, EventRefusedError, event_ingest
 from runners.lifecycle.retention import batched_delete
 from transcripts.models import EventLog
 

@@ -56,8 +56,8 @@ import aiohttp
 import httpx
 from django.conf import settings
 
-from langbot_host.core.limits import json_too_deep
-from langbot_host.core.outbound import AddressRefusedError, host_private_allowed, url_refusal
+from foundation.limits import json_too_deep
+from foundation.outbound import AddressRefusedError, host_private_allowed, url_refusal
 
 PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
 
@@ -311,7 +311,7 @@ class PlatformAdapter(abc.ABC):
         self.bot_id = bot_id
         self.credentials = dict(credentials)
         # Whether the bot's outbound connections may reach private addresses (the outbound address guard,
-        # langbot_host.core.outbound): its workspace's flag or the host's switch (the default here).
+        # foundation.outbound): its workspace's flag or the host's switch (the default here).
         self.allow_private = host_private_allowed() if allow_private is None else allow_private
 
     @staticmethod

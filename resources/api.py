@@ -25,8 +25,8 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import Workspace
-from langbot_host.core.api_errors import ApiError, invalid_fields
-from langbot_host.core.api_input import body_parse
+from foundation.api_errors import ApiError, invalid_fields
+from foundation.api_input import body_parse
 from resources.models import Model, ModelProvider
 from resources.selectors import (
     model_get,

@@ -3,7 +3,7 @@
 Error texts built here are shown to operators: they carry the provider's status and message, never its
 API key (a provider that echoes part of the key back has it replaced by the mask).
 
-Every client connects through the outbound address guard (`langbot_host.core.outbound`): a `base_url` on
+Every client connects through the outbound address guard (`foundation.outbound`): a `base_url` on
 a loopback or private address (a self-hosted Ollama or vLLM) is reached only when the operator allowed
 private addresses for the provider's workspace or the host, and the address is checked again at every
 connection, so a name that changes its answer after the provider was saved is refused as well. The
@@ -15,8 +15,8 @@ from __future__ import annotations
 import openai
 
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.outbound import (
+from foundation.crypto import SECRET_MASK
+from foundation.outbound import (
     AddressRefusedError,
     excerpt,
     guarded_httpx2_async_transport,

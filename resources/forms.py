@@ -13,9 +13,9 @@ from django import forms
 from django.db.models import Model as DjangoModel
 from pydantic import ValidationError
 
-from langbot_host.core.api_errors import field_errors
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.outbound import URLRefusedError
+from foundation.api_errors import field_errors
+from foundation.crypto import SECRET_MASK
+from foundation.outbound import URLRefusedError
 from resources.models import Model, ModelProvider
 from resources.selectors import model_provider_headers_masked
 from resources.services import ResourceValidationError, provider_base_url_checked, provider_secret_merge

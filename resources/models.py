@@ -14,7 +14,7 @@ from django.db import models
 
 from artifacts.models import Artifact
 from bindings.models import Workspace
-from langbot_host.core.crypto import EncryptedJSONField
+from foundation.crypto import EncryptedJSONField
 
 
 class ModelProvider(models.Model):

@@ -16,10 +16,10 @@ from pydantic import ValidationError
 
 from bindings.models import Workspace
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.api_errors import FieldsRefusedError, field_errors
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.ids import free_slug
-from langbot_host.core.outbound import url_checked
+from foundation.api_errors import FieldsRefusedError, field_errors
+from foundation.crypto import SECRET_MASK
+from foundation.ids import free_slug
+from foundation.outbound import url_checked
 from resources.models import Model, ModelProvider
 from resources.specs import ModelIn, ModelPatchIn, ModelProviderIn, ModelProviderPatchIn
 

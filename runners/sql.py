@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
-from langbot_host.core.sql import (
+from foundation.sql import (
     ModelColumns,
     Statement,
     column,

@@ -1,5 +1,5 @@
-"""Routes of the runners app under `/api/v1/`: events in (the gateway), runners, runs and their streams,
-WebSocket tickets, platform action requests and their approval.
+"""Routes of the runners app under `/api/v1/`: runners, runs and their streams, platform action requests and
+their approval. (Events in are the gateway's, `gateway.urls`; WebSocket tickets the chat's, `webchat.urls`.)
 
 Run ids are matched as plain strings and parsed in the view, so a malformed id answers the API's JSON 404
 rather than the URL resolver's HTML one.
@@ -7,7 +7,6 @@ rather than the URL resolver's HTML one.
 
 from django.urls import path
 
-from runners.gateway.api import EventDetailApi, EventIngestApi
 from runners.hostapi.api import ActionApproveApi, ActionDetailApi, ActionListApi, ActionRejectApi
 from runners.lifecycle.api import (
     RunCancelApi,
@@ -18,11 +17,8 @@ from runners.lifecycle.api import (
     RunnerRefreshApi,
 )
 from runners.lifecycle.sse import run_stream
-from runners.webchat.tickets import WsTicketApi
 
 urlpatterns = [
-    path("events", EventIngestApi.as_view(), name="event-ingest"),
-    path("events/<str:event_id>", EventDetailApi.as_view(), name="event-detail"),
     path("runners", RunnerListApi.as_view(), name="runner-list"),
     path("runners/refresh", RunnerRefreshApi.as_view(), name="runner-refresh"),
     path("runs", RunListApi.as_view(), name="run-list"),
@@ -30,7 +26,6 @@ urlpatterns = [
     path("runs/<str:run_id>/events", RunEventListApi.as_view(), name="run-event-list"),
     path("runs/<str:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("runs/<str:run_id>/stream", run_stream, name="run-stream"),
-    path("ws-tickets", WsTicketApi.as_view(), name="ws-ticket-create"),
     path("actions", ActionListApi.as_view(), name="action-list"),
     path("actions/<str:action_id>", ActionDetailApi.as_view(), name="action-detail"),
     path("actions/<str:action_id>/approve", ActionApproveApi.as_view(), name="action-approve"),

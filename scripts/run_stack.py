@@ -275,7 +275,7 @@ class Stack:
         return lines
 
     def note_encryption_keys(self) -> None:
-        """Once for every process (each would log it at start otherwise: langbot_host/core/crypto.py)."""
+        """Once for every process (each would log it at start otherwise: foundation/crypto.py)."""
         if not self.env.get("LANGBOT_ENCRYPTION_KEYS"):
             self.say(
                 "note: LANGBOT_ENCRYPTION_KEYS is not set, so secrets are encrypted with a key derived from "

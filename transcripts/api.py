@@ -1,5 +1,5 @@
 """REST endpoints of the conversation facts (DESIGN §3.2): `GET /api/v1/conversations/{conversation_id}/transcript`,
-scoped to the caller's workspace. (The events API is the gateway's: `runners.gateway.api`.)
+scoped to the caller's workspace. (The events API is the gateway's: `gateway.api`.)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
-from langbot_host.core.api_errors import query_int
+from foundation.api_errors import query_int
 from transcripts.models import TranscriptItem
 from transcripts.selectors import PAGE_LIMIT_MAX, transcript_page
 

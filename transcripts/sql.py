@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from langbot_host.core.sql import Statement, column, table
+from foundation.sql import Statement, column, table
 from langbot_sdk.protocol import limits
 from transcripts.models import EventLog, StateEntry, TranscriptItem
 

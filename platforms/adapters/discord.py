@@ -32,7 +32,7 @@ import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from langbot_host.core.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
+from foundation.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
 from platforms.interface import (
     FetchedFile,
     InboundBatch,

@@ -23,7 +23,7 @@ from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError, 
 from telegram.request import HTTPXRequest
 from telegram.warnings import PTBDeprecationWarning
 
-from langbot_host.core.outbound import AddressRefusedError, guarded_async_transport
+from foundation.outbound import AddressRefusedError, guarded_async_transport
 from platforms.interface import (
     FetchedFile,
     InboundBatch,

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from pydantic import ValidationError
 
 from bindings.admin_scope import WorkspaceScopedAdmin
-from langbot_host.core.api_errors import field_errors
+from foundation.api_errors import field_errors
 from platforms.schedules.models import Schedule
 from platforms.schedules.services import (
     ScheduleValidationError,

@@ -21,8 +21,8 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import Workspace
-from langbot_host.core.api_errors import ApiError
-from langbot_host.core.api_input import body_parse
+from foundation.api_errors import ApiError
+from foundation.api_input import body_parse
 from platforms.schedules.models import Schedule
 from platforms.schedules.selectors import schedule_get, schedule_list
 from platforms.schedules.services import (

@@ -25,13 +25,13 @@ from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, Workspace
 from bindings.selectors import BindingResolution, bindings_visible, bot_get
-from langbot_host.core.api_errors import FieldsRefusedError, field_errors
-from langbot_host.core.ids import free_slug
+from foundation.api_errors import FieldsRefusedError, field_errors
+from foundation.ids import free_slug
+from gateway.envelope import EventEnvelopeIn, EventSource
+from gateway.services import EventRefusedError, conversation_id_derive, event_ingest
 from platforms.schedules.cron import cron_parse, cron_tick_at_or_before, timezone_parse
 from platforms.schedules.models import Schedule
 from platforms.schedules.specs import ScheduleIn, SchedulePatchIn
-from runners.gateway.envelope import EventEnvelopeIn, EventSource
-from runners.gateway.services import EventRefusedError, conversation_id_derive, event_ingest
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from bindings.specs import Slug
+from gateway.envelope import EVENT_TYPE_PATTERN
 from platforms.schedules.cron import CronError, cron_parse, timezone_parse
-from runners.gateway.envelope import EVENT_TYPE_PATTERN
 
 # The gateway's own rules, so a schedule that could never post is refused when it is written.
 EventType = Annotated[str, StringConstraints(max_length=100, pattern=EVENT_TYPE_PATTERN)]

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.outbound import url_refusal
+from foundation.outbound import url_refusal
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
 from platforms.webhooks.outbox import runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.services import webhook_delivery_redeliver, webhook_secret_rotate

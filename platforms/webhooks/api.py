@@ -23,9 +23,9 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import Workspace
-from langbot_host.core.api_errors import ApiError, invalid_fields, query_int
-from langbot_host.core.api_input import body_parse
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.api_errors import ApiError, invalid_fields, query_int
+from foundation.api_input import body_parse
+from foundation.crypto import SECRET_MASK
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.selectors import (
     webhook_delivery_get,

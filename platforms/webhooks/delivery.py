@@ -7,7 +7,7 @@ under the same token. A 2xx answer accepts the message; anything else (another s
 timeout, a refused connection) is retried on the Standard Webhooks schedule — 5 s, 5 min, 30 min, 2 h,
 5 h, 10 h after each failure — with a last attempt 24 h after the first; then the delivery has `failed`.
 Redirects are not followed (a 3xx is a failure), as the specification asks. A message whose host is
-refused by the outbound address guard (`langbot_host.core.outbound`: a private address, unless the
+refused by the outbound address guard (`foundation.outbound`: a private address, unless the
 operator allowed them for the endpoint's workspace or the host) has `failed` at once, with the reason as
 its last error: retrying cannot help, a redelivery can once the URL is fixed.
 
@@ -34,8 +34,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.crypto import SecretDecryptionError
-from langbot_host.core.outbound import AddressRefusedError, excerpt, guarded_transport
+from foundation.crypto import SecretDecryptionError
+from foundation.outbound import AddressRefusedError, excerpt, guarded_transport
 from platforms.metrics import WEBHOOK_ATTEMPTS
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.signing import signed_headers

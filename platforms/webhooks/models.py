@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 
 from bindings.models import AgentBinding, Workspace
-from langbot_host.core.crypto import EncryptedJSONField
+from foundation.crypto import EncryptedJSONField
 
 
 class WebhookEventType(models.TextChoices):

@@ -1,7 +1,7 @@
 """Writes of the completion webhooks: endpoints (create, update, delete, rotate their secret) and manual
 redelivery. Recording run ends is `outbox`, sending is `delivery`.
 
-A URL must pass the outbound address guard (`langbot_host.core.outbound`) when it is set: public addresses
+A URL must pass the outbound address guard (`foundation.outbound`) when it is set: public addresses
 only, unless the operator allowed private ones for the workspace or the host (400 `address.not_allowed`).
 A secret is generated here (or taken from the caller), stored encrypted, returned once to whoever made or
 rotated it and never logged.
@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from bindings.models import AgentBinding, Workspace
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.api_errors import FieldsRefusedError
-from langbot_host.core.outbound import url_checked
+from foundation.api_errors import FieldsRefusedError
+from foundation.outbound import url_checked
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from platforms.webhooks.outbox import deliveries_send_on_commit, runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.signing import secret_generate

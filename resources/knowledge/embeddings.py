@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import openai
 
-from langbot_host.core.outbound import AddressRefusedError
+from foundation.outbound import AddressRefusedError
 from resources.clients import ProviderCallError, async_openai_client, openai_client, redacted, status_message
 from resources.models import Model
 

@@ -21,8 +21,8 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_file
 from artifacts.storage import artifact_storage
 from bindings.models import Workspace
-from langbot_host.core.api_errors import field_errors
-from langbot_host.core.ids import free_slug
+from foundation.api_errors import field_errors
+from foundation.ids import free_slug
 from resources.knowledge.parsing import document_type
 from resources.knowledge.specs import KnowledgeBaseIn, KnowledgeBasePatchIn
 from resources.knowledge.term_counts import term_counts_document_subtract

@@ -38,9 +38,9 @@ from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.authentication import ApiKeyPrincipal
 from bindings.models import Workspace
-from langbot_host.core.api_errors import ApiError
-from langbot_host.core.api_input import body_parse
-from langbot_host.core.outbound import REFUSED_CODE as ADDRESS_REFUSED_CODE
+from foundation.api_errors import ApiError
+from foundation.api_input import body_parse
+from foundation.outbound import REFUSED_CODE as ADDRESS_REFUSED_CODE
 from resources.mcp.policy import REFUSED_CODE as STDIO_REFUSED_CODE
 from resources.mcp.policy import STDIO_SETTING, MCPStdioRefusedError
 from resources.mcp.selectors import mcp_server_get, mcp_server_list, mcp_server_tools, mcp_tool_list

@@ -22,7 +22,7 @@ directory per session, removed when the session closes), with its own `env` over
 encryption keys, runtime token). Its stderr goes to a file of the session; when the server fails to start
 or its session breaks, the last lines are added to the error (`last_error`), secrets masked.
 
-A streamable-HTTP server is reached only through the outbound guard (`langbot_host.core.outbound`'s httpx2
+A streamable-HTTP server is reached only through the outbound guard (`foundation.outbound`'s httpx2
 transport: the SDK speaks httpx2): the server's address is checked on every connection, against the
 workspace's `allow_private` as computed when the config was read.
 
@@ -62,8 +62,8 @@ from mcp_types import (
     TextContent,
 )
 
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.outbound import AddressRefusedError, excerpt, guarded_httpx2_async_transport
+from foundation.crypto import SECRET_MASK
+from foundation.outbound import AddressRefusedError, excerpt, guarded_httpx2_async_transport
 from resources.mcp.policy import mcp_stdio_command_refusal
 
 if TYPE_CHECKING:

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from bindings.models import Workspace
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.api_errors import FieldsRefusedError, field_errors
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.api_errors import FieldsRefusedError, field_errors
+from foundation.crypto import SECRET_MASK
 from resources.forms import SpecAdminForm
 from resources.mcp.policy import MCPStdioRefusedError, mcp_stdio_change_check
 from resources.mcp.selectors import mcp_server_env_masked, mcp_server_headers_masked

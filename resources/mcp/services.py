@@ -27,7 +27,7 @@ until a worker has answered: with no worker running it stays so, and a refresh s
 
 Who may save what: stdio servers follow `resources.mcp.policy` (an operator's, with an allowlisted
 command); a streamable-HTTP server's URL must pass the outbound guard when saved (public addresses only,
-unless the workspace may reach private ones), and again on every connection (`langbot_host.core.outbound`).
+unless the workspace may reach private ones), and again on every connection (`foundation.outbound`).
 
 Where a stdio server runs: never in the web process. A refresh asked from the web (REST, admin) of a stdio
 server is sent to a worker (`mcp_server_refresh_queued`), which holds the MCP sessions runs use anyway; the
@@ -50,10 +50,10 @@ from pydantic import ValidationError
 
 from bindings.models import Workspace
 from bindings.selectors import workspace_private_addresses_allowed
-from langbot_host.core.api_errors import FieldsRefusedError, field_errors
-from langbot_host.core.crypto import SECRET_MASK
-from langbot_host.core.ids import free_slug
-from langbot_host.core.outbound import url_refusal
+from foundation.api_errors import FieldsRefusedError, field_errors
+from foundation.crypto import SECRET_MASK
+from foundation.ids import free_slug
+from foundation.outbound import url_refusal
 from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mcp_connection_close, mcp_tools_list
 from resources.mcp.policy import MCPStdioRefusedError, mcp_stdio_change_check, mcp_stdio_command_refusal
 from resources.mcp.specs import MCPServerIn, MCPServerPatchIn, mcp_url_checked

@@ -22,7 +22,7 @@ from bindings.access import request_workspace, require_operator
 from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import RunnerDescriptor
 from bindings.selectors import runner_descriptor_list
-from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields, query_int
+from foundation.api_errors import ApiError, field_errors, invalid_fields, query_int
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle import services as run_services
 from runners.lifecycle.retry import run_attempt

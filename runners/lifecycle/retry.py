@@ -22,7 +22,7 @@ from celery import current_app
 from django.db import transaction
 
 from bindings.policies import DeliveryPolicy
-from langbot_host.core.sql import insert
+from foundation.sql import insert
 from runners.lifecycle.dispatch import RUN_EXECUTE_TASK
 from runners.live.publish import run_status_publish_on_commit
 from runners.models import Run

@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from bindings.models import AgentBinding
 from bindings.policies import ConcurrencyPolicy
-from langbot_host.core.db import connections_release, read_released
-from langbot_host.core.sql import insert
+from foundation.db import connections_release, read_released
+from foundation.sql import insert
 from runners.lifecycle.dispatch import run_dispatch, runs_dispatch
 from runners.lifecycle.observers import runs_ended
 from runners.live.cancel import cancel_notify
@@ -191,7 +191,7 @@ def runs_wait(*, run_ids: list[str], timeout: float) -> None:
 
     Subscribes to each run's channel-layer group first, then reads the runs' status once (so a status
     committed in between is never missed), then only listens — it never polls the database. While it
-    waits, the calling thread holds no database connection (`langbot_host.core.db`): hundreds of `?wait=`
+    waits, the calling thread holds no database connection (`foundation.db`): hundreds of `?wait=`
     requests must not take the web process's pool from everyone else.
     """
     if not run_ids or timeout <= 0:

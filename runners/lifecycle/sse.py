@@ -11,11 +11,11 @@ does the same for other clients (the header wins). The view joins the run's grou
 persisted events after that seq, then forwards live ones (deduplicated by seq), sends `: ping` comments
 every `HEARTBEAT_SECONDS`, and ends after the terminal event (`run.completed`/`run.failed`), or after the
 run's terminal `run.status` when it ended without one. It never polls the database, and holds no database
-connection while it waits: each read gives the request thread's connection back (`langbot_host.core.db`), so
+connection while it waits: each read gives the request thread's connection back (`foundation.db`), so
 one web process serves hundreds of streams on a small pool.
 
 A stream that cannot get a database connection in time answers 503 with `Retry-After` before it starts
-(`langbot_host.core.api_errors`); once started, it ends with `event: error` carrying the API's error body
+(`foundation.api_errors`); once started, it ends with `event: error` carrying the API's error body
 (code `unavailable`), and the client reconnects with `Last-Event-ID` after the `retry:` delay.
 """
 
@@ -36,8 +36,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, api_key_by_plaintext, workspace_for_user
-from langbot_host.core.api_errors import error_body, unavailable_body
-from langbot_host.core.db import pool_exhausted, read_released
+from foundation.api_errors import error_body, unavailable_body
+from foundation.db import pool_exhausted, read_released
 from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group
 from runners.live.streaming import (
     TERMINAL_STATUSES,

@@ -1,5 +1,5 @@
 """Reads and bookkeeping shared by the two live streams of run events: the WebSocket chat consumer
-(`runners.webchat.consumers`) and the SSE view (`runners.lifecycle.sse`).
+(`webchat.consumers`) and the SSE view (`runners.lifecycle.sse`).
 
 Both follow DESIGN §4: join the channel-layer group first, read the database once to replay what was
 persisted before, then only listen. `RunCursor` makes the seam exact, and `run_replay`, `live_event` and

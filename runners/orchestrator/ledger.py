@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bindings.models import Workspace
-from langbot_host.core.sql import (
+from foundation.sql import (
     LoopStatements,
 )
 from langbot_sdk.protocol import ArtifactCreatedPayload

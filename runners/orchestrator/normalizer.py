@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from langbot_host.core.storable import storable_copy
+from foundation.storable import storable_copy
 from langbot_sdk.protocol import (
     MessageCompletedPayload,
     ResultType,

@@ -29,8 +29,8 @@ from celery.exceptions import Reject
 from django.conf import settings
 from django.db import connection
 
-from langbot_host.core.log_context import log_context, log_context_set
-from langbot_host.core.sql import DatabaseExecutor, LoopStatements
+from foundation.log_context import log_context, log_context_set
+from foundation.sql import DatabaseExecutor, LoopStatements
 from runners.hostapi.audit import AuditLog
 from runners.hostapi.delivery import deliveries_drain
 from runners.hostapi.handlers.dispatch import proxy_handlers

@@ -51,7 +51,7 @@ def runtime_child_env(plugin_dirs: list[str]) -> dict[str, str]:
         os.environ,
         LANGBOT_PLUGIN_DIRS=os.pathsep.join(plugin_dirs),
         PYTHONUNBUFFERED="1",
-        # The child freezes its start-up objects as the host process does (langbot_host/core/process.py).
+        # The child freezes its start-up objects as the host process does (foundation/process.py).
         LANGBOT_GC_FREEZE="true" if settings.LANGBOT_GC_FREEZE else "false",
     )
 

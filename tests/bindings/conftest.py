@@ -41,7 +41,7 @@ def runner(db):
 @pytest.fixture
 def encryption_keys(settings):
     """Two fresh Fernet keys, the first one active."""
-    from langbot_host.core.crypto import generate_key
+    from foundation.crypto import generate_key
 
     keys = [generate_key(), generate_key()]
     settings.LANGBOT_ENCRYPTION_KEYS = keys[:1]

@@ -11,7 +11,7 @@ from django.test import Client
 from bindings.models import AgentBinding, Bot
 from bindings.services import binding_create, binding_runner_config_plain, workspace_member_add
 from bindings.specs import BindingIn
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from tests.factories import AgentBindingFactory, BotFactory, UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db

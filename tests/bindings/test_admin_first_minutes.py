@@ -13,8 +13,8 @@ from django.test import Client
 from bindings.models import ApiKey
 from bindings.selectors import api_key_by_plaintext
 from runners.models import Run
-from runners.webchat.chat import ChatCaller, chat_message_submit
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, UserFactory, WorkspaceFactory
+from webchat.chat import ChatCaller, chat_message_submit
 
 pytestmark = pytest.mark.django_db
 

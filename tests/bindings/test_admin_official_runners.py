@@ -14,7 +14,7 @@ from django.test import Client
 from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.runner_config import config_schema_items
 from bindings.services import binding_runner_config_plain
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from langbot_sdk.protocol import ListAgentRunnersResponse
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 from langbot_sdk.runtime.loader import load_plugins

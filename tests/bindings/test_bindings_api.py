@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.services import binding_runner_config_plain
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from tests.factories import BotFactory, UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bindings.models import Bot
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db

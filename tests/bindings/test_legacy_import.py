@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from bindings.legacy import LEGACY_RUNNER_IDS
 from bindings.models import AgentBinding
 from bindings.services import binding_runner_config_plain
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from tests.factories import BotFactory, RunnerDescriptorFactory
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bindings.runner_config import RunnerConfigError, runner_config_validate
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from tests.bindings.conftest import EVERY_TYPE_SCHEMA
 
 

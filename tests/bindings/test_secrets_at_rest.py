@@ -12,7 +12,7 @@ from django.db import connection
 from bindings.models import AgentBinding, Bot
 from bindings.services import binding_create, binding_runner_config_plain
 from bindings.specs import BindingIn
-from langbot_host.core import crypto
+from foundation import crypto
 from tests.factories import BotFactory
 
 pytestmark = pytest.mark.django_db
@@ -85,7 +85,7 @@ def test_without_keys_a_key_is_derived_from_the_secret_key_with_a_warning(settin
     settings.LANGBOT_ENCRYPTION_KEYS = []
     settings.SECRET_KEY = "a-secret-key-only-this-test-uses"
 
-    with caplog.at_level(logging.WARNING, logger="langbot_host.core.crypto"):
+    with caplog.at_level(logging.WARNING, logger="foundation.crypto"):
         token = crypto.encrypt_text("hello")
 
     assert crypto.decrypt_text(token) == "hello"

@@ -20,7 +20,7 @@ import pytest
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from artifacts.storage import artifact_storage
-from langbot_host.core.sql import DatabaseExecutor
+from foundation.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException, limits
 from runners.hostapi.handlers.dispatch import proxy_handlers
 from runners.hostapi.session import RunSession

@@ -1,4 +1,4 @@
-"""The hand-written statements of the run hot path (`langbot_host/core/sql.py`): prepared on PostgreSQL,
+"""The hand-written statements of the run hot path (`foundation/sql.py`): prepared on PostgreSQL,
 rows turned back into model instances with deferred columns loaded on demand, and a parent row written
 with its children in one statement."""
 
@@ -10,7 +10,7 @@ import pytest
 from django.db import DataError, connection, transaction
 
 from bindings.models import RunnerDescriptor
-from langbot_host.core.sql import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
+from foundation.sql import ModelColumns, _numbered, insert_with_children, sql_fetchone, table
 from runners.models import Run
 from runners.sql import _ledger_sql, _run_claim_sql
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from langbot_host.core.sql import DatabaseExecutor
+from foundation.sql import DatabaseExecutor
 from langbot_sdk.protocol import (
     AgentAPIException,
     AgentResources,

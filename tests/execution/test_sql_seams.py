@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from bindings import sql as bindings_sql
-from langbot_host.core.sql import Statement
+from foundation.sql import Statement
 from runners import sql as runners_sql
 from runners.models import Run
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, WorkspaceFactory

@@ -13,8 +13,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from bindings.models import AgentBinding
-from runners.gateway.envelope import EventEnvelopeIn
-from runners.gateway.services import EventIngestResult, event_ingest
+from gateway.envelope import EventEnvelopeIn
+from gateway.services import EventIngestResult, event_ingest
 from runners.models import Run
 from tests.factories import BotFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes import langflow_server

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from langbot_host.core.sql import DatabaseExecutor
+from foundation.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException
 from runners.hostapi.audit import AuditLog
 from runners.hostapi.handlers.base import RateLimiter

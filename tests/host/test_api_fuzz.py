@@ -21,7 +21,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from bindings.models import ApiKey
 from bindings.services import API_KEY_PREFIX, api_key_secret_digest
-from langbot_host.core.api_schema import RUN_STREAM_PATH
+from foundation.api_schema import RUN_STREAM_PATH
 from runners.models import Run
 from tests.bindings.conftest import EVERY_TYPE_SCHEMA
 from tests.factories import (

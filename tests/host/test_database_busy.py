@@ -18,7 +18,7 @@ from django.test import AsyncClient, Client
 from psycopg_pool import PoolTimeout
 
 from bindings.services import api_key_create
-from langbot_host.core.db import released
+from foundation.db import released
 from runners.lifecycle import sse
 from runners.models import Run
 from tests.factories import UserFactory, WorkspaceFactory
@@ -203,7 +203,7 @@ def test_a_connection_inside_an_atomic_block_is_not_given_back():
 
 
 async def test_the_chat_sockets_database_calls_give_the_connection_back():
-    """`runners.webchat.consumers` reads through channels' `database_sync_to_async`, which closes stale connections
+    """`webchat.consumers` reads through channels' `database_sync_to_async`, which closes stale connections
     after each call; with `CONN_MAX_AGE = 0` (required by the pool) every connection is stale."""
 
     def count_then_connection() -> Any:

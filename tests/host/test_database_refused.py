@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.db import OperationalError, ProgrammingError
 
-from langbot_host.core.db_unavailable import database_unavailable
+from foundation.db_unavailable import database_unavailable
 
 
 def _as_django(exc: Exception, kind: type[Exception] = OperationalError) -> Exception:

@@ -14,7 +14,7 @@ from django.test import Client
 from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
-from langbot_host.core.log_context import RunContextFilter, log_context
+from foundation.log_context import RunContextFilter, log_context
 from runners.hostapi.audit import AuditLog
 from runners.live.publish import run_events_publish_committed
 from runners.metrics import RUNTIME_CONNECTED

@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from langbot_host.core import crypto
+from foundation import crypto
 
 RUN_STACK = Path(__file__).resolve().parents[2] / "scripts" / "run_stack.py"
 
@@ -28,7 +28,7 @@ def test_the_missing_key_warning_says_what_to_do(settings, caplog):
     settings.LANGBOT_ENCRYPTION_KEYS_NOTED = False
     settings.SECRET_KEY = "start-up-output-test-key-1"
 
-    with caplog.at_level(logging.WARNING, logger="langbot_host.core.crypto"):
+    with caplog.at_level(logging.WARNING, logger="foundation.crypto"):
         crypto.encrypt_text("hello")
 
     assert "Fernet.generate_key()" in caplog.text
@@ -40,7 +40,7 @@ def test_a_process_started_by_make_run_does_not_repeat_it(settings, caplog):
     settings.LANGBOT_ENCRYPTION_KEYS_NOTED = True
     settings.SECRET_KEY = "start-up-output-test-key-2"
 
-    with caplog.at_level(logging.WARNING, logger="langbot_host.core.crypto"):
+    with caplog.at_level(logging.WARNING, logger="foundation.crypto"):
         token = crypto.encrypt_text("hello")
 
     assert crypto.decrypt_text(token) == "hello"

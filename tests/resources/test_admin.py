@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from bindings.services import workspace_member_add
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from resources.models import Model, ModelProvider
 from tests.factories import ModelFactory, ModelProviderFactory, UserFactory, WorkspaceFactory
 from tests.resources.conftest import GOOD_KEY

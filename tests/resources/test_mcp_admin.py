@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from bindings.services import workspace_member_add
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from resources.mcp.services import mcp_server_refresh
 from resources.models import MCPServer
 from tests.factories import UserFactory, WorkspaceFactory

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from langbot_host.core import outbound
+from foundation import outbound
 from resources.models import MCPServer
 from tests.fakes.mcp_fixtures import HttpMCP, mcp_cleanup_fixture, mcp_http_fixture  # noqa: F401
 

@@ -10,7 +10,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from bindings.services import api_key_create
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from resources.models import MCPServer
 from tests.factories import WorkspaceFactory
 

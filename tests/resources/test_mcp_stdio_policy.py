@@ -16,7 +16,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from bindings.services import api_key_create
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from resources.mcp.client import MCPClientError, MCPServerConfig, mcp_connections_close_all, mcp_tools_list
 from resources.models import MCPServer
 from tests.fakes.mcp_fixtures import mcp_cleanup_fixture, mcp_refresh_inline_fixture  # noqa: F401

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from langbot_host.core.crypto import SECRET_MASK
+from foundation.crypto import SECRET_MASK
 from resources.models import ModelProvider
 from tests.factories import ModelFactory, ModelProviderFactory, WorkspaceFactory
 

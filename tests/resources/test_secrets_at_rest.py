@@ -21,7 +21,7 @@ def raw_columns(provider: ModelProvider) -> tuple[str, str]:
 
 @pytest.fixture
 def encryption_keys(settings):
-    from langbot_host.core.crypto import generate_key
+    from foundation.crypto import generate_key
 
     keys = [generate_key(), generate_key()]
     settings.LANGBOT_ENCRYPTION_KEYS = keys[:1]

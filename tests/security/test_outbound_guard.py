@@ -1,4 +1,4 @@
-"""The outbound address guard (langbot_host.core.outbound) on its own: which addresses it refuses in every
+"""The outbound address guard (foundation.outbound) on its own: which addresses it refuses in every
 spelling a tenant could type, that a save-time check resolves names, and that its httpx transports check
 the address they connect to at connect time (a name that resolved to a public address when saved and to
 loopback later is refused before any byte leaves), and connect when private addresses are allowed."""
@@ -13,7 +13,7 @@ import httpx
 import httpx2
 import pytest
 
-from langbot_host.core import outbound
+from foundation import outbound
 
 PUBLIC = "93.184.216.34"
 

@@ -54,7 +54,7 @@ def test_a_provider_on_loopback_is_refused_naming_base_url(api_client, base_url)
 
 
 def test_a_provider_moved_to_the_metadata_address_by_patch_is_refused(api_client, monkeypatch):
-    from langbot_host.core import outbound
+    from foundation import outbound
 
     monkeypatch.setattr(outbound, "resolve", lambda host, port: ["93.184.216.34"])
     created = _provider(api_client, "https://api.example.test/v1")

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.test import Client
 from django.utils.module_loading import import_string
 
-from langbot_host.core.log_context import RunContextFilter
-from langbot_host.core.log_redaction import MASK, redact, secret_register
+from foundation.log_context import RunContextFilter
+from foundation.log_redaction import MASK, redact, secret_register
 from platforms.interface import ReplyTarget
 from platforms.webhooks.models import WebhookDelivery
 from resources.clients import openai_client

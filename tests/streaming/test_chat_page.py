@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 
 from bindings.models import AgentBinding, WorkspaceMembership
-from runners.webchat.chat import ChatCaller, chat_message_submit
 from tests.factories import AgentBindingFactory, BotFactory, UserFactory, WorkspaceFactory
+from webchat.chat import ChatCaller, chat_message_submit
 
 pytestmark = pytest.mark.django_db
 

@@ -6,9 +6,9 @@ import pytest
 
 from bindings.models import AgentBinding
 from runners.models import Run
-from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from transcripts.models import EventLog
+from webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit
 
 pytestmark = pytest.mark.django_db
 

@@ -6,9 +6,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from bindings.services import api_key_create
-from runners.webchat import tickets
 from tests.factories import UserFactory
 from tests.streaming.conftest import ORIGIN, make_run, next_json, open_socket, session_cookie
+from webchat import tickets
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

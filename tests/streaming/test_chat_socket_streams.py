@@ -10,7 +10,6 @@ from channels.db import database_sync_to_async
 
 from bindings.models import WorkspaceMembership
 from runners.models import Run
-from runners.webchat.consumers import ChatConsumer
 from tests.factories import AgentBindingFactory, UserFactory, WorkspaceFactory
 from tests.streaming.conftest import (
     ORIGIN,
@@ -27,6 +26,7 @@ from tests.streaming.conftest import (
     session_cookie,
 )
 from transcripts.models import EventLog
+from webchat.consumers import ChatConsumer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from langbot_host.core.sql import DatabaseExecutor
+from foundation.sql import DatabaseExecutor
 from langbot_sdk.authorization import api_require, cursor_value, own_conversation, own_thread, page_cursors
 from langbot_sdk.protocol import Action, AgentAPIException
 from runners.hostapi.session import RunSession

@@ -34,9 +34,9 @@ from typing import Any
 
 from django.conf import settings
 
-from langbot_host.core.log_context import log_context_set
-from langbot_host.core.sql import DatabaseExecutor
-from langbot_host.core.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
+from foundation.log_context import log_context_set
+from foundation.sql import DatabaseExecutor
+from foundation.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
 from langbot_sdk.authorization import request_parse
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode
 from langbot_sdk.wire import CallInfo, Handler

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import openai
 
-from langbot_host.core.outbound import AddressRefusedError
+from foundation.outbound import AddressRefusedError
 from langbot_sdk.external import sse_events
 from langbot_sdk.protocol import AgentAPIException, ContentElement, InvokeLLMRequest, Message
 from resources.clients import async_openai_client, provider_private_allowed, redacted, status_message

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from langbot_host.core.outbound import REFUSED_CODE, AddressRefusedError
+from foundation.outbound import REFUSED_CODE, AddressRefusedError
 from langbot_sdk.authorization import model_kind_check
 from langbot_sdk.protocol import AgentAPIException
 from resources.clients import redacted

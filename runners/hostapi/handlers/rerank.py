@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from langbot_host.core.outbound import AddressRefusedError, excerpt, guarded_async_transport
+from foundation.outbound import AddressRefusedError, excerpt, guarded_async_transport
 from langbot_sdk.protocol import AgentAPIException, InvokeRerankRequest
 from resources.clients import PROVIDER_MESSAGE_CHARS, provider_private_allowed
 from resources.models import Model, ModelProvider

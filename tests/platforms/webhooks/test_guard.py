@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.utils import timezone
 
-from langbot_host.core import outbound
+from foundation import outbound
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from runners.lifecycle.services import run_cancel_request
 from tests.factories import WebhookEndpointFactory

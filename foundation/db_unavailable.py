@@ -4,7 +4,7 @@ Three ways it happens. The web process's own pool ran dry (`pool_exhausted`). Or
 PostgreSQL has no slot left ("too many clients already"), it is restarting or down (connection refused),
 or it cut a pooled connection (administrator shutdown, a restart). Or the embedded SQLite database stayed
 locked by another process's writer for longer than its busy timeout. None is a bug of the request, and
-the next one may well succeed: the error handlers (`langbot_host.core.api_errors`) answer both with 503
+the next one may well succeed: the error handlers (`foundation.api_errors`) answer both with 503
 and `Retry-After` instead of a 500. A broken connection does not outlive the request: Django closes a
 connection that raised such an error, and psycopg's pool discards a connection returned broken.
 """
@@ -15,7 +15,7 @@ import sqlite3
 
 from django.db import InterfaceError, OperationalError
 
-from langbot_host.core.db import pool_exhausted
+from foundation.db import pool_exhausted
 
 # SQLSTATEs of a server that refuses or drops connections: class 08 (connection exception),
 # too_many_connections, admin_shutdown, crash_shutdown, cannot_connect_now.

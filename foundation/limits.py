@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.parsers import BaseParser
 from rest_framework.utils.mediatypes import media_type_matches
 
-from langbot_host.core.api_errors import ApiError, error_body, is_api_request
+from foundation.api_errors import ApiError, error_body, is_api_request
 
 # Methods whose body the API never reads.
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -104,7 +104,7 @@ class RequestLimitsMiddleware:
             return None
         if not media_type_matches("application/json", request.content_type):
             return None
-        from langbot_host.core.api_input import JSONParser  # api_input builds on this module
+        from foundation.api_input import JSONParser  # api_input builds on this module
 
         if all(issubclass(p, JSONParser) for p in parser_classes):
             max_bytes = settings.LANGBOT_API_BODY_MAX_BYTES

@@ -44,7 +44,7 @@ import httpx
 import httpx2
 from django.conf import settings
 
-from langbot_host.core.api_errors import FieldsRefusedError
+from foundation.api_errors import FieldsRefusedError
 
 ALLOWED_SCHEMES = ("http", "https")
 SETTING = "LANGBOT_ALLOW_PRIVATE_ADDRESSES"

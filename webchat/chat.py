@@ -31,9 +31,9 @@ from bindings.selectors import (
     bot_list,
     workspace_for_user,
 )
-from langbot_host.core.api_errors import field_errors
-from runners.gateway.envelope import AttachmentIn, EventEnvelopeIn, EventSource
-from runners.gateway.services import EventRefusedError, event_ingest
+from foundation.api_errors import field_errors
+from gateway.envelope import AttachmentIn, EventEnvelopeIn, EventSource
+from gateway.services import EventRefusedError, event_ingest
 from runners.lifecycle.services import run_cancel_request
 from runners.live.publish import run_status_message
 from runners.models import Run

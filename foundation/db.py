@@ -11,7 +11,7 @@ on the channel layer, holding nothing.
 
 A connection inside an atomic block is never given back: closing it would abort the caller's transaction.
 
-`pool_exhausted` tells the error handlers (`langbot_host.core.api_errors`) that a request failed for want of a
+`pool_exhausted` tells the error handlers (`foundation.api_errors`) that a request failed for want of a
 connection, which they answer with a 503 and `Retry-After` rather than a 500.
 """
 

@@ -8,7 +8,7 @@ traceback included.
 
 Two nets, both needed:
 
-- **Known values.** Every secret the host holds passes through `langbot_host.core.crypto` (encrypted at
+- **Known values.** Every secret the host holds passes through `foundation.crypto` (encrypted at
   rest, decrypted on use), which hands each string inside it to `secret_register`; the host's own secrets
   from the environment (the secret key, runtime and metrics tokens, database and Redis passwords, the
   encryption keys) are registered when the first line is formatted. Any registered value in a line is
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-# The same mask the APIs show for a stored secret (`langbot_host.core.crypto.SECRET_MASK`).
+# The same mask the APIs show for a stored secret (`foundation.crypto.SECRET_MASK`).
 MASK = "********"
 MIN_SECRET_LENGTH = 6
 # The registry is bounded: the values are kept for redaction only, the oldest forgotten first. A host

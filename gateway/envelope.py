@@ -3,7 +3,7 @@
 It is the host-side, inbound form of HOST_SDK_INFRASTRUCTURE §4.1 `AgentEventEnvelope`: unknown fields
 are refused (a typo must not silently drop data), and the parts the host owns — workspace, delivery,
 `raw_ref` — are not accepted from clients. Checks that need the database (the bot belongs to the
-caller's workspace, attachments exist) happen in `runners.gateway.services.event_ingest`.
+caller's workspace, attachments exist) happen in `gateway.services.event_ingest`.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_con
 from bindings.models import Bot, Workspace
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
 from bindings.triggers import TriggerContext, chat_kind_of, text_without_prefix
-from langbot_host.core.api_errors import FieldsRefusedError
-from langbot_host.core.sql import insert_with_children
-from runners.gateway.envelope import ContentIn, EventEnvelopeIn
+from foundation.api_errors import FieldsRefusedError
+from foundation.sql import insert_with_children
+from gateway.envelope import ContentIn, EventEnvelopeIn
 from runners.lifecycle import services as run_services
 from runners.models import Run
 from transcripts.models import EventLog, TranscriptItem

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from langbot_host.core.db_unavailable import database_unavailable
+from foundation.db_unavailable import database_unavailable
 
 logger = logging.getLogger(__name__)
 

@@ -28,11 +28,11 @@ from rest_framework.views import APIView
 
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
-from langbot_host.core.api_errors import ApiError, field_errors, invalid_fields
-from langbot_host.core.api_input import refuse_unstorable_text
-from langbot_host.core.db_unavailable import database_unavailable
-from runners.gateway.envelope import EventEnvelopeIn
-from runners.gateway.services import event_ingest
+from foundation.api_errors import ApiError, field_errors, invalid_fields
+from foundation.api_input import refuse_unstorable_text
+from foundation.db_unavailable import database_unavailable
+from gateway.envelope import EventEnvelopeIn
+from gateway.services import event_ingest
 from runners.lifecycle import services as run_services
 from runners.lifecycle.api import RunSummaryOut, run_summary_out
 from runners.models import Run

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import models
 
-from langbot_host.core.log_redaction import secret_register
+from foundation.log_redaction import secret_register
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def generate_key() -> str:
 
 
 def _registered(value: Any) -> Any:
-    """`value`, its strings now known to the log's redaction (`langbot_host.core.log_redaction`)."""
+    """`value`, its strings now known to the log's redaction (`foundation.log_redaction`)."""
     secret_register(value)
     return value
 

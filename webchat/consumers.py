@@ -2,7 +2,7 @@
 messages through the Event Gateway (source `webui`) and cancel runs.
 
 Thin by design: who the caller is comes from `caller_from_scope`, reads from `runners.live.streaming`, writes
-from `runners.webchat.chat` and `runners.lifecycle.services`, all wrapped in `database_sync_to_async`. That closes stale
+from `webchat.chat` and `runners.lifecycle.services`, all wrapped in `database_sync_to_async`. That closes stale
 connections after every call, and with `CONN_MAX_AGE = 0` (which the pool requires) every connection is
 stale: an open socket holds no database connection while it waits for live events.
 
@@ -12,7 +12,7 @@ Close codes (the README lists them too):
 - 4408 too slow: the client stopped reading and its send queue overflowed (others are not held up).
 A handshake from an origin outside `ALLOWED_HOSTS` is refused before it reaches this consumer (HTTP 403);
 the consumer then refuses (HTTP 403 too) an origin whose scheme, host and port are not those the socket is
-served at, unless `LANGBOT_WS_ALLOWED_ORIGINS` lists it (`runners.webchat.origins`).
+served at, unless `LANGBOT_WS_ALLOWED_ORIGINS` lists it (`webchat.origins`).
 
 Input: a message nested deeper than `LANGBOT_API_JSON_MAX_DEPTH`, or a binary frame, answers an error
 frame (`invalid_argument`) and the socket stays open.
@@ -49,10 +49,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
-from langbot_host.core.api_errors import field_errors
-from langbot_host.core.limits import json_too_deep, too_deep_message
-from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
-from runners.gateway.envelope import AttachmentIn
+from foundation.api_errors import field_errors
+from foundation.limits import json_too_deep, too_deep_message
+from foundation.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+from gateway.envelope import AttachmentIn
 from runners.live.publish import conversation_group
 from runners.live.streaming import (
     REPLAY_PAGE_SIZE,
@@ -68,9 +68,9 @@ from runners.live.streaming import (
     run_events_range,
     runs_events_upto,
 )
-from runners.webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
-from runners.webchat.origins import origin_allowed
-from runners.webchat.tickets import ws_ticket_consume
+from webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
+from webchat.origins import origin_allowed
+from webchat.tickets import ws_ticket_consume
 
 logger = logging.getLogger(__name__)
 

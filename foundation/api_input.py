@@ -18,9 +18,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonR
 from pydantic import BaseModel, ValidationError
 from rest_framework import parsers
 
-from langbot_host.core.api_errors import ApiError, error_body, field_errors, invalid_fields, is_api_request
-from langbot_host.core.limits import json_too_deep, payload_too_large, too_deep_message
-from langbot_host.core.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
+from foundation.api_errors import ApiError, error_body, field_errors, invalid_fields, is_api_request
+from foundation.limits import json_too_deep, payload_too_large, too_deep_message
+from foundation.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 
 
 def refuse_unstorable_text(data: Any) -> Any:
