@@ -1,10 +1,10 @@
 """The host's link to the plugin runtime: one multiplexed connection per process.
 
-Each host process (web or worker) owns one `RuntimeLink`: an asyncio loop on a daemon thread and one
-`langbot_sdk.wire.Connection` to the runtime, opened lazily and reopened after it drops. In `stdio` mode
-the link spawns the runtime as a child process; with a `ws://` URL it connects to a runtime started with
-`python -m langbot_sdk.runtime --listen`. Sync callers (views, management commands) use `call_sync`;
-code already on the link's loop awaits `call`/`stream`.
+Each host process (web or worker) owns one `RuntimeLink`: an event loop on a daemon thread (a
+`foundation.portal.ThreadPortal`) and one `langbot_sdk.wire.Connection` to the runtime, opened lazily
+and reopened after it drops. In `stdio` mode the link spawns the runtime as a child process; with a
+`ws://` URL it connects to a runtime started with `python -m langbot_sdk.runtime --listen`. Sync callers
+(views, management commands) use `call_sync`; code already on the link's loop awaits `call`/`stream`.
 
 A runtime that dies (killed, crashed) comes back by itself: when a connection the link did not close
 drops, the link reconnects in the background with a growing backoff — respawning its stdio child, or
@@ -23,8 +23,10 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from anyio.from_thread import BlockingPortal
 from django.conf import settings
 
+from foundation.portal import ThreadPortal
 from langbot_sdk.protocol import AgentAPIError, AgentAPIException, ErrorCode
 from langbot_sdk.runtime.environment import runtime_environment
 from langbot_sdk.wire import Connection, Handler, Transport, connect_websocket, spawn_stdio_transport
@@ -73,9 +75,7 @@ class RuntimeLink:
         self.call_timeout = call_timeout
         self.reconnect_wait = reconnect_wait
         self.handlers = dict(handlers or {})
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._thread_lock = threading.Lock()
+        self._portal = ThreadPortal(name="langbot-runtime-link", on_start=self._loop_started)
         self._connection: Connection | None = None
         self._connect_lock: asyncio.Lock | None = None
         self._child: asyncio.subprocess.Process | None = None
@@ -92,21 +92,19 @@ class RuntimeLink:
                 connection.register(action, handler)
 
     # -- the loop thread ---------------------------------------------------------------------------
+    def _loop_started(self, _portal: BlockingPortal) -> None:
+        # A connection and its lock belong to the loop they were made on; a new loop makes its own.
+        self._connection, self._connect_lock = None, None
+
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        with self._thread_lock:
-            if self._loop is None or self._thread is None or not self._thread.is_alive():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="langbot-runtime-link", daemon=True)
-                thread.start()
-                self._loop, self._thread = loop, thread
-                self._connection, self._connect_lock = None, None
-            return self._loop
+        """The link's event loop (started on first use, and again after `close()`)."""
+        return self._portal.loop
 
     def run_sync(self, coro: Coroutine[Any, Any, T], *, timeout: float | None = None) -> T:
-        """Run a coroutine on the link's loop from synchronous code and wait for its result."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(timeout=timeout)
+        """Run a coroutine on the link's loop from synchronous code and wait for its result (cancelled and
+        `TimeoutError` after `timeout` seconds)."""
+        return self._portal.run_sync(coro, timeout=timeout)
 
     # -- connection -------------------------------------------------------------------------------
     async def connection(self, *, wait: float | None = None) -> Connection:
@@ -225,11 +223,10 @@ class RuntimeLink:
         self._child = None
 
     def close(self) -> None:
-        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+        """Close the connection (stopping a stdio runtime), then the loop; the next use starts both anew."""
+        if self._portal.running():
             self.run_sync(self.aclose(), timeout=10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=5)
-        self._loop, self._thread = None, None
+            self._portal.stop()
 
 
 _link: RuntimeLink | None = None
