@@ -6,8 +6,9 @@ Live sessions are kept per process, keyed by the server's pk and `updated_at`, s
 a process (or a handshake) per call, and an edited server gets a new session. The SDK's sessions live in
 anyio task groups that must be entered and left by one task on one event loop, while callers come from
 sync views, admin actions and the worker's run loop (tests even start a loop per call): so all sessions
-live on one event loop of this module, in a daemon thread, and callers hand it coroutines. After a fork
-(Celery's prefork pool) the child starts its own loop and sessions; nothing is inherited.
+live on one event loop of this module, in a daemon thread (`foundation.portal`), and callers hand it
+coroutines. After a fork (Celery's prefork pool) the child starts its own loop and sessions; nothing is
+inherited.
 
 A session found broken (the process exited, the HTTP endpoint went away) is dropped and reconnected once
 within the same call's time; a connection always lists the tools first, and the call reports that
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
 import httpx2
+from anyio.from_thread import BlockingPortal
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -64,6 +66,7 @@ from mcp_types import (
 
 from foundation.crypto import SECRET_MASK
 from foundation.outbound import AddressRefusedError, excerpt, guarded_httpx2_async_transport
+from foundation.portal import ThreadPortal
 from resources.mcp.policy import mcp_stdio_command_refusal
 
 if TYPE_CHECKING:
@@ -373,40 +376,33 @@ def _lost(exc: BaseException) -> bool:
 
 
 class MCPConnections:
-    """The sessions of this process and the event loop (in a daemon thread) they live on."""
+    """The sessions of this process and the event loop (`foundation.portal.ThreadPortal`) they live on."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._loop = asyncio.new_event_loop()
         self._connections: dict[int, _Connection] = {}
         self._closing: set[asyncio.Task[None]] = set()
-        self._thread = threading.Thread(target=self._run, name="mcp-connections", daemon=True)
-        self._thread.start()
+        self._portal = ThreadPortal(name="mcp-connections", on_start=self._loop_started)
+        self._portal.portal  # noqa: B018 -- starts the loop (and the reaper) now, not on the first call
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.create_task(self._reap())
-        self._loop.run_forever()
+    def _loop_started(self, portal: BlockingPortal) -> None:
+        portal.start_task_soon(self._reap)
 
     # Callers -------------------------------------------------------------------------------------
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+        return self._portal.submit(coro)
 
     def run_sync(self, coro: Coroutine[Any, Any, T], *, timeout: float) -> T:
-        future = self.submit(coro)
         try:
-            return future.result(timeout + CALLER_GRACE_SECONDS)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            return self._portal.run_sync(coro, timeout=timeout + CALLER_GRACE_SECONDS)
+        except TimeoutError:
             raise MCPClientError("timeout", f"no answer within {timeout:g} s") from None
 
     async def run_async(self, coro: Coroutine[Any, Any, T], *, timeout: float) -> T:
-        future = self.submit(coro)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout + CALLER_GRACE_SECONDS)
+            return await self._portal.run_async(coro, timeout=timeout + CALLER_GRACE_SECONDS)
         except TimeoutError:
-            future.cancel()
             raise MCPClientError("timeout", f"no answer within {timeout:g} s") from None
 
     # On the loop ---------------------------------------------------------------------------------
