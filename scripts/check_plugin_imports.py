@@ -22,7 +22,21 @@ from pathlib import Path
 
 # The host's own top-level packages; `plugins`, `tests` and `bench` are host-side code too.
 HOST_PACKAGES = frozenset(
-    {"langbot_host", "bindings", "runners", "transcripts", "artifacts", "plugins", "tests", "bench"}
+    {
+        "langbot_host",
+        "foundation",
+        "webchat",
+        "platforms",
+        "gateway",
+        "runners",
+        "resources",
+        "artifacts",
+        "transcripts",
+        "bindings",
+        "plugins",
+        "tests",
+        "bench",
+    }
 )
 # Django and the libraries that exist only to serve the host's web/worker processes.
 HOST_FRAMEWORKS = frozenset(

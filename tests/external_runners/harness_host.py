@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import secrets
 import sys
 from collections.abc import AsyncIterator
@@ -33,6 +34,14 @@ from langbot_sdk.wire.memory import memory_transport_pair
 from tests.external_runners.host import PLUGINS_DIR, REPO_ROOT, ScriptedHost
 
 RUNNER_ID = "plugin:langbot/harness-agent/default"
+HARNESS_PLUGIN_DIR = PLUGINS_DIR / "harness-agent"
+
+if str(HARNESS_PLUGIN_DIR) not in sys.path:
+    # The plugin's own package, imported the way the plugin runtime makes it importable: with the plugin
+    # directory on `sys.path` (plugin directories have hyphens, so they are not packages of this repo).
+    sys.path.insert(0, str(HARNESS_PLUGIN_DIR))
+
+stream_json: Any = importlib.import_module("langbot_harness_agent.stream_json")
 FAKE_CLI = REPO_ROOT / "tests" / "fakes" / "fake_harness_cli.py"
 FAKE_COMMAND = f"{sys.executable} {FAKE_CLI} -p --output-format stream-json --verbose"
 

@@ -17,13 +17,13 @@ from typing import Any
 import httpx2
 import pytest
 
-from langbot_sdk.harness.stream_json import StreamJsonTranslator, harness_usage
 from tests.external_runners.harness_host import (
     RUNNER_ID,
     HarnessHost,
     harness_config,
     start_harness_host,
     stop_harness_host,
+    stream_json,
 )
 from tests.external_runners.host import types_of
 
@@ -354,7 +354,7 @@ async def test_cancelling_the_run_kills_the_process_group_and_stops_the_bridge(h
 
 
 def test_stream_json_lines_skip_noise_and_map_tool_errors():
-    translator = StreamJsonTranslator("run-1")
+    translator = stream_json.StreamJsonTranslator("run-1")
     assert translator.feed("not json") == []
     assert translator.feed("[1, 2]") == []
     assert translator.feed(json.dumps({"type": "system", "subtype": "init", "session_id": "s-1"})) == []
@@ -366,7 +366,7 @@ def test_stream_json_lines_skip_noise_and_map_tool_errors():
     assert completed[0].data["error"] == "permission denied"
     translator.feed(json.dumps({"type": "result", "subtype": "success", "result": "done", "session_id": "s-1"}))
     assert (translator.session_id, translator.final_text()) == ("s-1", "done")
-    assert harness_usage({"usage": {"input_tokens": 3, "output_tokens": 4}}, source="harness") == {
+    assert stream_json.harness_usage({"usage": {"input_tokens": 3, "output_tokens": 4}}, source="harness") == {
         "prompt_tokens": 3,
         "completion_tokens": 4,
         "total_tokens": 7,

@@ -4,17 +4,17 @@ For each run:
 
 1. The conversation's working directory — inside the configured base directory, created on its first turn
    and kept in conversation state (`external.working_directory`) for the next — receives the run's context
-   projection (`langbot_sdk.harness.projection`): `agent-context.json`, `LANGBOT_CONTEXT.md`, the skills of
+   projection (`langbot_harness_agent.projection`): `agent-context.json`, `LANGBOT_CONTEXT.md`, the skills of
    the runner config as `.claude/skills/<name>/SKILL.md`, and an MCP config (`.mcp.json`, also passed with
    `--mcp-config`) naming the run's host bridge.
-2. The host bridge (`langbot_sdk.harness.HostBridge`) listens on 127.0.0.1 for this run only, behind a
+2. The host bridge (`langbot_harness_agent.bridge.HostBridge`) listens on 127.0.0.1 for this run only, behind a
    random bearer token; its tools (current event, history page/search, knowledge retrieval, allowed tool
    calls) forward through this run's proxy API, so the host authorizes and audits each call. It stops when
    the run ends, so the token in the MCP config stops working.
 3. The CLI runs in its own process group with the prompt on stdin (or as its last argument), `--resume
    <session id>` when the conversation has one (`external.session_id`, from the CLI's stream). Its
    stream-json lines become `message.delta` (when the reply surface streams), `tool.call.started/completed`,
-   and `run.completed` with the usage normalized (`langbot_sdk.harness.stream_json`).
+   and `run.completed` with the usage normalized (`langbot_harness_agent.stream_json`).
 
 Failures (`run.failed`): `harness.config_invalid` (naming the field), `harness.working_directory_missing`,
 `harness.cli_not_found`, `harness.timeout` (retryable; the process group is killed), `harness.exit_error`
@@ -36,10 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langbot_sdk.external import ExternalRunnerError, Platform, RunnerConfig, input_text
-from langbot_sdk.harness.bridge import BRIDGE_SERVER_NAME, HostBridge, bridge_tool_names
-from langbot_sdk.harness.process import HarnessProcess
-from langbot_sdk.harness.projection import (
+from langbot_harness_agent.bridge import BRIDGE_SERVER_NAME, HostBridge, bridge_tool_names
+from langbot_harness_agent.process import HarnessProcess
+from langbot_harness_agent.projection import (
     CONTEXT_FILE,
     MCP_CONFIG_FILE,
     Skill,
@@ -47,7 +46,9 @@ from langbot_sdk.harness.projection import (
     skill_name_valid,
     write_projection,
 )
-from langbot_sdk.harness.stream_json import StreamJsonTranslator, harness_usage
+from langbot_harness_agent.stream_json import StreamJsonTranslator, harness_usage
+
+from langbot_sdk.external import ExternalRunnerError, Platform, RunnerConfig, input_text
 from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
