@@ -14,9 +14,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from bindings.admin_scope import WorkspaceScopedAdmin
-from resources.clients import ProviderCallError, provider_models_list
 from resources.forms import ModelAdminForm, ModelProviderAdminForm
 from resources.models import Model, ModelProvider
+from resources.providers.clients import provider_models_list
+from resources.providers.failures import ProviderCallError
 
 # How many model ids a successful test shows before "and N more".
 SHOWN_MODEL_IDS = 20

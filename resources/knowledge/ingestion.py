@@ -28,15 +28,15 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from artifacts.services import artifact_read_bytes
-from resources.clients import ProviderCallError
 from resources.knowledge.chunking import Chunk, document_chunk
-from resources.knowledge.embeddings import texts_embed
 from resources.knowledge.isolation import document_parse_isolated
 from resources.knowledge.limits import ParseLimits
 from resources.knowledge.parsing import DocumentRejectedError, ParsedDocument
 from resources.knowledge.term_counts import term_counts_document_add, term_counts_document_subtract
 from resources.knowledge.terms import search_terms_of
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument
+from resources.providers.embeddings import texts_embed
+from resources.providers.failures import ProviderCallError
 
 logger = logging.getLogger(__name__)
 

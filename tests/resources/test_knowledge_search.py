@@ -15,12 +15,12 @@ import pytest
 from django.db import connection
 
 from resources.knowledge import search as search_module
-from resources.knowledge.embeddings import query_embed
 from resources.knowledge.ingestion import knowledge_document_ingest as ingest
 from resources.knowledge.search import FilterError, chunks_search, matching_terms
 from resources.knowledge.sql import full_text_ranked
 from resources.knowledge.term_counts import term_counts_get
 from resources.models import KnowledgeBase, KnowledgeDocument
+from resources.providers.embeddings import query_embed
 from resources.tasks import knowledge_document_ingest
 from tests.factories import ModelFactory, ModelProviderFactory
 from tests.fakes.openai_server import FakeOpenAI, embedding_of, fake_openai

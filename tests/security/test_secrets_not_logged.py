@@ -19,8 +19,8 @@ from foundation.log_context import RunContextFilter
 from foundation.log_redaction import MASK, redact, secret_register
 from platforms.interface import ReplyTarget
 from platforms.webhooks.models import WebhookDelivery
-from resources.clients import openai_client
 from resources.models import ModelProvider
+from resources.providers.clients import openai_client
 from runners.lifecycle.services import run_cancel_request
 from tests.factories import BotFactory, WebhookEndpointFactory, WorkspaceFactory
 from tests.fakes.discord_server import TOKEN as DISCORD_TOKEN

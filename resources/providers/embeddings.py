@@ -1,7 +1,8 @@
 """Dense vectors from a knowledge base's embedding model, through its OpenAI-compatible provider
 (`POST {base_url}/embeddings`), in batches; float32 bytes are what chunks store.
 
-Failures become `ProviderCallError`s whose messages carry the provider's status and words, never its key.
+Failures become `ProviderCallError`s whose messages carry the provider's status and words, never its key:
+ingestion shows them on the document, retrieval logs them and answers from full text alone.
 """
 
 from __future__ import annotations
@@ -12,30 +13,20 @@ import numpy as np
 import openai
 
 from foundation.outbound import AddressRefusedError
-from resources.clients import ProviderCallError, async_openai_client, openai_client, redacted, status_message
 from resources.models import Model
+from resources.providers.clients import async_openai_client, openai_client
+from resources.providers.failures import ProviderCallError, call_failure
 
 # Inputs per request: OpenAI accepts 2,048, many compatible servers far fewer; 64 keeps requests small.
 EMBEDDING_BATCH = 64
 
 
-def _vectors(model: Model, data: list[object]) -> list[np.ndarray]:
+def _vectors(data: list[object]) -> list[np.ndarray]:
     items = sorted(data, key=lambda item: getattr(item, "index", 0))
     vectors = [np.asarray(getattr(item, "embedding", None), dtype=np.float32) for item in items]
     if any(vector.ndim != 1 or vector.size == 0 for vector in vectors):
         raise ProviderCallError(None, "The embedding answer holds a vector that is not a list of numbers.")
     return vectors
-
-
-def _failure(model: Model, exc: Exception) -> ProviderCallError:
-    provider = model.provider
-    if isinstance(exc, openai.APIStatusError):
-        return ProviderCallError(exc.status_code, redacted(provider, status_message(exc)))
-    if isinstance(exc, openai.APITimeoutError):
-        return ProviderCallError(None, f"No answer within {provider.timeout_seconds} s.")
-    if isinstance(exc, openai.APIConnectionError):
-        return ProviderCallError(None, redacted(provider, f"Could not connect: {exc.__cause__ or exc}"))
-    return ProviderCallError(None, redacted(provider, f"Unexpected answer: {exc}"))
 
 
 def texts_embed(*, model: Model, texts: list[str], progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
@@ -46,11 +37,9 @@ def texts_embed(*, model: Model, texts: list[str], progress: Callable[[int], Non
         batch = texts[start : start + EMBEDDING_BATCH]
         try:
             answer = client.embeddings.create(model=model.name, input=batch, encoding_format="float")
-        except openai.APIError as exc:
-            raise _failure(model, exc) from None
-        except AddressRefusedError as exc:  # the SDK lets what is not its HTTP library's error through
-            raise ProviderCallError(None, f"Refused: {exc}") from None
-        got = _vectors(model, list(answer.data))
+        except (openai.APIError, AddressRefusedError) as exc:  # the SDK lets the guard's refusal through as is
+            raise call_failure(model.provider, exc) from None
+        got = _vectors(list(answer.data))
         if len(got) != len(batch):
             raise ProviderCallError(None, f"The provider returned {len(got)} embeddings for {len(batch)} texts.")
         vectors.extend(got)
@@ -64,13 +53,11 @@ async def query_embed(*, model: Model, text: str, timeout: float) -> np.ndarray:
     client = async_openai_client(model.provider, timeout=timeout)
     try:
         answer = await client.embeddings.create(model=model.name, input=[text], encoding_format="float")
-    except openai.APIError as exc:
-        raise _failure(model, exc) from None
-    except AddressRefusedError as exc:
-        raise ProviderCallError(None, f"Refused: {exc}") from None
+    except (openai.APIError, AddressRefusedError) as exc:
+        raise call_failure(model.provider, exc) from None
     finally:
         await client.close()
-    got = _vectors(model, list(answer.data))
+    got = _vectors(list(answer.data))
     if len(got) != 1:
         raise ProviderCallError(None, f"The provider returned {len(got)} embeddings for one query.")
     return got[0]
