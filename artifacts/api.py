@@ -1,4 +1,4 @@
-"""REST endpoints of artifacts (DESIGN §3.2): `POST /api/v1/artifacts` (multipart upload),
+"""REST endpoints of artifacts (docs/architecture.md, "The REST API"): `POST /api/v1/artifacts` (multipart upload),
 `GET /api/v1/artifacts/{id}` (metadata) and `GET /api/v1/artifacts/{id}/content` (bytes, HTTP Range).
 
 Everything is scoped to the caller's workspace: another workspace's artifact, an expired one and a

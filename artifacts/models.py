@@ -48,7 +48,7 @@ class Artifact(models.Model):
         return f"{self.name or self.artifact_id} ({self.size} bytes)"
 
     def as_ref(self) -> dict[str, object]:
-        """The `ArtifactRef` shape (PROTOCOL_V1 §4.6) that inputs, transcripts and runners see."""
+        """The `ArtifactRef` shape (docs/protocol.md, "The run context") that inputs, transcripts and runners see."""
         return {
             "artifact_id": str(self.artifact_id),
             "name": self.name or None,

@@ -1,4 +1,5 @@
-"""The storage backend that holds artifact bytes, chosen by `settings.ARTIFACT_STORAGE_URL` (DESIGN §3.4).
+"""The storage backend that holds artifact bytes, chosen by `settings.ARTIFACT_STORAGE_URL` (docs/operations.md,
+"Settings").
 
 - `file:///abs/path` → `FileSystemStorage` rooted at that path.
 - `s3://bucket/prefix?endpoint_url=...&region=...` → django-storages' `S3Storage` (needs `boto3`);

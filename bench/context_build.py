@@ -1,4 +1,5 @@
-"""Context build time with 10 vs 100,000 prior items in the conversation (DESIGN §6: ratio ≤ 1.2).
+"""Context build time with 10 vs 100,000 prior items in the conversation (docs/operations.md, "Performance targets":
+ratio ≤ 1.2).
 
 Two conversations in one scratch database: one with 10 prior transcript items, one with 100,000
 (bulk-loaded with `generate_series`). Timed, alternating between them, is the path a worker takes for every

@@ -1,4 +1,5 @@
-"""`history.page` at 1,000,000 transcript rows (DESIGN §6: p99 ≤ 5 ms, cursor on an index, no OFFSET).
+"""`history.page` at 1,000,000 transcript rows (docs/operations.md, "Performance targets": p99 ≤ 5 ms, cursor on an
+index, no OFFSET).
 
 Bulk-loads 1,000,000 TranscriptItem rows with `generate_series` — 900,000 in one conversation, the rest
 spread over 1,000 others, interleaved in time as real conversations are — then times the handler's page

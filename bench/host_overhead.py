@@ -1,5 +1,5 @@
-"""Host overhead as a user sees it, event posted → answer with the run ended, qa-runner `ok` (DESIGN §6:
-p50 ≤ 10 ms, p95 ≤ 20 ms on PostgreSQL).
+"""Host overhead as a user sees it, event posted → answer with the run ended, qa-runner `ok` (docs/operations.md,
+"Performance targets": p50 ≤ 10 ms, p95 ≤ 20 ms on PostgreSQL).
 
 Main figures: a client posts `POST /api/v1/events?wait=10` over HTTP to the stack `make run` starts
 (`scripts/run_stack.py`: daphne, the worker as `make run` configures it, the plugin runtime over WebSocket,

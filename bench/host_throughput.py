@@ -1,5 +1,5 @@
-"""Sustained runs per second with 64 concurrent clients, qa-runner `ok` (DESIGN §6: ≥ 300 runs/s for one
-web + one worker process, PostgreSQL, 2 cores).
+"""Sustained runs per second with 64 concurrent clients, qa-runner `ok` (docs/operations.md, "Performance targets": ≥
+300 runs/s for one web + one worker process, PostgreSQL, 2 cores).
 
 Main figures: 64 clients post `POST /api/v1/events?wait=10` over HTTP to the stack `make run` starts
 (`bench/_stack.py`), on PostgreSQL and on SQLite, each client sending its next event when the last one's

@@ -1,4 +1,4 @@
-"""Knowledge retrieval at 100,000 chunks on PostgreSQL (DESIGN §6: p99 ≤ 50 ms).
+"""Knowledge retrieval at 100,000 chunks on PostgreSQL (docs/operations.md, "Performance targets": p99 ≤ 50 ms).
 
 Seeds one knowledge base with 100,000 chunks of ~80 words each (a 5,000-word vocabulary drawn with a
 skew, so some words are common and most are rare, as in real text) and a 384-dimension float32 vector

@@ -1,5 +1,5 @@
-"""Model calls through the host's proxy against the same calls made directly (DESIGN §6: streamed tokens/s
-ratio ≥ 0.95, first chunk + ≤ 5 ms; issue 16).
+"""Model calls through the host's proxy against the same calls made directly (docs/operations.md, "Performance targets":
+streamed tokens/s ratio ≥ 0.95, first chunk + ≤ 5 ms; issue 16).
 
 Real processes: a Celery worker with its plugin runtime (`bench/_host.py`), which also loads
 `bench/plugins/model-probe`, and a local OpenAI-compatible fake provider (`bench/_fake_provider.py`,

@@ -1,7 +1,7 @@
 """Runner emit → WebSocket client receipt, with 100 concurrent chat WebSocket clients each watching its own
-streaming run (DESIGN §6: p50 ≤ 10 ms, p99 ≤ 50 ms, every delta delivered in order), on the stack `make run`
-starts (`bench/_stack.py`: daphne, the worker with its `make run` settings, the runtime over WebSocket), on
-PostgreSQL and on SQLite. Each client takes a one-time ticket, opens `/ws/v1/chat/` as the browser does,
+streaming run (docs/operations.md, "Performance targets": p50 ≤ 10 ms, p99 ≤ 50 ms, every delta delivered in order), on
+the stack `make run` starts (`bench/_stack.py`: daphne, the worker with its `make run` settings, the runtime over
+WebSocket), on PostgreSQL and on SQLite. Each client takes a one-time ticket, opens `/ws/v1/chat/` as the browser does,
 and sends a message that starts a run of the stream-probe runner (`bench/plugins/stream-probe`), whose
 results are stamped with their emit time in ms. Latency = receipt time in the client − emit stamp.
 

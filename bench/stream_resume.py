@@ -1,6 +1,6 @@
 """Resume over the chat WebSocket: 100 random disconnects and reconnects with `after_id` while runs stream,
-then a count of lost and repeated events (DESIGN §3.3: reconnecting with `after_id` loses and duplicates
-nothing). Prints `gaps=0 duplicates=0` when correct.
+then a count of lost and repeated events (docs/architecture.md, "Live delivery": reconnecting with `after_id` loses and
+duplicates nothing). Prints `gaps=0 duplicates=0` when correct.
 
 Real processes: daphne, a Celery worker and its plugin runtime. 10 clients each stream stream-probe runs
 (60 steps, 2 results per step, 30 ms apart) and drop their socket after a random 3–15 events, wait up to

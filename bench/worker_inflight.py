@@ -1,6 +1,6 @@
 """In-flight runs held by one worker process: 1,000 qa `slow` runs (20 s each) at once — all must
-complete; peak RSS of the worker process and of its runtime child (DESIGN §6: ≥ 1,000, RSS ≤ 1 GiB).
-Usage: `python -m bench.worker_inflight [--runs N] [--sleep S]`.
+complete; peak RSS of the worker process and of its runtime child (docs/operations.md, "Performance targets": ≥ 1,000,
+RSS ≤ 1 GiB). Usage: `python -m bench.worker_inflight [--runs N] [--sleep S]`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Which workspace a REST request acts in (DESIGN §3.2), and whether it may act beyond it. Views of every
-app call `request_workspace`; host-wide operations call `require_operator`.
+"""Which workspace a REST request acts in (docs/architecture.md, "The REST API"), and whether it may act beyond it.
+Views of every app call `request_workspace`; host-wide operations call `require_operator`.
 
 Kept apart from `bindings.authentication`, which DRF imports while it is still initialising.
 """

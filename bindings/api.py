@@ -1,4 +1,4 @@
-"""REST endpoints for bots and bindings (DESIGN §3.2): `/api/v1/bots[/{bot_id}]`,
+"""REST endpoints for bots and bindings (docs/architecture.md, "The REST API"): `/api/v1/bots[/{bot_id}]`,
 `/api/v1/bindings[/{binding_id}]`.
 
 Everything is scoped to the caller's workspace; another workspace's object answers 404. Bodies are

@@ -1,7 +1,7 @@
 """Import of a LangBot pipeline config as an AgentBinding that answers.
 
 The pipeline's `ai.runner.runner` names a built-in runner of old LangBot; it maps to the official runner
-plugin of OFFICIAL_RUNNER_PLUGINS §3, and the pipeline's `ai.<runner>` block becomes the binding's
+plugin (README.md, "Official runners"), and the pipeline's `ai.<runner>` block becomes the binding's
 `runner_config`, copied value for value — with one exception, named in `LEGACY_BLOCK_RESHAPES`: a field
 whose LangBot shape no form item type can hold is split into fields that can, every value kept (LangBot's
 local-agent `model: {primary, fallbacks, reasoning}` becomes `model`, `fallback-models` and
@@ -57,7 +57,7 @@ from bindings.specs import BindingIn, BindingScopeIn
 from bindings.triggers import PATTERN_MAX_CHARS, RULES_MAX, TriggerPolicy
 from foundation.storable import unstorable_text_path
 
-# OFFICIAL_RUNNER_PLUGINS §3: old built-in runner → runner id of its official plugin.
+# README.md, "Official runners": old built-in runner → runner id of its official plugin.
 LEGACY_RUNNER_IDS: dict[str, str] = {
     "local-agent": "plugin:langbot/local-agent/default",
     "dify-service-api": "plugin:langbot/dify-agent/default",

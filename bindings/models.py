@@ -116,7 +116,8 @@ class Bot(models.Model):
 
 
 class AgentBinding(models.Model):
-    """Which runner handles which events, with what config and policies (HOST_SDK_INFRASTRUCTURE §4.2).
+    """Which runner handles which events, with what config and policies (docs/architecture.md, "The apps and their
+    layers").
 
     `runner_config` holds the non-secret config values; the values of the runner's `secret` fields live
     encrypted in `runner_secrets`. `binding_runner_config_plain()` joins them for the orchestrator.

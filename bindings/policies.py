@@ -3,7 +3,8 @@
 They are stored as JSON on the binding and read back with `*.model_validate(binding.<policy>)`.
 Lists of ids follow one rule everywhere: an empty list allows nothing, `"*"` allows anything the runner
 manifest and the runner config select. Resources are always the intersection of manifest permissions,
-these policies and the runner config's selections (DESIGN §5); these models are only the middle term.
+these policies and the runner config's selections (docs/security.md, "Runner code"); these models are only the middle
+term.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class RetryPolicy(_Policy):
 
 
 class DeliveryPolicy(_Policy):
-    """How results reach the user. `enable_reply: false` makes the binding an observer (DESIGN §4).
+    """How results reach the user. `enable_reply: false` makes the binding an observer (docs/architecture.md, "Runs").
     `retry` (opt-in, absent by default) retries runs lost to a host-side fault, so the user still gets an
     answer."""
 

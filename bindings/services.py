@@ -51,7 +51,7 @@ def workspace_member_add(
 @transaction.atomic
 def api_key_create(*, workspace: Workspace, name: str = "", is_operator: bool = False) -> tuple[ApiKey, str]:
     """Create a key and return it with its plaintext, which is never stored and cannot be shown again.
-    `is_operator` gives it the operator scope (host-wide operations, DESIGN §3.2)."""
+    `is_operator` gives it the operator scope (host-wide operations, docs/architecture.md, "The REST API")."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(

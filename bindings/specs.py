@@ -1,5 +1,5 @@
-"""Input shapes for bots and bindings (DESIGN §3.2), as strict pydantic models shared by API, admin and
-management commands. Unknown keys are errors; error locations become dotted field names
+"""Input shapes for bots and bindings (docs/architecture.md, "The REST API"), as strict pydantic models shared by API,
+admin and management commands. Unknown keys are errors; error locations become dotted field names
 (`scope.scope_type`, `resource_policy.allowed_model_ids`).
 """
 

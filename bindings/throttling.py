@@ -1,4 +1,4 @@
-"""REST throttling per caller (DESIGN §3.2 errors: 429 `rate_limited` with `Retry-After`).
+"""REST throttling per caller (docs/architecture.md, "The REST API": 429 `rate_limited` with `Retry-After`).
 
 Each API key (or, for browser sessions, each user) gets `LANGBOT_API_THROTTLE_RATE` requests per period,
 counted in the Django cache (Redis in production, shared by every web process). The count is a fixed

@@ -1,4 +1,5 @@
-"""The one JSON error shape of the REST API: `{"error": {"code", "message", "details"}}` (DESIGN §3.2).
+"""The one JSON error shape of the REST API: `{"error": {"code", "message", "details"}}` (docs/architecture.md, "The
+REST API").
 
 Views raise `ApiError` (or a DRF exception); this module turns either into that shape with a stable,
 machine-readable code, so no client ever has to parse a message.

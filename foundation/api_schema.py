@@ -4,7 +4,7 @@ can give, and a postprocessing hook for the one operation the generator cannot s
 Views declare their successful answers and the errors peculiar to them (409 `run.finished`, 413
 `payload_too_large`, ...). The errors any operation can give come from shared code — authentication,
 the workspace choice (`bindings.access`), parsing and `api_errors.exception_handler` — so they are
-added here, with the one error body of DESIGN §3.2, instead of being repeated on every view.
+added here, with the one error body (docs/architecture.md, "The REST API"), instead of being repeated on every view.
 """
 
 from __future__ import annotations

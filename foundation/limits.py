@@ -1,4 +1,4 @@
-"""Limits on what a request may carry, applied before a view reads its body (DESIGN §3.2).
+"""Limits on what a request may carry, applied before a view reads its body (docs/architecture.md, "The REST API").
 
 `RequestLimitsMiddleware` makes every body one the API can read or refuse in its error shape:
 - a chunked body (`Transfer-Encoding: chunked`, no Content-Length) gets its length from the body the ASGI

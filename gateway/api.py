@@ -1,4 +1,4 @@
-"""REST endpoints of the Event Gateway (DESIGN §3.2): `POST /api/v1/events[?wait=]` and
+"""REST endpoints of the Event Gateway (docs/architecture.md, "The REST API"): `POST /api/v1/events[?wait=]` and
 `GET /api/v1/events/{event_id}`.
 
 The events body is read by `EventJSONParser` with its own size limit (`LANGBOT_MAX_EVENT_BYTES`), so an

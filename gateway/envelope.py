@@ -1,6 +1,7 @@
-"""The event envelope the gateway accepts (`POST /api/v1/events`, DESIGN §3.2), as a strict pydantic model.
+"""The event envelope the gateway accepts (`POST /api/v1/events`, docs/architecture.md, "The REST API"), as a strict
+pydantic model.
 
-It is the host-side, inbound form of HOST_SDK_INFRASTRUCTURE §4.1 `AgentEventEnvelope`: unknown fields
+It is the host-side, inbound form of the event envelope (docs/architecture.md, "The path of one event"): unknown fields
 are refused (a typo must not silently drop data), and the parts the host owns — workspace, delivery,
 `raw_ref` — are not accepted from clients. Checks that need the database (the bot belongs to the
 caller's workspace, attachments exist) happen in `gateway.services.event_ingest`.
@@ -38,7 +39,7 @@ class _Strict(BaseModel):
 
 
 class ActorIn(_Strict):
-    """Who caused the event (PROTOCOL_V1 §4.5), e.g. the sender of a message."""
+    """Who caused the event (docs/protocol.md, "The run context"), e.g. the sender of a message."""
 
     actor_type: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "user"
     actor_id: ShortText | None = None
@@ -47,7 +48,7 @@ class ActorIn(_Strict):
 
 
 class SubjectIn(_Strict):
-    """What the event is about (PROTOCOL_V1 §4.5), e.g. the message, the group, the schedule."""
+    """What the event is about (docs/protocol.md, "The run context"), e.g. the message, the group, the schedule."""
 
     subject_type: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     subject_id: ShortText | None = None
@@ -93,7 +94,7 @@ class AttachmentIn(_Strict):
 
 
 class InputIn(_Strict):
-    """The event's input (PROTOCOL_V1 §4.6). Large files travel as artifact refs, never inline."""
+    """The event's input (docs/protocol.md, "The run context"). Large files travel as artifact refs, never inline."""
 
     text: str | None = None
     contents: list[ContentIn] = Field(default_factory=list, max_length=100)

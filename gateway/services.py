@@ -160,7 +160,7 @@ def event_ingest(
     data = dict(envelope.data)
     raw = data.get("raw")
     raw_bytes = json.dumps(raw, ensure_ascii=False, separators=(",", ":")).encode() if raw is not None else b""
-    # A large raw platform payload leaves the event (PROTOCOL_V1 §4.4): it goes to an artifact below.
+    # A large raw platform payload leaves the event (docs/protocol.md, "The run context"): it goes to an artifact below.
     raw_to_artifact = len(raw_bytes) > settings.LANGBOT_RAW_INLINE_MAX_BYTES
     if raw_to_artifact:
         del data["raw"]

@@ -1,6 +1,6 @@
 """The Celery application of the host.
 
-Tasks only carry ids and wake workers; the database owns every run's state (DESIGN §4), so results
+Tasks only carry ids and wake workers; the database owns every run's state (docs/architecture.md, "Runs"), so results
 are ignored, tasks are acknowledged late and each worker process prefetches a single message.
 
 Runs execute on an asyncio loop inside each worker process (`runners.orchestrator.worker`); the worker

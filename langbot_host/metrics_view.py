@@ -1,7 +1,7 @@
 """`GET /metrics`: the host's Prometheus metrics (`runners/metrics.py`) in the text exposition format.
 
-Protected (DESIGN §5): it names runners and reveals load. A request is answered when it carries
-`Authorization: Bearer <LANGBOT_METRICS_TOKEN>` (what a Prometheus scrape job sends) or comes from a
+Protected (docs/operations.md, "Health and metrics"): it names runners and reveals load. A request is answered when it
+carries `Authorization: Bearer <LANGBOT_METRICS_TOKEN>` (what a Prometheus scrape job sends) or comes from a
 superuser's session (an operator looking from the admin). Without a configured token only superusers
 get it and everyone else a 404, as if the endpoint did not exist; with a token, a wrong or missing one
 gets a 401 naming the Bearer scheme, so a misconfigured scrape job says why it fails.

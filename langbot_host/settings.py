@@ -1,4 +1,4 @@
-"""All configuration of the host, read from the environment through django-environ (DESIGN §3.4).
+"""All configuration of the host, read from the environment through django-environ (docs/operations.md, "Settings").
 
 Pluggable parts — database, Redis, broker, artifact storage, plugin runtime — are chosen by URL so a
 production set-up changes environment variables, not code. `.env.example` lists every variable.
@@ -207,7 +207,7 @@ CHANNEL_LAYERS = {
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
-# Celery: the database is the source of truth for runs, the broker only wakes workers (DESIGN §4).
+# Celery: the database is the source of truth for runs, the broker only wakes workers (docs/architecture.md, "Runs").
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -236,7 +236,7 @@ LANGBOT_WEBHOOK_QUEUE = env.str("LANGBOT_WEBHOOK_QUEUE", default="")
 # Older name of LANGBOT_ALLOW_PRIVATE_ADDRESSES (it covered webhooks only); on, it now means the same.
 LANGBOT_WEBHOOK_ALLOW_PRIVATE = env.bool("LANGBOT_WEBHOOK_ALLOW_PRIVATE", default=False)
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
-    # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (DESIGN §4).
+    # Fails runs whose worker stopped renewing its lease and re-sends runs left queued (docs/architecture.md, "Runs").
     "runs-sweep": {"task": "runners.tasks.runs_sweep", "schedule": env.float("LANGBOT_SWEEP_SECONDS", default=5.0)},
     # Daily at 03:17 UTC: what the retention settings below no longer keep (runners.lifecycle.retention).
     "retention-sweep": {"task": "runners.tasks.retention_sweep", "schedule": crontab(minute=17, hour=3)},
@@ -362,7 +362,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["bindings.throttling.ApiKeyRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "foundation.api_schema.ApiAutoSchema",
-    # The API takes JSON (DESIGN §3.2); the artifact upload names its own multipart parser.
+    # The API takes JSON (docs/architecture.md, "The REST API"); the artifact upload names its own multipart parser.
     "DEFAULT_PARSER_CLASSES": ["foundation.api_input.JSONParser"],
     "EXCEPTION_HANDLER": "foundation.api_errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],

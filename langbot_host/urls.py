@@ -41,7 +41,7 @@ urlpatterns = [
     path("platforms/", include("platforms.urls")),
 ]
 
-# JSON error bodies under /api/ for what no API view handled (DESIGN §3.2).
+# JSON error bodies under /api/ for what no API view handled (docs/architecture.md, "The REST API").
 handler404 = "foundation.api_errors.page_not_found"
 handler500 = "foundation.api_errors.server_error"
 

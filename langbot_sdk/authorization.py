@@ -1,4 +1,5 @@
-"""The checks a proxy call goes through that need no database (DESIGN §5), in one place for both hosts.
+"""The checks a proxy call goes through that need no database (docs/security.md, "Runner code"), in one place for both
+hosts.
 
 What belongs here: the run's scope and its isolated state keys (`RunScope`), request parsing with the
 documented clamps, and each family's authorization against the run's frozen snapshot (API allowed →

@@ -1,4 +1,5 @@
-"""`AgentRunAPIProxy`: the run-scoped client a runner uses to reach host capabilities (PROTOCOL_V1 §7).
+"""`AgentRunAPIProxy`: the run-scoped client a runner uses to reach host capabilities (docs/protocol.md, "Runtime →
+host").
 
 What belongs here: the proxy and its namespaces (`models`, `tools`, `knowledge`, `history`, `events`,
 `artifacts`, `state`, `storage`, `platform`), the local convenience checks made before a call is sent
@@ -184,7 +185,7 @@ class AgentRunAPIProxy:
             return channel
         own = current_run_id()
         if own is not None:
-            # Code running for one run cannot borrow the host channel of another (PROTOCOL_V1 §7).
+            # Code running for one run cannot borrow the host channel of another (docs/protocol.md, "Runtime → host").
             raise _unauthorized(
                 f"this code runs for run {own}; it cannot call host APIs for run {self.run_id}",
                 run_id=self.run_id,

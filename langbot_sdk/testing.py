@@ -979,7 +979,7 @@ _MISSING = object()
 def manifest_ceiling(ctx: AgentRunContext, manifest: AgentRunnerManifest) -> AgentRunContext:
     """`ctx` with no more than the runner's manifest asks for, as a host grants it: resources are the
     manifest's permissions ∩ the binding's policy, so a model, tool, area or API the test grants but the
-    manifest does not request is not granted on a host either (DESIGN §5)."""
+    manifest does not request is not granted on a host either (docs/security.md, "Runner code")."""
     permissions, policy = manifest.permissions, manifest.context
     resources = ctx.resources
     areas = [area for area in resources.storage.areas if area.value in permissions.storage]

@@ -8,7 +8,7 @@ class PlatformsConfig(AppConfig):
     name = "platforms"
 
     def ready(self) -> None:
-        # `runners` reaches the adapters only through this port (DESIGN §2).
+        # `runners` reaches the adapters only through this port (docs/architecture.md, "The apps and their layers").
         from platforms.delivery import PlatformDeliveryPort
         from platforms.inbound import inbound_refusals_purge
         from platforms.registry import adapter_classes

@@ -423,7 +423,7 @@ class PlatformDeliveryPort:
 def platform_action_carry_out(
     *, run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]
 ) -> dict[str, Any]:
-    """`message.send` / `message.edit` / `reaction.add` on the run's platform (PROTOCOL_V1 §7.8). The target
+    """`message.send` / `message.edit` / `reaction.add` on the run's platform (docs/platform-actions.md). The target
     is the run's own chat unless it names a `chat_id` (only the run's chat is allowed)."""
     bot = run.bot
     adapter = adapter_for_bot(bot) if bot is not None else None

@@ -80,7 +80,7 @@ class PlatformCapabilities:
 
     @property
     def actions(self) -> tuple[str, ...]:
-        """The platform actions (PROTOCOL_V1 §7.8) this platform can carry out."""
+        """The platform actions (docs/platform-actions.md) this platform can carry out."""
         return tuple(
             a
             for a in PLATFORM_ACTIONS

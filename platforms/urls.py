@@ -1,4 +1,4 @@
-"""URLs of the chat platforms (outside `/api/v1/`, DESIGN §3.2)."""
+"""URLs of the chat platforms (outside `/api/v1/`, docs/architecture.md, "The REST API")."""
 
 from django.urls import path
 

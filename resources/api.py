@@ -1,5 +1,5 @@
-"""REST endpoints for model providers and models (DESIGN §3.2): `/api/v1/model-providers[/{provider_id}]`,
-`/api/v1/models[/{model_id}]`.
+"""REST endpoints for model providers and models (docs/architecture.md, "The REST API"):
+`/api/v1/model-providers[/{provider_id}]`, `/api/v1/models[/{model_id}]`.
 
 Everything is scoped to the caller's workspace; another workspace's object answers 404. Bodies are parsed
 by the strict pydantic models of `resources.specs`; validation errors (an unknown `provider_id`, a

@@ -1,5 +1,5 @@
-"""Input shapes for model providers and models (DESIGN §3.2), as strict pydantic models shared by the API
-and the admin. Unknown keys are errors; `bindings.specs.field_errors` names the bad fields."""
+"""Input shapes for model providers and models (docs/architecture.md, "The REST API"), as strict pydantic models shared
+by the API and the admin. Unknown keys are errors; `bindings.specs.field_errors` names the bad fields."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 Counters and histograms are observed in the process where the thing happens (a worker ends a run, a
 link loses the runtime) and written to the shared `PROMETHEUS_MULTIPROC_DIR` (settings), so one scrape of
 the web process sees every process of the host. How many runs are in each status is not counted by any
-process: `RunsCollector` reads it from the database at scrape time, the source of truth (DESIGN §4), so it
-is right whichever process — or sweeper — moved a run, and after any restart.
+process: `RunsCollector` reads it from the database at scrape time, the source of truth (docs/architecture.md, "Runs"),
+so it is right whichever process — or sweeper — moved a run, and after any restart.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Runs and the run ledger (the runner catalog, `RunnerDescriptor`, lives in `bindings.models`), and the
 development tokens and sessions of runtimes authors connect to a running host.
 
-The database is the source of truth for a run's fate (DESIGN §4): `Run.status` moves only forward,
+The database is the source of truth for a run's fate (docs/architecture.md, "Runs"): `Run.status` moves only forward,
 by conditional updates, and `RunEvent` rows are the persisted result stream that every client
 (WebSocket, SSE, `?wait=`) replays from.
 """
@@ -51,7 +51,7 @@ class Run(models.Model):
 
     timeout_seconds = models.PositiveIntegerField(default=300)
     deadline_at = models.DateTimeField(null=True, blank=True)
-    # Frozen at run start (DESIGN §5): every proxy call of this run is checked against it.
+    # Frozen at run start (docs/security.md, "Runner code"): every proxy call of this run is checked against it.
     authorization = models.JSONField(null=True, blank=True)
     # The lease: one worker owns a running run until `lease_expires_at`, renewed by heartbeat.
     lease_owner = models.CharField(max_length=200, blank=True)
@@ -144,7 +144,7 @@ class ConversationStream(models.Model):
 
 
 class ProxyCallAudit(models.Model):
-    """One proxy call of a run, allowed or refused (DESIGN §5: every call is audited).
+    """One proxy call of a run, allowed or refused (every call is audited: docs/security.md, "Runner code").
 
     Written in batches by `runners.hostapi.audit.AuditLog`, off the call's path. `run_id` is a plain id, not a
     foreign key, so a call naming an unknown or finished run is audited too.

@@ -51,7 +51,8 @@ from honcho.printer import Message, Printer  # type: ignore[import-untyped]
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# The one allowlist of what the plugin runtime may inherit (DESIGN §5); it runs third-party runner code.
+# The one allowlist of what the plugin runtime may inherit (docs/security.md, "Runner code"); it runs third-party runner
+# code.
 from langbot_sdk.runtime.environment import runtime_environment  # noqa: E402
 
 VAR = REPO / "var"

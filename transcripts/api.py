@@ -1,5 +1,5 @@
-"""REST endpoints of the conversation facts (DESIGN §3.2): `GET /api/v1/conversations/{conversation_id}/transcript`,
-scoped to the caller's workspace. (The events API is the gateway's: `gateway.api`.)
+"""REST endpoints of the conversation facts: `GET /api/v1/conversations/{conversation_id}/transcript`, scoped
+to the caller's workspace (docs/architecture.md, "The REST API"). (The events API is the gateway's: `gateway.api`.)
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class TranscriptItem(models.Model):
 
 
 class StateEntry(models.Model):
-    """A host-owned state value. `scope_key` is the isolated key of DESIGN §5, e.g.
+    """A host-owned state value. `scope_key` is the isolated key (docs/state-storage-artifacts.md, "State"), e.g.
     `conversation:{runner}:{binding}:{conversation}[:{thread}]`."""
 
     class Scope(models.TextChoices):
@@ -124,9 +124,9 @@ class StorageEntry(models.Model):
     `StateEntry`. It lives here because, like state, it is a host-owned fact of a workspace that
     outlives runs; blobs larger than that belong in artifacts.
 
-    `owner_key` isolates the areas (DESIGN §5): `plugin:{author/name}` (private to one plugin, shared by
-    its bindings), `binding:{runner}:{binding}` (private to one binding) and `workspace` (shared by every
-    plugin of the workspace, which is why the binding must grant it explicitly)."""
+    `owner_key` isolates the areas (docs/state-storage-artifacts.md, "Storage"): `plugin:{author/name}` (private to one
+    plugin, shared by its bindings), `binding:{runner}:{binding}` (private to one binding) and `workspace` (shared by
+    every plugin of the workspace, which is why the binding must grant it explicitly)."""
 
     class Area(models.TextChoices):
         PLUGIN = "plugin"

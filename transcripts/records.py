@@ -1,4 +1,4 @@
-"""Host facts as the context APIs return them (AGENT_CONTEXT_PROTOCOL §4): the one place where
+"""Host facts as the context APIs return them (docs/host-apis.md, "History", and "Events"): the one place where
 TranscriptItem and EventLog rows become the SDK's stable `TranscriptItem` and `AgentEventRecord`
 projections. Raw platform payloads never leave here inline — only their `raw_ref`.
 """

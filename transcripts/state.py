@@ -1,4 +1,4 @@
-"""The host-owned state store behind `api.state` and `state.updated` results (DESIGN §5).
+"""The host-owned state store behind `api.state` and `state.updated` results (docs/state-storage-artifacts.md, "State").
 
 Values are JSON only and at most 256 KiB as compact JSON; a list returns at most 100 keys. The scope
 key (see `scope.py`) isolates every runner+binding, so two bindings never see each other's keys. Both

@@ -1,5 +1,5 @@
-"""The chat WebSocket `/ws/v1/chat/` (DESIGN §3.3): subscribe to a conversation's run events, post
-messages through the Event Gateway (source `webui`) and cancel runs.
+"""The chat WebSocket `/ws/v1/chat/` (docs/architecture.md, "Live delivery"): subscribe to a conversation's run events,
+post messages through the Event Gateway (source `webui`) and cancel runs.
 
 Thin by design: who the caller is comes from `caller_from_scope`, reads from `runners.live.streaming`, writes
 from `webchat.chat` and `runners.lifecycle.services`, all wrapped in `database_sync_to_async`. That closes stale

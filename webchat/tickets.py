@@ -1,4 +1,5 @@
-"""One-time WebSocket tickets (DESIGN §3.3): `POST /api/v1/ws-tickets` and the store behind it.
+"""One-time WebSocket tickets (docs/architecture.md, "Live delivery"): `POST /api/v1/ws-tickets` and the store behind
+it.
 
 Browsers cannot put an API key into a WebSocket handshake, and a key in a URL would end up in logs, so
 an API-key client (or a session user) trades its credentials for a ticket: a random token, valid for

@@ -1,4 +1,4 @@
-"""The run request and the event-first run context the host sends to a runner (PROTOCOL_V1 §4).
+"""The run request and the event-first run context the host sends to a runner (docs/protocol.md, "The run context").
 
 Everything here travels host → runner and is read leniently (``HostModel``). The context carries the
 current event, its input, delivery capabilities, the authorized resources and *handles* to more context

@@ -1,4 +1,4 @@
-"""Errors of the host API (PROTOCOL_V1 §8) and the failure codes of ``run.failed`` results."""
+"""Errors of the host API (docs/protocol.md, "Errors") and the failure codes of ``run.failed`` results."""
 
 from __future__ import annotations
 

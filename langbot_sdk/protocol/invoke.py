@@ -1,4 +1,4 @@
-"""Proxy payloads for host capabilities a runner *calls* (PROTOCOL_V1 §7.1–§7.3, §7.8): models, tools,
+"""Proxy payloads for host capabilities a runner *calls* (docs/host-apis.md, docs/platform-actions.md): models, tools,
 knowledge bases and platform actions — requests (runner → host, strict) and results (host → runner).
 """
 

@@ -1,4 +1,4 @@
-"""Hard caps of the protocol (DESIGN §5), shared by the SDK's local checks and the host's enforcement.
+"""Hard caps of the protocol (docs/protocol.md, "Caps"), shared by the SDK's local checks and the host's enforcement.
 
 The host is the boundary; the SDK checks the same numbers early only so runner authors get a clear
 error before a round trip.

@@ -1,4 +1,5 @@
-"""Runner discovery: the wire manifest (PROTOCOL_V1 §3) and the plugin YAML manifests it is built from.
+"""Runner discovery: the wire manifest (docs/protocol.md, "Host → runtime") and the plugin YAML manifests it is built
+from.
 
 Two layers:
 

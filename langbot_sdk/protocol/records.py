@@ -1,4 +1,4 @@
-"""Read models of host facts returned by the context APIs (AGENT_CONTEXT_PROTOCOL §4): transcript
+"""Read models of host facts returned by the context APIs (docs/host-apis.md, "History", and "Events"): transcript
 items, history pages and search hits, event records, artifact metadata and artifact reads.
 
 They travel host → runner (``HostModel``). They are projections: stable fields only, artifact refs

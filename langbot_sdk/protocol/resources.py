@@ -1,4 +1,4 @@
-"""Resources authorized for one run (PROTOCOL_V1 §5), sent host → runner inside the run context.
+"""Resources authorized for one run (docs/protocol.md, "The run context"), sent host → runner inside the run context.
 
 Each list is the result of manifest permissions ∩ binding resource policy ∩ runner config selections,
 frozen when the run starts. Ids are opaque to runners; ``operations`` says which proxy methods the run

@@ -1,4 +1,4 @@
-"""The result stream a runner yields (PROTOCOL_V1 §6): the envelope, its nine stable types and their
+"""The result stream a runner yields (docs/protocol.md, "Results"): the envelope, its nine stable types and their
 typed payloads.
 
 Results travel runner → host and are checked strictly: the envelope and every known payload forbid

@@ -1,8 +1,8 @@
 """Plugin discovery and loading for the plugin runtime.
 
-Reads plugin directories (DESIGN §3.1 plugin format), validates the plugin and runner manifests, imports
-each runner's Python class and instantiates it once. A plugin with any problem is skipped as a whole with
-a recorded reason; the other plugins still load.
+Reads plugin directories (the plugin format: docs/packaging.md, "The plugin"), validates the plugin and runner
+manifests, imports each runner's Python class and instantiates it once. A plugin with any problem is skipped as a whole
+with a recorded reason; the other plugins still load.
 """
 
 from __future__ import annotations

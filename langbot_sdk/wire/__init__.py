@@ -1,5 +1,5 @@
 """The wire between the host and a plugin runtime: JSON frames, a multiplexed Connection, and the stdio
-and WebSocket transports that carry them (DESIGN §3.1, WIRE_CONTRACT.md).
+and WebSocket transports that carry them (docs/protocol.md, "Wire").
 
 What belongs here: only the public names; each lives in its own module.
 """

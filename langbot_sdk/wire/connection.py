@@ -228,7 +228,7 @@ class ResponseStream(AsyncIterator[dict[str, Any]]):
 
 
 class Connection:
-    """One multiplexed wire connection over a Transport; see WIRE_CONTRACT.md for the frame rules."""
+    """One multiplexed wire connection over a Transport; see docs/protocol.md, "Wire", for the frame rules."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Frame encoding and decoding for the LangBot wire protocol (DESIGN §3.1).
+"""Frame encoding and decoding for the LangBot wire protocol (docs/protocol.md, "Wire").
 
 What belongs here: turning frame dicts into bytes and back, classifying a decoded object as a request or
 a response, validating their fields, and recovering a seq_id from the head of a frame too big to decode.
@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from langbot_sdk.protocol.limits import WIRE_MESSAGE_MAX_BYTES
 
 MAX_WIRE_MESSAGE_BYTES: Final = WIRE_MESSAGE_MAX_BYTES
-"""The cap on one encoded frame (DESIGN §5), under the name the wire contract uses."""
+"""The cap on one encoded frame (docs/protocol.md, "Caps"), under the name the wire contract uses."""
 
 CHUNK_CONTINUE: Final = "continue"
 CHUNK_END: Final = "end"

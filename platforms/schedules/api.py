@@ -1,4 +1,4 @@
-"""REST endpoints for schedules (DESIGN §3.2): `/api/v1/schedules[/{schedule_id}]`.
+"""REST endpoints for schedules (docs/architecture.md, "The REST API"): `/api/v1/schedules[/{schedule_id}]`.
 
 Everything is scoped to the caller's workspace; another workspace's schedule answers 404, and a bot or
 binding of another workspace is refused as one this workspace does not have (400 `invalid_argument`

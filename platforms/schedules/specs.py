@@ -1,5 +1,5 @@
-"""Input shapes of schedules (DESIGN §3.2 `/api/v1/schedules`), strict pydantic models shared by the REST
-API and the admin form. Unknown keys are errors; `cron` and `timezone` are checked here, the rules across
+"""Input shapes of schedules (`/api/v1/schedules`, docs/architecture.md, "The REST API"), strict pydantic models shared
+by the REST API and the admin form. Unknown keys are errors; `cron` and `timezone` are checked here, the rules across
 fields and the bot and binding (they need the workspace) by `platforms.schedules.services`."""
 
 from __future__ import annotations

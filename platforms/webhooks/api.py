@@ -1,4 +1,4 @@
-"""REST endpoints of the completion webhooks (DESIGN §3.2): `/api/v1/webhooks[/{webhook_id}]`,
+"""REST endpoints of the completion webhooks (docs/architecture.md, "The REST API"): `/api/v1/webhooks[/{webhook_id}]`,
 `/api/v1/webhooks/{webhook_id}/rotate-secret`, `/api/v1/webhooks/{webhook_id}/deliveries` and
 `.../deliveries/{delivery_id}/redeliver`.
 

@@ -1,5 +1,5 @@
-"""Input shapes of the completion webhook endpoints (DESIGN §3.2), as strict pydantic models: unknown keys
-are errors, and a bad field answers 400 `invalid_argument` naming it."""
+"""Input shapes of the completion webhook endpoints (docs/architecture.md, "The REST API"), as strict pydantic models:
+unknown keys are errors, and a bad field answers 400 `invalid_argument` naming it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""REST endpoints of knowledge bases (DESIGN §3.2): `/api/v1/knowledge-bases[/{kb_id}]` and their documents,
-`/api/v1/knowledge-bases/{kb_id}/documents[/{document_id}]`.
+"""REST endpoints of knowledge bases (docs/architecture.md, "The REST API"): `/api/v1/knowledge-bases[/{kb_id}]` and
+their documents, `/api/v1/knowledge-bases/{kb_id}/documents[/{document_id}]`.
 
 Everything is scoped to the caller's workspace; another workspace's knowledge base or document answers 404.
 An upload answers 202 with the queued document; a worker ingests it and the document's `status`,

@@ -1,5 +1,5 @@
-"""Input shapes of knowledge bases (DESIGN §3.2), strict pydantic models shared by the API and the admin.
-Unknown keys are errors."""
+"""Input shapes of knowledge bases (docs/architecture.md, "The REST API"), strict pydantic models shared by the API and
+the admin. Unknown keys are errors."""
 
 from __future__ import annotations
 

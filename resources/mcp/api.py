@@ -1,5 +1,5 @@
-"""REST endpoints for MCP servers and the tools runs may use (DESIGN §3.2): `/api/v1/mcp-servers[/{server_id}]`,
-`/api/v1/mcp-servers/{server_id}/refresh`, `/api/v1/tools`.
+"""REST endpoints for MCP servers and the tools runs may use (docs/architecture.md, "The REST API"):
+`/api/v1/mcp-servers[/{server_id}]`, `/api/v1/mcp-servers/{server_id}/refresh`, `/api/v1/tools`.
 
 Everything is scoped to the caller's workspace; another workspace's server answers 404. Bodies are parsed
 by the strict models of `resources.mcp.specs`; a bad field (a stdio server without a command, an http
@@ -84,7 +84,7 @@ class MCPServerToolOut(BaseModel):
 class MCPServerOut(BaseModel):
     server_id: str
     name: str
-    transport: str = Field(description="`stdio` or `streamable_http` (DESIGN §3.2; `http` is accepted as input).")
+    transport: str = Field(description="`stdio` or `streamable_http` (`http` is accepted as input).")
     command: str
     args: list[str]
     env: dict[str, str] = Field(description="Every value is shown as `********`.")

@@ -1,4 +1,5 @@
-"""Input shapes for MCP servers (DESIGN §3.2), strict pydantic models shared by the API and the admin.
+"""Input shapes for MCP servers (docs/architecture.md, "The REST API"), strict pydantic models shared by the API and the
+admin.
 
 A server speaks one transport: `stdio` needs a `command` (with `args` and `env`), `http` (streamable HTTP;
 `streamable_http` is accepted as its other name) needs an http(s) `url` (with `headers`). The fields of

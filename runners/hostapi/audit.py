@@ -1,4 +1,4 @@
-"""The audit trail of proxy calls (DESIGN §5, PROTOCOL_V1 §10): one `ProxyCallAudit` row per call, allowed
+"""The audit trail of proxy calls (docs/security.md, "Runner code"): one `ProxyCallAudit` row per call, allowed
 or refused, with run, runner, action, resource, scope, outcome and duration.
 
 A row per call must not cost a database round trip per call, so `AuditLog` buffers entries in memory

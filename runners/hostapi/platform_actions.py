@@ -1,4 +1,4 @@
-"""Platform action requests (PROTOCOL_V1 §6.6, §7.8): record every request a runner makes — through
+"""Platform action requests (docs/platform-actions.md): record every request a runner makes — through
 `api.platform.request_action` or an `action.requested` result — execute it only when allowed, and settle
 the ones that wait for an operator.
 

@@ -1,5 +1,5 @@
-"""The run session: the authorization snapshot frozen when a run starts (DESIGN §5) and the check every
-proxy call goes through.
+"""The run session: the authorization snapshot frozen when a run starts (docs/security.md, "Runner code") and the check
+every proxy call goes through.
 
 The snapshot is stored on `Run.authorization` (for audit and for any process that has to check a call)
 and held in memory by the worker that runs the run. A run id is accepted only while its run is

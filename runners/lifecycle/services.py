@@ -89,7 +89,7 @@ def run_create_checks(*, event: EventLog, binding: AgentBinding) -> bool:
 
 def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run:
     """Create the run of `binding` for `event` inside the caller's transaction, applying the binding's
-    concurrency policy for the event's conversation (DESIGN §4):
+    concurrency policy for the event's conversation (docs/architecture.md, "Runs"):
 
     - `queue` (default): the run stays queued until earlier active runs of the same binding and
       conversation have ended (the worker will not claim it before; the run that ends sends the next);

@@ -1,4 +1,5 @@
-"""`GET /api/v1/runs/{run_id}/stream`: one run's result events as Server-Sent Events (DESIGN §3.2).
+"""`GET /api/v1/runs/{run_id}/stream`: one run's result events as Server-Sent Events (docs/architecture.md, "Live
+delivery").
 
 An async view (served by daphne over ASGI) returning a `StreamingHttpResponse` over an async generator.
 Auth is the REST API's: `Authorization: Bearer <API key>` or the browser session (`?workspace=` as

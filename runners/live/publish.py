@@ -1,4 +1,4 @@
-"""The one door through which run events and run status leave the host for clients (DESIGN §4).
+"""The one door through which run events and run status leave the host for clients (docs/architecture.md, "Runs").
 
 Everything a browser, an SSE client or a `?wait=` request sees goes through this module, and only
 after the rows it describes are committed: persist first, publish after commit. Nothing else in the

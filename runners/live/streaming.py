@@ -1,8 +1,8 @@
 """Reads and bookkeeping shared by the two live streams of run events: the WebSocket chat consumer
 (`webchat.consumers`) and the SSE view (`runners.lifecycle.sse`).
 
-Both follow DESIGN §4: join the channel-layer group first, read the database once to replay what was
-persisted before, then only listen. `RunCursor` makes the seam exact, and `run_replay`, `live_event` and
+Both follow the rule of docs/architecture.md, "Runs": join the channel-layer group first, read the database once to
+replay what was persisted before, then only listen. `RunCursor` makes the seam exact, and `run_replay`, `live_event` and
 `live_status` are the seam itself, written once for both. Within a run `seq` is 1..n without
 holes and a run's rows are committed in seq order, so the cursor remembers the last seq delivered per run:
 a live message at or below it is a duplicate (already replayed), and one beyond the next expected seq
@@ -10,8 +10,8 @@ reveals a gap (a message the channel layer dropped, e.g. while the consumer was 
 filled from the database before the live message is passed on. Nothing here polls.
 
 Exact resume when several runs stream into one conversation (the `parallel` policy, observer bindings).
-The chat socket's cursor is the global `RunEvent.id` (DESIGN §3.3: `after_id`, kept as it was, so cursors
-held by clients stay valid). Ids are drawn from a sequence when a row is inserted, not when it commits, so
+The chat socket's cursor is the global `RunEvent.id` (docs/architecture.md, "Live delivery": `after_id`, kept as it was,
+so cursors held by clients stay valid). Ids are drawn from a sequence when a row is inserted, not when it commits, so
 on their own two writers could commit out of id order: run A inserts id 10 and is still in its
 transaction, run B inserts id 11 and commits, a client is given 11, drops, resumes `after_id=11`, and A's
 10 — committed afterwards — is never sent. Two things close that:
@@ -296,7 +296,8 @@ async def live_conversation_status(
 
 
 def client_event(message: dict[str, Any]) -> dict[str, Any]:
-    """A `run.event` as a chat client sees it (DESIGN §3.3): the position stays on the server."""
+    """A `run.event` as a chat client sees it (docs/architecture.md, "Live delivery"): the position stays on the
+    server."""
     return {k: message[k] for k in ("type", "id", "run_id", "seq", "event")}
 
 

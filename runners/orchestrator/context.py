@@ -1,5 +1,5 @@
-"""The context builder: the event-first `AgentRunContext` of one run (PROTOCOL_V1 §4,
-AGENT_CONTEXT_PROTOCOL §2–§3) and the run session frozen beside it.
+"""The context builder: the event-first `AgentRunContext` of one run (docs/protocol.md, "The run context") and the run
+session frozen beside it.
 
 Inlined: the current event, its input, conversation/actor/subject, delivery, the authorized resources,
 context handles, the enabled state scopes and the binding config. Not inlined: history. A runner whose

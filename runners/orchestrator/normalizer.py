@@ -1,4 +1,4 @@
-"""The result normalizer (DESIGN §4): what the host does with each result a runner's stream yields,
+"""The result normalizer (docs/architecture.md, "Runs"): what the host does with each result a runner's stream yields,
 before anything is persisted. Pure — no database, no clock — so every rule is unit-tested.
 
 Rules, in order:

@@ -1,5 +1,5 @@
 """The resource builder: what one run may use = manifest permissions ∩ binding resource policy ∩ the
-runner config's selections (DESIGN §5), as `AgentResources` plus the context APIs it opens.
+runner config's selections (docs/security.md, "Runner code"), as `AgentResources` plus the context APIs it opens.
 
 A resource appears only when the runner's config selects it (model / knowledge-base selector fields) or
 the policy names it (tools — there is no tool selector; `*` allows every tool of the workspace), the

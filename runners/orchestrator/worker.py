@@ -1,4 +1,4 @@
-"""The per-process run orchestrator of a Celery worker (DESIGN §4, recommended execution model).
+"""The per-process run orchestrator of a Celery worker (docs/architecture.md, "Runs").
 
 One `Orchestrator` per worker process owns: the asyncio loop thread and the one multiplexed runtime
 connection of `runners.runtime.link.RuntimeLink`, the proxy handlers registered on that connection, a

@@ -1,6 +1,6 @@
-"""Conformance against PROTOCOL_V1 §7–§10 through the real plugin runtime and a real Celery worker: the
-qa-runner's `proxy` behaviour sends the wire calls a test names (`proxy_calls`), unchecked by the SDK,
-and replies what the host answered. The worker is the session's (`tests/processes.py`).
+"""Conformance against the protocol's proxy calls, errors and run isolation (docs/protocol.md) through the real plugin
+runtime and a real Celery worker: the qa-runner's `proxy` behaviour sends the wire calls a test names (`proxy_calls`),
+unchecked by the SDK, and replies what the host answered. The worker is the session's (`tests/processes.py`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A run can act only as itself (DESIGN §5, PROTOCOL_V1 §7): through the real worker and plugin runtime, a
+"""A run can act only as itself (docs/security.md, "Runner code"): through the real worker and plugin runtime, a
 runner that knows another active run's id cannot read or write anything of that run, whether it names the
 run on the wire or builds the SDK proxy for a copy of its context; forged tokens and a token replayed after
 its run ended are refused too. Every proxy action is tried (the list comes from the protocol, so a new action

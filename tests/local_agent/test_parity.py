@@ -1,4 +1,4 @@
-"""OFFICIAL_RUNNER_PLUGINS §9 parity list, one named test each: non-streaming, streaming, errors, timeout,
+"""The local agent's parity list, one named test each: non-streaming, streaming, errors, timeout,
 missing config, model fallback, tool calling, knowledge retrieval, multimodal input, the effective prompt,
 rerank — the local-agent runner driven by a scripted in-process host (tests/local_agent/host.py)."""
 

@@ -1,4 +1,4 @@
-"""Platform actions (PROTOCOL_V1 §7.8) of a run that came from Telegram act in its chat through the adapter:
+"""Platform actions (docs/platform-actions.md) of a run that came from Telegram act in its chat through the adapter:
 `message.send` posts a message, `message.edit` changes one, `reaction.add` reacts; another chat is refused."""
 
 from __future__ import annotations

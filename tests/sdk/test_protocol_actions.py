@@ -20,7 +20,7 @@ from langbot_sdk.protocol import (
     StorageSetRequest,
 )
 
-# DESIGN §3.1 lists these names; a bridge to LangBot's runtime depends on them being exactly so.
+# docs/protocol.md, "Runtime → host" lists these names; a bridge to LangBot's runtime depends on them being exactly so.
 DESIGN_RUNTIME_TO_HOST = [
     *("invoke_llm", "invoke_llm_stream", "invoke_rerank", "count_tokens"),
     *("get_tool_detail", "call_tool", "retrieve_knowledge_base"),

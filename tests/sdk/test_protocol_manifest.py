@@ -37,7 +37,7 @@ spec:
         - path: components/agent_runner/
 """
 
-# The component example of OFFICIAL_RUNNER_PLUGINS §5, including the keys this protocol does not know.
+# A runner component as official plugins write it (docs/packaging.md), including the keys this protocol does not know.
 RUNNER_YAML = """
 apiVersion: langbot/v1
 kind: AgentRunner

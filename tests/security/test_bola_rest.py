@@ -3,8 +3,8 @@
 ROUTES lists every URL the project serves outside admin, with each method and what a caller of workspace
 `mine` sends there: path parameters are the ids of the other workspace's objects (`theirs`), bodies refer to
 their objects where a body can. The caller — an API key of `mine`, then a staff member of `mine` in a browser
-session — must get the expected refusal (404 for another workspace's object, DESIGN §3.2), see none of their
-objects in any answer, and change nothing of theirs. A route or method the project serves that ROUTES does
+session — must get the expected refusal (404 for another workspace's object, docs/architecture.md, "The REST API"), see
+none of their objects in any answer, and change nothing of theirs. A route or method the project serves that ROUTES does
 not list fails the test: a new endpoint is added here, with the refusal it must give.
 """
 

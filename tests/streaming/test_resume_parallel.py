@@ -1,4 +1,5 @@
-"""Exact resume of a chat socket while several runs stream into one conversation (issue 22, DESIGN §3.3).
+"""Exact resume of a chat socket while several runs stream into one conversation (issue 22, docs/architecture.md, "Live
+delivery").
 
 Two runs of one conversation write their results at the same time, as two workers would: real
 transactions on PostgreSQL, each batch written by the ledger's own statements (the one-statement write or

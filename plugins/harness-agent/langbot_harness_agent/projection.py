@@ -1,4 +1,4 @@
-"""The files an external harness reads in its working directory (AGENT_CONTEXT_PROTOCOL §4.6).
+"""The files an external harness reads in its working directory (plugins/harness-agent/README.md).
 
 * ``agent-context.json``: schema ``langbot.agent_runner.external_harness_context.v1`` — the run id, the
   current event, actor, subject, conversation refs, the input, delivery, the resources authorized for this

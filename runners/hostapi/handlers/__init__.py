@@ -1,5 +1,5 @@
-"""Host handlers behind every proxy method a runner calls through the plugin runtime (PROTOCOL_V1 §7,
-DESIGN §3.1 and §5).
+"""Host handlers behind every proxy method a runner calls through the plugin runtime (docs/protocol.md, "Runtime →
+host"; docs/security.md, "Runner code").
 
 - `dispatch.py`: the checks every call goes through, in order, the audit record and the registry that
   maps each runtime → host action to its family handler;

@@ -1,5 +1,4 @@
-"""`artifact_metadata`, `artifact_read` and `artifact_stream` (PROTOCOL_V1 §7.6, AGENT_CONTEXT_PROTOCOL
-§4.4).
+"""`artifact_metadata`, `artifact_read` and `artifact_stream` (docs/state-storage-artifacts.md, "Artifacts").
 
 A run reads an artifact only when it created it, when the artifact belongs to the run's conversation,
 or when the snapshot grants it (`resources.artifacts`); anything else — another conversation's or

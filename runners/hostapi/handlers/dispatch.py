@@ -1,4 +1,4 @@
-"""The checks every proxy call goes through, and the registry of family handlers (DESIGN §5).
+"""The checks every proxy call goes through, and the registry of family handlers (docs/security.md, "Runner code").
 
 Order, for every runtime → host action:
 1. the call carries the run token of a run session active on this worker, and its `run_id` is that

@@ -1,4 +1,4 @@
-"""`event_get` and `event_page` (PROTOCOL_V1 §7.5): the stable `AgentEventRecord` projection of the
+"""`event_get` and `event_page` (docs/host-apis.md, "Events"): the stable `AgentEventRecord` projection of the
 run's conversation's events. Raw platform payloads only ever appear as `raw_ref`. Cursors are
 EventLog ids; a page walks backward (older) unless only `after_cursor` is given, oldest first either
 way, limit clamped to 100. An event of another conversation or workspace answers `not_found`.

@@ -1,4 +1,4 @@
-"""`history_page` and `history_search` (PROTOCOL_V1 §7.4, AGENT_CONTEXT_PROTOCOL §4.1–§4.2): the
+"""`history_page` and `history_search` (docs/host-apis.md, "History"): the
 transcript projection of the run's own conversation, never raw platform payloads.
 
 Cursors are transcript item ids as opaque strings. `backward` (default) walks to older items from

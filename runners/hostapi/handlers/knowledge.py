@@ -1,4 +1,4 @@
-"""`retrieve_knowledge_base` against the workspace's knowledge bases (PROTOCOL_V1 §7.3). The caller
+"""`retrieve_knowledge_base` against the workspace's knowledge bases (docs/host-apis.md, "Knowledge bases"). The caller
 (`providers.knowledge_retrieve`) has already checked the run's snapshot.
 
 The query's vector comes from the knowledge base's embedding model on this loop (an HTTP call bounded by

@@ -1,4 +1,4 @@
-"""`platform_request_action` (PROTOCOL_V1 §7.8): record the request (`runners.hostapi.platform_actions`) and
+"""`platform_request_action` (docs/platform-actions.md): record the request (`runners.hostapi.platform_actions`) and
 answer what became of it — executed: `PlatformActionResult{accepted: true, result}`; not allowed by the
 manifest and the binding policy, or waiting for an operator's approval: `unauthorized` (the details
 carry `status` and the `request_id` an operator sees in admin); delivery failed: the delivery's code

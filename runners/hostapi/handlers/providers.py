@@ -1,4 +1,4 @@
-"""Models, tools and knowledge bases (PROTOCOL_V1 §7.1–§7.3): authorization against the frozen
+"""Models, tools and knowledge bases (docs/host-apis.md): authorization against the frozen
 snapshot here (`langbot_sdk.authorization`, shared with the SDK's fake host) — an id outside it answers
 `unauthorized`. Then `invoke_llm` and `invoke_llm_stream` call the
 model's provider (`llm`), `invoke_rerank` its `/rerank` endpoint (`rerank`), `count_tokens` counts on the

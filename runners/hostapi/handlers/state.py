@@ -1,4 +1,4 @@
-"""`state_get/set/delete/list` (PROTOCOL_V1 §7.7): small JSON values per conversation, actor, subject,
+"""`state_get/set/delete/list` (docs/state-storage-artifacts.md): small JSON values per conversation, actor, subject,
 runner or binding scope, isolated per runner and binding by the scope key (`runners.hostapi.scope`).
 
 The scope must be enabled by the binding's state policy (`unauthorized`); a scope the run has no

@@ -1,4 +1,4 @@
-"""`storage_get/set/delete/list` (PROTOCOL_V1 §7.7): bytes (≤ 10 MiB decoded, base64 on the wire) in
+"""`storage_get/set/delete/list` (docs/state-storage-artifacts.md): bytes (≤ 10 MiB decoded, base64 on the wire) in
 the areas `plugin`, `workspace` and `binding`, kept in `transcripts.StorageEntry`.
 
 An area is usable only when the manifest asks for it and the binding's resource policy grants it

@@ -1,4 +1,4 @@
-"""`get_tool_detail` and `call_tool` against the workspace's MCP servers (PROTOCOL_V1 §7.2). The caller
+"""`get_tool_detail` and `call_tool` against the workspace's MCP servers (docs/host-apis.md, "Tools"). The caller
 (`providers.tool_call`) has already checked the run's snapshot.
 
 A tool is read from the workspace when called: one whose server was deleted or disabled since the run

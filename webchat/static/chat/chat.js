@@ -1,5 +1,5 @@
-// LangBot Host debug chat. Plain JS, no build step. Talks to /ws/v1/chat/ (DESIGN §3.3) and reads
-// transcripts over REST. Resume: the last `id` of a run.event is the cursor; after a reconnect the page
+// LangBot Host debug chat. Plain JS, no build step. Talks to /ws/v1/chat/ (docs/architecture.md, "Live delivery") and
+// reads transcripts over REST. Resume: the last `id` of a run.event is the cursor; after a reconnect the page
 // subscribes again with `after_id` and the server replays exactly what was missed.
 (function () {
   "use strict";
