@@ -155,6 +155,33 @@ def test_a_stalled_stream_ends_at_the_run_deadline_and_closes_the_provider_conne
     assert fake.disconnected.wait(5)
 
 
+def test_a_stream_that_stops_sending_for_the_providers_timeout_is_deadline_exceeded(model_run, fake):
+    # The run has a minute left; the provider's own timeout (1 s) is what ends the call.
+    run = model_run()
+    run.workspace.model_providers.update(timeout_seconds=1)
+    fake.stall(chunk({"role": "assistant", "content": "thinking"}))
+    run.deadline_at = time.time() + 60
+
+    started = time.monotonic()
+    refused = run.refused("invoke_llm_stream", model_id="m1", messages=HI)
+
+    assert refused.code == "deadline_exceeded"
+    assert "stopped sending for 1 s" in refused.error.message
+    assert time.monotonic() - started < 10
+    assert fake.disconnected.wait(5)
+
+
+def test_a_stream_answered_with_plain_json_is_an_unexpected_answer(model_run, fake):
+    run = model_run()
+    fake.reply(completion("not streamed"))
+
+    refused = run.refused("invoke_llm_stream", model_id="m1", messages=HI)
+
+    assert (refused.code, refused.retryable) == ("runtime_error", False)
+    assert "unexpected answer from the model provider" in refused.error.message
+    assert "text/event-stream" in refused.error.message
+
+
 @pytest.mark.parametrize(
     ("status", "headers", "code", "retryable"),
     [
