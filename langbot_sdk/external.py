@@ -17,8 +17,8 @@ What belongs here is what every such adapter needs and nothing platform-specific
 * `streaming_request`: an HTTP request whose response is read as a stream; a non-2xx answer raises the
   platform's error, transport failures and timeouts become the matching failures, and the connection is
   closed however the caller leaves — cancellation of the run included.
-* `sse_events` (server-sent events: ``event``/``data``/``id`` fields, multi-line data, comments) and
-  `json_values` (newline-delimited or concatenated JSON) read such a response.
+* `sse_events` (server-sent events, framed by httpx-sse) and `json_values` (newline-delimited or
+  concatenated JSON) read such a response.
 * `usage_normalized`: a platform's token counts as ``run.completed``'s usage.
 * `input_text`, `input_files`, `artifact_bytes`, `input_file_content`: the current input and its files,
   read through ``api.artifacts`` so an adapter can upload them to its platform.
@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import httpx
+import httpx_sse
 
 from langbot_sdk.protocol import AgentAPIException, AgentRunContext, AgentRunResult, ArtifactMetadata, ResultType
 from langbot_sdk.proxy import AgentRunAPIProxy
@@ -438,35 +439,39 @@ class SSEEvent:
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[SSEEvent]:
-    """The events of a ``text/event-stream`` response, as the WHATWG rules frame them.
+    """The events of a ``text/event-stream`` response, framed by httpx-sse (the WHATWG rules: ``field: value``
+    lines up to a blank line, several ``data`` lines joined with ``\\n``, ``:`` comments skipped, the last
+    event id carried forward).
 
-    Lines ``field: value`` (one optional space after the colon) accumulate until a blank line; several
-    ``data`` lines join with ``\\n``; lines starting with ``:`` are comments (keep-alives) and skipped; an
-    event without data (e.g. ``event: ping`` alone) is not dispatched. A last event not followed by a blank
-    line is still dispatched when the stream ends.
+    Three leniencies the adapters rely on, kept on top of it: the response's ``Content-Type`` is not checked
+    (platforms and proxies label their streams loosely, and a wrong label is no reason to fail a run); an event
+    without data (``event: ping`` alone, a stray blank line after an ``id``) is not dispatched; and a last event
+    not followed by its blank line is still dispatched when the stream ends.
     """
-    event, event_id, retry = "", None, None
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if data:
-                yield SSEEvent(event or "message", "\n".join(data), event_id, retry)
-            event, data, retry = "", [], None
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "event":
-            event = value
-        elif name == "data":
-            data.append(value)
-        elif name == "id" and "\0" not in value:
-            event_id = value
-        elif name == "retry" and value.isdigit():
-            retry = int(value)
-    if data:
-        yield SSEEvent(event or "message", "\n".join(data), event_id, retry)
+    source = httpx_sse.EventSource(
+        httpx.Response(response.status_code, headers=_EVENT_STREAM_HEADERS, stream=_Terminated(response))
+    )
+    async for event in source.aiter_sse():
+        if event.data:
+            yield SSEEvent(event.event, event.data, event.id or None, event.retry)
+
+
+# httpx-sse reads what it is handed only when it is labelled an event stream, decoded as UTF-8 (the only
+# encoding the format allows).
+_EVENT_STREAM_HEADERS = {"content-type": "text/event-stream; charset=utf-8"}
+
+
+class _Terminated(httpx.AsyncByteStream):
+    """A response's (decoded) body followed by one blank line, so that the last event is dispatched even when
+    the platform ends the stream without one; after a complete stream the extra line dispatches nothing."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.aiter_bytes():
+            yield chunk
+        yield b"\n\n"
 
 
 async def json_values(response: httpx.Response, *, max_chars: int = 10 * 1024 * 1024) -> AsyncIterator[Any]:

@@ -119,6 +119,18 @@ async def test_sse_a_last_event_without_its_blank_line_still_arrives():
     assert [e.data for e in events] == ["first", "last"]
 
 
+async def test_sse_a_stray_blank_line_after_an_event_with_an_id_is_no_event():
+    events = await collect_sse(b"id: 1\ndata: a\n\n\n\n", b"data: b\n\n")
+
+    assert [(e.data, e.id) for e in events] == [("a", "1"), ("b", "1")]
+
+
+async def test_sse_a_stream_labelled_with_another_content_type_is_still_read():
+    response = httpx.Response(200, headers={"content-type": "application/json"}, stream=ChunkStream([b"data: x\n\n"]))
+
+    assert [event.data async for event in sse_events(response)] == ["x"]
+
+
 # --- JSON values -----------------------------------------------------------------------------------
 
 
