@@ -16,15 +16,12 @@ the stream names the node (`n8n.error`, `details.node`), and a plain 500 "Error 
 The conversation and session ids are the runner's own: made on a conversation's first turn and kept in
 conversation state (`external.conversation_id`, `external.session_id`). Input files are not sent (old
 LangBot sent the text only); an input without text fails as `n8n.empty_input`. Authentication: none, basic,
-a JWT signed with HS256 (made here with hmac, as old LangBot made it with PyJWT: `iat`, `exp` one hour later,
+a JWT signed with HS256 (made with PyJWT, as old LangBot made it: `iat`, `exp` one hour later,
 `sub: n8n-webhook`), or a custom header. Config field names are those of LangBot's `ai.n8n-service-api`.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import time
 import uuid
@@ -34,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import jwt
 
 from langbot_sdk.external import (
     CONVERSATION_ID_KEY,
@@ -110,18 +108,11 @@ def read_settings(config: dict[str, Any], platform: Platform) -> N8nSettings:
     )
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
 def jwt_hs256(secret: str, *, now: float | None = None) -> str:
     """A JWT with the claims old LangBot sent, signed with HMAC-SHA256."""
     issued = int(time.time() if now is None else now)
-    header = {"alg": "HS256", "typ": "JWT"}
     claims = {"exp": issued + JWT_LIFETIME, "iat": issued, "sub": "n8n-webhook"}
-    signing_input = ".".join(_b64url(json.dumps(part, separators=(",", ":")).encode()) for part in (header, claims))
-    signature = hmac.new(secret.encode(), signing_input.encode("ascii"), hashlib.sha256).digest()
-    return f"{signing_input}.{_b64url(signature)}"
+    return jwt.encode(claims, secret, algorithm="HS256")
 
 
 class N8nAgentRunner(ExternalAgentRunner):
