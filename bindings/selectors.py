@@ -13,9 +13,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import connection
 from django.db.models import Q, QuerySet
 
+from bindings.api_keys import API_KEY_PREFIX, api_key_secret_digest
 from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace
 from bindings.runner_config import runner_config_masked
-from bindings.services import API_KEY_PREFIX, api_key_secret_digest
 from bindings.sql import binding_versions
 from bindings.triggers import TriggerContext, trigger_filter
 from foundation.crypto import SECRET_MASK

@@ -3,7 +3,6 @@ shared by the REST API, admin and management commands."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from typing import Any
 
@@ -12,6 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, models, transaction
 from pydantic import ValidationError
 
+from bindings.api_keys import API_KEY_PREFIX, api_key_secret_digest
 from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace, WorkspaceMembership
 from bindings.runner_config import (
     RunnerConfigError,
@@ -20,18 +20,12 @@ from bindings.runner_config import (
     runner_config_unmask,
     runner_config_validate,
 )
+from bindings.selectors import workspace_private_addresses_allowed
 from bindings.specs import BindingIn, BindingPatchIn, BindingScopeIn, BotIn, BotPatchIn
 from foundation.api_errors import FieldsRefusedError, field_errors
 from foundation.crypto import SECRET_MASK, EncryptedJSONField
 from foundation.ids import free_slug
 from foundation.outbound import url_checked
-
-API_KEY_PREFIX = "lbk"
-
-
-def api_key_secret_digest(secret: str) -> str:
-    # Keys carry 256 bits of entropy, so a plain digest is enough; a slow KDF would only slow every request.
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def workspace_get_or_create(*, slug: str, name: str | None = None) -> Workspace:
@@ -91,9 +85,6 @@ def bot_api_base_url_check(*, workspace: Workspace, credentials: dict[str, Any],
     """A bot's `api_base_url`, when set or changed, passes the outbound address guard: public addresses
     only, unless the operator allowed private ones for the workspace or the host (`URLRefusedError`, 400
     `address.not_allowed`). Checked again by the adapter's HTTP client at every connection."""
-    # Imported here: the selectors import this module (api key digests).
-    from bindings.selectors import workspace_private_addresses_allowed
-
     url = credentials.get("api_base_url")
     if url in (None, "") or url == stored.get("api_base_url"):
         return

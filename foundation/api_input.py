@@ -8,18 +8,16 @@ does the same for the path and query string of every request (plain text outside
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from pydantic import BaseModel, ValidationError
 from rest_framework import parsers
 
 from foundation.api_errors import ApiError, error_body, field_errors, invalid_fields, is_api_request
-from foundation.limits import json_too_deep, payload_too_large, too_deep_message
+from foundation.limits import LimitedJSONParser
 from foundation.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 
 
@@ -31,21 +29,12 @@ def refuse_unstorable_text(data: Any) -> Any:
     return data
 
 
-class JSONParser(parsers.JSONParser):
-    """DRF's JSON parser, refusing text the database cannot store, reading no more than
-    `LANGBOT_API_BODY_MAX_BYTES` (413) and refusing JSON nested deeper than `LANGBOT_API_JSON_MAX_DEPTH`.
-    `RequestLimitsMiddleware` refuses both before the body is read; this holds wherever it did not run."""
+class JSONParser(LimitedJSONParser):
+    """The API's JSON parser: the request limits' parser (size and depth, `foundation.limits`), refusing
+    text the database cannot store as well."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
-        max_bytes = settings.LANGBOT_API_BODY_MAX_BYTES
-        raw = stream.read(max_bytes + 1) if stream is not None else b""
-        if len(raw) > max_bytes:
-            raise payload_too_large(max_bytes)
-        max_depth = settings.LANGBOT_API_JSON_MAX_DEPTH
-        where = json_too_deep(raw, max_depth)
-        if where is not None:
-            raise invalid_fields({where: too_deep_message(max_depth)})
-        return refuse_unstorable_text(super().parse(io.BytesIO(raw), media_type, parser_context))
+        return refuse_unstorable_text(super().parse(stream, media_type, parser_context))
 
 
 class MultiPartParser(parsers.MultiPartParser):

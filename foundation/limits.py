@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from rest_framework.parsers import BaseParser
+from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.utils.mediatypes import media_type_matches
 
-from foundation.api_errors import ApiError, error_body, is_api_request
+from foundation.api_errors import ApiError, error_body, invalid_fields, is_api_request
 
 # Methods whose body the API never reads.
 _BODYLESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -75,6 +75,23 @@ def payload_too_large(max_bytes: int) -> ApiError:
     return ApiError(413, "payload_too_large", message, {"max_bytes": max_bytes})
 
 
+class LimitedJSONParser(JSONParser):
+    """DRF's JSON parser reading no more than `LANGBOT_API_BODY_MAX_BYTES` (413) and refusing JSON nested
+    deeper than `LANGBOT_API_JSON_MAX_DEPTH`. `RequestLimitsMiddleware` refuses both before the body is read
+    for a view whose parsers are all of this kind; the parser holds wherever the middleware did not run."""
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
+        max_bytes = settings.LANGBOT_API_BODY_MAX_BYTES
+        raw = stream.read(max_bytes + 1) if stream is not None else b""
+        if len(raw) > max_bytes:
+            raise payload_too_large(max_bytes)
+        max_depth = settings.LANGBOT_API_JSON_MAX_DEPTH
+        where = json_too_deep(raw, max_depth)
+        if where is not None:
+            raise invalid_fields({where: too_deep_message(max_depth)})
+        return super().parse(io.BytesIO(raw), media_type, parser_context)
+
+
 def declared_length(request: HttpRequest) -> int | None:
     try:
         return int(request.META.get("CONTENT_LENGTH") or "")
@@ -104,9 +121,7 @@ class RequestLimitsMiddleware:
             return None
         if not media_type_matches("application/json", request.content_type):
             return None
-        from foundation.api_input import JSONParser  # api_input builds on this module
-
-        if all(issubclass(p, JSONParser) for p in parser_classes):
+        if all(issubclass(p, LimitedJSONParser) for p in parser_classes):
             max_bytes = settings.LANGBOT_API_BODY_MAX_BYTES
             if length > max_bytes:
                 error = payload_too_large(max_bytes)

@@ -6,6 +6,8 @@ from typing import Any
 
 from celery import shared_task
 
+from bindings.models import Bot
+from platforms.ingest import platform_update_ingest as update_ingest
 from platforms.interface import PlatformAPIError
 
 
@@ -21,9 +23,6 @@ from platforms.interface import PlatformAPIError
 )
 def platform_update_ingest(bot_pk: int, envelope: dict[str, Any], files: list[dict[str, Any]]) -> None:
     """Fetch a platform update's files and record its event (a redelivery finds the event and stops)."""
-    from bindings.models import Bot
-    from platforms.inbound import platform_update_ingest as ingest
-
     bot = Bot.objects.select_related("workspace").filter(pk=bot_pk, enabled=True).first()
     if bot is not None:
-        ingest(bot=bot, envelope=envelope, files=files)
+        update_ingest(bot=bot, envelope=envelope, files=files)

@@ -22,8 +22,9 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 
@@ -55,7 +56,8 @@ from runners.orchestrator.ledger import (
 from runners.orchestrator.normalizer import Accepted, ResultNormalizer, delta_merge, delta_text, message_of, outcome_of
 
 if TYPE_CHECKING:
-    from runners.orchestrator.worker import Orchestrator
+    from foundation.sql import LoopStatements
+    from runners.runtime.hosts import RunnerHosts
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +88,19 @@ def host_failure(code: str, message: str, *, retryable: bool = False, **details:
     return Accepted(type=ResultType.RUN_FAILED.value, data=payload.model_dump(mode="json"), payload=payload)
 
 
+class RunsWorker(Protocol):
+    """What a run needs from the worker that runs it (`worker.Orchestrator`): the runtimes' hosts, the
+    loop's prepared statements, and a place for background work the run does not wait for. Named here so
+    that this module does not import the worker, which imports it."""
+
+    hosts: RunnerHosts
+    statements: LoopStatements
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None: ...
+
+
 class RunExecution:
-    def __init__(self, orchestrator: Orchestrator, claimed: ClaimedRun) -> None:
+    def __init__(self, orchestrator: RunsWorker, claimed: ClaimedRun) -> None:
         self.orchestrator = orchestrator
         self.run = claimed.run
         self.session = claimed.built.session
