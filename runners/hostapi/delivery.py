@@ -5,12 +5,12 @@ Implemented: `webui` and `api`, whose "platform" is the host's own transcript â€
 an assistant TranscriptItem to the run's conversation, `message.edit` changes an assistant item of that
 conversation, `reaction.add` acknowledges a reaction on an item; each is published to the conversation's
 WebSocket group through `runners.live.publish`. Every other surface goes through the delivery port
-(`DeliveryPort`) that `platforms` installs at start-up (`delivery_port_install`, from
-`PlatformsConfig.ready`): it declares what a platform supports (`surface_delivery`, which the context
-builder turns into `ctx.delivery`), carries out platform actions there, and takes a platform-originated
-run's committed results (`run_results_observe`, called by the orchestrator after it publishes them) to
-stream them to the chat. Without the port, or for a platform without an adapter, actions raise
-`DeliveryUnsupportedError`.
+(`DeliveryPort`, one implementation in a `foundation.ports.Port` slot) that `platforms` installs at
+start-up (`delivery_port_install`, from `PlatformsConfig.ready`): it declares what a platform
+supports (`surface_delivery`, which the context builder turns into `ctx.delivery`), carries out platform
+actions there, and takes a platform-originated run's committed results (`run_results_observe`, called
+by the orchestrator after it publishes them) to stream them to the chat. Without the port, or for a
+platform without an adapter, actions raise `DeliveryUnsupportedError`.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from foundation.ports import Port
 from runners.live.publish import conversation_item_publish_on_commit
 from runners.models import Run, RunEvent
 from transcripts.models import TranscriptItem
@@ -82,36 +83,38 @@ class DeliveryPort(Protocol):
         """Return once every reply being delivered has been delivered (or has failed)."""
 
 
-_port: DeliveryPort | None = None
+delivery_port: Port[DeliveryPort] = Port("delivery")
 
 
 def delivery_port_install(port: DeliveryPort | None) -> None:
-    global _port
-    _port = port
+    delivery_port.install(port)
 
 
 def surface_delivery(surface: str) -> SurfaceDelivery:
     if surface in HOST_SURFACES:
         return HOST_SURFACE_DELIVERY
-    found = _port.surface(surface) if _port is not None else None
+    port = delivery_port.installed
+    found = port.surface(surface) if port is not None else None
     return found if found is not None else UNSUPPORTED_SURFACE
 
 
 def run_results_observe(*, run: Run, events: Sequence[RunEvent], ended: bool) -> None:
     """Hand a run's committed results to the platform delivery; only runs that came through a bot can be
     platform runs, so every other run costs one attribute check."""
-    if _port is None or run.bot_id is None:
+    port = delivery_port.installed
+    if port is None or run.bot_id is None:
         return
-    _port.results_observe(run=run, events=events, ended=ended)
+    port.results_observe(run=run, events=events, ended=ended)
 
 
 async def deliveries_drain(*, timeout: float) -> None:
     """Let replies still being written to chat platforms finish (worker shutdown), for at most `timeout`."""
-    if _port is None:
+    port = delivery_port.installed
+    if port is None:
         return
     try:
         async with asyncio.timeout(timeout):
-            await _port.wait_idle()
+            await port.wait_idle()
     except TimeoutError:
         logger.warning("worker stopping: platform deliveries still running after %.0fs are abandoned", timeout)
 
@@ -208,6 +211,7 @@ def platform_action_deliver(
     surface = run_surface(run)
     if surface in HOST_SURFACES:
         return _host_deliver(run, action, target, payload)
-    if _port is not None and _port.surface(surface) is not None:
-        return _port.action_deliver(run=run, action=action, target=target, payload=payload)
+    port = delivery_port.installed
+    if port is not None and port.surface(surface) is not None:
+        return port.action_deliver(run=run, action=action, target=target, payload=payload)
     raise DeliveryUnsupportedError(f"platform actions on {surface!r} are unsupported until its delivery adapter exists")

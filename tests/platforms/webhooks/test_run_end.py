@@ -93,17 +93,20 @@ def test_only_the_subscribed_endpoints_of_the_runs_workspace_and_binding_get_the
     assert set(WebhookDelivery.objects.values_list("endpoint_id", flat=True)) == {everything.pk, same_binding.pk}
 
 
-def test_a_failing_observer_does_not_undo_the_run_end(workspace, monkeypatch):
+def test_a_failing_observer_does_not_undo_the_run_end(workspace):
     # given an observer that raises, registered beside the webhooks' one
     WebhookEndpointFactory.create(workspace=workspace)
 
     def broken(runs):
         raise RuntimeError("observer bug")
 
-    monkeypatch.setattr(observers, "_observers", [broken, *observers._observers])
+    observers.run_end_observer_register(broken)
     run = make_run(workspace)
     # when the run is cancelled
-    run_cancel_request(run=run, reason="stop")
+    try:
+        run_cancel_request(run=run, reason="stop")
+    finally:
+        observers.run_end_observers.unregister(broken)
     # then it is cancelled, and the other observer still recorded its message
     run.refresh_from_db()
     assert run.status == Run.Status.CANCELLED
@@ -114,15 +117,14 @@ def test_a_failing_observer_does_not_undo_the_run_end(workspace, monkeypatch):
     ("status", "event_type"),
     [("completed", "run.completed"), ("timeout", "run.failed"), ("cancelled", "run.cancelled")],
 )
-def test_a_run_the_worker_finishes_in_a_transaction_sends_its_end(workspace, monkeypatch, status, event_type):
+def test_a_run_the_worker_finishes_sends_its_end(workspace, status, event_type):
     # given a running run held by a worker's lease, and an endpoint
     WebhookEndpointFactory.create(workspace=workspace)
     run = make_run(workspace, status=Run.Status.RUNNING)
     token = uuid.uuid4()
     Run.objects.filter(pk=run.pk).update(lease_token=token)
     run.lease_token = token
-    # when the worker writes its end through the transactional path (SQLite's, or a batch with state)
-    monkeypatch.setattr(ledger, "_fast_path", lambda batch: False)
+    # when the worker writes its end
     statements: Any = SimpleNamespace(executor=lambda fn, **kwargs: sync_to_async(fn)(**kwargs))
     outcome = Outcome(status=status, status_reason="", error=None, usage={"host": {"calls": 0}})
     async_to_sync(ledger.ledger_finish)(
