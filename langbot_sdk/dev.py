@@ -3,8 +3,9 @@
 What belongs here: the development session on the author's machine. It runs the plugin runtime as a child
 process listening on 127.0.0.1 (only the author's plugin loaded), prints the child's output to the terminal,
 dials the host's development endpoint (`/ws/v1/dev/runtime/`, so it works from behind NAT), reports the
-runners, and relays the host's wire connections to the child. When a file of the plugin changes it restarts
-the child and reports the runners again; when the host goes away it dials again with backoff.
+runners, and relays the host's wire connections to the child. When a file of the plugin changes (watchfiles)
+it restarts the child and reports the runners again; when the host goes away it dials again with backoff
+(tenacity).
 
 The envelope on the host WebSocket (one JSON object per text message, `type` first):
 CLI -> host: `runners` {report}, `opened` {conn}, `open_failed` {conn, error}, `frame` {conn, data},
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from tenacity import AsyncRetrying, RetryCallState, retry_if_result, wait_exponential
+from watchfiles import Change, awatch
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
@@ -208,29 +211,50 @@ class LocalRuntime:
 
 # -- watching the plugin's files ----------------------------------------------------------------------
 
-Snapshot = dict[str, tuple[int, int]]
+FileChanges = set[tuple[Change, str]]
+# How long the files must hold still before a reload: an editor saves in steps (temporary file, rename).
+_SETTLE_MS = 200
 
 
-def files_snapshot(root: Path) -> Snapshot:
-    """(mtime_ns, size) of every file the runtime may load from, by path relative to root."""
-    found: Snapshot = {}
+def plugin_file_filter(root: Path) -> Callable[[Change, str], bool]:
+    """watchfiles' filter for the files the runtime may load from: the watched suffixes, outside hidden and
+    skipped folders, not hidden themselves."""
+
+    def watched(change: Change, path: str) -> bool:
+        parts = Path(os.path.relpath(path, root)).parts
+        if not parts or any(part.startswith(".") or part in _SKIPPED_DIRS for part in parts[:-1]):
+            return False
+        name = parts[-1]
+        return not name.startswith(".") and Path(name).suffix in WATCHED_SUFFIXES
+
+    return watched
+
+
+def plugin_files(root: Path) -> set[str]:
+    """The files under root that the filter watches, by path relative to root."""
+    watched = plugin_file_filter(root)
+    found: set[str] = set()
     for directory, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_DIRS]
         for filename in filenames:
-            if Path(filename).suffix not in WATCHED_SUFFIXES or filename.startswith("."):
-                continue
-            path = Path(directory, filename)
-            with contextlib.suppress(OSError):  # removed while we walked
-                stat = path.stat()
-                found[path.relative_to(root).as_posix()] = (stat.st_mtime_ns, stat.st_size)
+            path = os.path.join(directory, filename)
+            if watched(Change.modified, path):
+                found.add(Path(os.path.relpath(path, root)).as_posix())
     return found
 
 
-def snapshot_changes(before: Snapshot, after: Snapshot) -> list[str]:
-    changes = [f"{path} changed" for path in sorted(before.keys() & after.keys()) if before[path] != after[path]]
-    changes += [f"{path} added" for path in sorted(after.keys() - before.keys())]
-    changes += [f"{path} removed" for path in sorted(before.keys() - after.keys())]
-    return changes
+def file_changes(root: Path, known: set[str], changes: FileChanges) -> list[str]:
+    """What a batch of watchfiles changes did to the files in ``known`` (updated in place), by path relative
+    to root: changed, then added, then removed. The files on disk decide, not the events: a save can arrive
+    as several of them (an editor writing a temporary file and renaming it over the old one), and a file
+    created and deleted within the batch did nothing."""
+    paths = {Path(os.path.relpath(path, root)).as_posix() for _, path in changes}
+    changed = sorted(path for path in paths if path in known and (root / path).is_file())
+    added = sorted(path for path in paths if path not in known and (root / path).is_file())
+    removed = sorted(path for path in paths if path in known and not (root / path).is_file())
+    known.update(added)
+    known.difference_update(removed)
+    return [f"{p} changed" for p in changed] + [f"{p} added" for p in added] + [f"{p} removed" for p in removed]
 
 
 # -- the session --------------------------------------------------------------------------------------
@@ -294,15 +318,22 @@ class DevSession:
     # -- the host connection --------------------------------------------------------------------------
 
     async def _host_loop(self) -> None:
-        delay = self.retry_initial
+        # Dialling is retried for as long as the session runs, the wait doubling from retry_initial up to
+        # retry_max; a session that registered and then ended starts over from retry_initial.
+        dial = AsyncRetrying(
+            retry=retry_if_result(lambda problem: problem is not None),
+            wait=wait_exponential(multiplier=self.retry_initial, max=self.retry_max),
+            before_sleep=self._say_dialling_again,
+        )
         while True:
-            problem = await self._connect_once()
-            if problem is None:  # it was up and registered: a drop now is a restart, dial again soon
-                delay = self.retry_initial
-                problem = "the host closed the connection"
-            self.out(f"{problem}; connecting again in {delay:g} s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, self.retry_max)
+            await dial(self._connect_once)  # returns once a registered session has ended
+            self.out(f"the host closed the connection; connecting again in {self.retry_initial:g} s")
+            await asyncio.sleep(self.retry_initial)
+
+    def _say_dialling_again(self, attempt: RetryCallState) -> None:
+        problem = attempt.outcome.result() if attempt.outcome is not None else "the host is unreachable"
+        delay = attempt.next_action.sleep if attempt.next_action is not None else self.retry_initial
+        self.out(f"{problem}; connecting again in {delay:g} s")
 
     async def _connect_once(self) -> str | None:
         """One connection to the host, served until it closes. None when it registered; else why not."""
@@ -457,26 +488,24 @@ class DevSession:
     # -- reload ---------------------------------------------------------------------------------------
 
     async def _watch(self) -> None:
-        snapshot = files_snapshot(self.plugin_dir)
-        while True:
-            await asyncio.sleep(self.poll_interval)
-            current = files_snapshot(self.plugin_dir)
-            if current == snapshot:
+        # watchfiles waits on the OS's file events; its timeout every poll_interval is when a runtime that
+        # exited by itself is noticed.
+        known = plugin_files(self.plugin_dir)
+        async for changes in awatch(
+            self.plugin_dir,
+            watch_filter=plugin_file_filter(self.plugin_dir),
+            step=_SETTLE_MS,
+            rust_timeout=max(1, round(self.poll_interval * 1000)),
+            yield_on_timeout=True,
+        ):
+            described = file_changes(self.plugin_dir, known, changes)
+            if not described:
                 if self.runtime.exited_by_itself:
                     code = self.runtime.process.returncode if self.runtime.process else None
                     self.out(f"the local runtime exited with status {code}; edit a file to restart it")
                     await self._runtime_gone()
                 continue
-            # An editor saves in steps (temporary file, rename): wait until the files hold still.
-            while True:
-                await asyncio.sleep(min(0.2, self.poll_interval))
-                settled = files_snapshot(self.plugin_dir)
-                if settled == current:
-                    break
-                current = settled
-            changes = snapshot_changes(snapshot, current)
-            snapshot = current
-            self.out("reloading: " + ", ".join(changes))
+            self.out("reloading: " + ", ".join(described))
             try:
                 await self.reload()
             except Exception as exc:  # the session outlives a failed reload: the next save tries again

@@ -36,6 +36,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tenacity import AsyncRetrying, retry_if_result, wait_fixed
+
 from langbot_sdk.authorization import (
     RunGrant,
     api_require,
@@ -624,13 +626,10 @@ class FakeHost:
         await asyncio.sleep(delay)
         # On a busy machine the run may not have started yet: ask again until the runtime has it to cancel
         # (this task is itself cancelled when the run ends).
-        while True:
-            answer = await connection.call(
-                Action.CANCEL_RUN.value, {"run_id": run_id, "reason": "cancelled by the test"}
-            )
-            if answer.get("cancelled"):
-                return
-            await asyncio.sleep(0.01)
+        ask_again = AsyncRetrying(
+            retry=retry_if_result(lambda answer: not answer.get("cancelled")), wait=wait_fixed(0.01)
+        )
+        await ask_again(connection.call, Action.CANCEL_RUN.value, {"run_id": run_id, "reason": "cancelled by the test"})
 
     def _admitted(self, ctx: AgentRunContext) -> AgentRunContext:
         """Append the current input to the transcript and point the context's handles at it."""

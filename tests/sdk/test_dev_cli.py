@@ -23,12 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from watchfiles import Change
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from langbot_sdk.__main__ import main as cli_main
-from langbot_sdk.dev import DEV_PATH, DevSession, DevSessionError, host_websocket_url
+from langbot_sdk.dev import (
+    DEV_PATH,
+    DevSession,
+    DevSessionError,
+    file_changes,
+    host_websocket_url,
+    plugin_file_filter,
+    plugin_files,
+)
 from langbot_sdk.scaffold import plugin_scaffold
 from langbot_sdk.wire import CallInfo, Connection, TransportClosed
 from tests.sdk.conftest import build_context, runtime_env
@@ -450,3 +459,32 @@ async def test_a_runtime_that_dies_is_reported_and_comes_back_on_the_next_edit(
         assert not task.done()
 
     assert "not running" in failed["error"]
+
+
+def test_a_save_by_rename_reads_as_changed_a_new_file_as_added_and_a_deleted_one_as_removed(tmp_path):
+    (tmp_path / "default.py").write_text("old")
+    (tmp_path / "README.md").write_text("readme")
+    known = plugin_files(tmp_path)
+    # An editor's save: a temporary file renamed over the old one, which the OS reports as the file added.
+    (tmp_path / ".default.py.swp").write_text("new")
+    os.replace(tmp_path / ".default.py.swp", tmp_path / "default.py")
+    (tmp_path / "tool.py").write_text("")
+    (tmp_path / "README.md").unlink()
+    events = {
+        (Change.added, str(tmp_path / "default.py")),
+        (Change.added, str(tmp_path / "tool.py")),
+        (Change.deleted, str(tmp_path / "README.md")),
+    }
+
+    assert file_changes(tmp_path, known, events) == ["default.py changed", "tool.py added", "README.md removed"]
+    assert known == {"default.py", "tool.py"}
+
+
+def test_the_watcher_ignores_hidden_cached_and_unloadable_files(tmp_path):
+    watched = plugin_file_filter(tmp_path)
+
+    assert watched(Change.modified, str(tmp_path / "components" / "default.yaml"))
+    assert not watched(Change.modified, str(tmp_path / "__pycache__" / "default.py"))
+    assert not watched(Change.modified, str(tmp_path / ".git" / "config.yaml"))
+    assert not watched(Change.modified, str(tmp_path / ".default.py"))
+    assert not watched(Change.modified, str(tmp_path / "notes.txt"))
