@@ -1,8 +1,8 @@
 """Completion webhook endpoints and their delivery log (the outbox).
 
-A `WebhookDelivery` row is written in the transaction that ends the run it reports (or right after the
-one-statement run end, see `platforms.webhooks.outbox`); the broker only wakes a sender, the row is the
-truth about what was sent, when, and what the receiver answered.
+A `WebhookDelivery` row is written in the transaction that ends the run it reports (see
+`platforms.webhooks.outbox`); the broker only wakes a sender, the row is the truth about what was sent,
+when, and what the receiver answered.
 """
 
 from __future__ import annotations

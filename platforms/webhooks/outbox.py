@@ -6,10 +6,9 @@ delivery rows commit with the run end or not at all, and the senders are woken o
 must stay cheap — it is on every run's end — so a workspace without an enabled endpoint costs no query:
 the set of such workspaces is read at most once per `SUBSCRIBED_CACHE_SECONDS` per process.
 
-Two gaps remain, and `run_ends_reconcile` (a beat task, every minute) closes both: the worker's
-one-statement run end on PostgreSQL commits by itself, so its messages are recorded just after it — a
-process that dies in between records nothing; and an endpoint made within a process's cache time misses
-the runs that end meanwhile there.
+One gap remains, and `run_ends_reconcile` (a beat task, every minute) closes it: an endpoint made within
+a process's cache time misses the runs that end meanwhile there. It also records any run end no observer
+was told of (a run ended by hand in the database).
 """
 
 from __future__ import annotations
@@ -186,8 +185,8 @@ def runs_mark() -> int:
 
 
 def run_ends_reconcile(*, now: datetime | None = None) -> int:
-    """Record the run ends no observer reported — a worker that died between its one-statement run end and
-    the record, an endpoint made while a process's cache did not know it yet — and return how many.
+    """Record the run ends no observer reported — an endpoint made while a process's cache did not know it
+    yet, a run ended with no observer told — and return how many.
 
     Each endpoint remembers the run (by primary key) up to which every run of its workspace has ended and
     been checked. A pass reads the runs after the lowest such mark of each workspace, `RECONCILE_BATCH` at

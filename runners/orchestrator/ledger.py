@@ -7,8 +7,9 @@ inserted in bulk with host-assigned `seq` values; state updates and artifacts go
 are never RunEvents (they are not delivered to clients). The final write also stores the outcome and
 the assistant transcript item (at most one per run: a duplicate is ignored by the unique constraint).
 
-The common batch is one statement awaited on the loop (`LoopStatements`); a batch with state updates,
-artifacts or action requests is an ORM transaction on the loop's database executor (`statements.executor`).
+Every write is one transaction (`_ledger_write`, on the loop's database executor); the run's end tells
+the run-end observers inside it, so the rule of `runners.lifecycle.observers` holds here as everywhere.
+See "the write" below for the one statement it is on PostgreSQL and the appends sent from the loop.
 """
 
 from __future__ import annotations
@@ -24,13 +25,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bindings.models import Workspace
-from foundation.sql import (
-    LoopStatements,
-)
+from foundation.sql import LoopStatements, Statement
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.hostapi.platform_actions import platform_actions_from_results
 from runners.lifecycle.observers import runs_ended
-from runners.lifecycle.services import run_dispatch, run_dispatch_next_on_commit
+from runners.lifecycle.services import run_dispatch_on_commit, run_next_queued
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
 from runners.sql import RunEnd, conversation_positions_take, ledger_write
@@ -143,15 +142,26 @@ def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]
     return RunEvent.objects.bulk_create(rows)
 
 
-# --- one-statement writes (PostgreSQL) ---------------------------------------------------------------
+# --- the write ---------------------------------------------------------------------------------------
 #
-# The common batch — result events only, no state, artifacts or platform actions — is written by a single
-# statement: the fenced run update, the events, (at the end) the assistant transcript item and the lookup
-# of the next queued run of the conversation are data-modifying CTEs of one prepared statement, so one
-# round trip and one implicit transaction do what the ORM path below does in six.
+# Every write of a run — each batch while it runs, and its end — goes through `_ledger_write`: one
+# transaction on the loop's database executor that first updates the run row under the lease fence, then
+# writes the batch, and at the end also tells the run-end observers (`runs_ended`) before it commits. So
+# the rule of `runners.lifecycle.observers` holds for the worker's run end as for every other: the outbox
+# rows commit with the run end, and whatever talks to the outside (waking the next run, an after-commit
+# observer) happens only once it has committed.
+#
+# Inside the transaction, a batch of result events only — no state, artifacts or platform actions — is
+# one statement on PostgreSQL (`runners.sql.ledger_write`: the fenced run update, the events, at the end
+# the assistant transcript item and the lookup of the next queued run, as data-modifying CTEs); anything
+# else, and every batch on SQLite, takes the same steps through the ORM (which cost about 2.5 times the
+# statement's CPU at a run's end, so the statement stays where it can). One exception, which changes
+# nothing of the above: a batch of events only while the run is running has no observers and nothing else
+# to share its transaction with, so on PostgreSQL that same statement is sent straight from the loop
+# (`ledger_append`), in autocommit, without a thread hand-off — the common write of a streaming run.
 
 
-def _fast_path(batch: Batch) -> bool:
+def _one_statement(batch: Batch) -> bool:
     return (
         connection.vendor == "postgresql"
         and not batch.state
@@ -160,27 +170,16 @@ def _fast_path(batch: Batch) -> bool:
     )
 
 
-async def _ledger_write_fast(
-    statements: LoopStatements,
-    *,
-    run: Run,
-    lease_token: str,
-    last_seq: int,
-    batch: Batch,
-    now: datetime,
-    lease_expires_at: datetime | None = None,
-    end: RunEnd | None = None,
-    reply: TranscriptItem | None = None,
-) -> list[RunEvent]:
-    """The one-statement write; raises `LeaseLostError` (having written nothing) when the lease is gone."""
-    statement = ledger_write(
-        run=run, lease_token=lease_token, first_seq=last_seq + 1, events=batch.events, now=now,
-        lease_expires_at=lease_expires_at, end=end, reply=reply,
-    )  # fmt: skip
-    rows = await statements.fetchall(statement)
-    seqs = range(last_seq + 1, last_seq + 1 + len(batch.events))
+@dataclass(frozen=True)
+class _Written:
+    events: list[RunEvent]
+    following: str | None  # at the end: the run now first in its conversation's queue, if any
+
+
+def _statement_rows_read(run: Run, *, last_seq: int, batch: Batch, now: datetime, rows: list[Any]) -> _Written:
+    """What `ledger_write` answered; raises `LeaseLostError` when its fence matched nothing."""
+    by_seq = dict(zip(range(last_seq + 1, last_seq + 1 + len(batch.events)), batch.events, strict=True))
     events: list[RunEvent] = []
-    by_seq = dict(zip(seqs, batch.events, strict=True))
     following = None
     for kind, a, b, next_run_id, position in rows:
         if kind == "run" and not a:
@@ -191,12 +190,94 @@ async def _ledger_write_fast(
                 RunEvent(id=a, run_id=run.pk, seq=b, type=type_, data=data, created_at=now, position=position)
             )
         elif kind == "next":
-            following = next_run_id
-    if following is not None:
-        # The statement has committed (autocommit); sending is a blocking broker call.
-        await statements.executor(run_dispatch, run_id=str(following))
+            following = str(next_run_id)
     events.sort(key=lambda event: event.seq)
-    return events
+    return _Written(events, following)
+
+
+def _write_statement(
+    *,
+    run: Run,
+    lease_token: str,
+    last_seq: int,
+    batch: Batch,
+    now: datetime,
+    lease_expires_at: datetime | None,
+    end: RunEnd | None,
+    item: TranscriptItem | None,
+) -> Statement:
+    return ledger_write(
+        run=run, lease_token=lease_token, first_seq=last_seq + 1, events=batch.events, now=now,
+        lease_expires_at=lease_expires_at, end=end, reply=item,
+    )  # fmt: skip
+
+
+def _write_orm(
+    *,
+    run: Run,
+    lease_token: str,
+    last_seq: int,
+    batch: Batch,
+    now: datetime,
+    lease_expires_at: datetime | None,
+    end: RunEnd | None,
+    item: TranscriptItem | None,
+) -> _Written:
+    """The steps of `ledger_write` through the ORM, with the batch's state, artifacts and platform actions
+    after the fence and before the events (so the conversation's position lock is held only briefly)."""
+    fenced = Run.objects.filter(pk=run.pk, lease_token=lease_token, status=Run.Status.RUNNING)
+    if end is None:
+        held = fenced.update(last_seq=last_seq + len(batch.events), lease_expires_at=lease_expires_at)
+    else:
+        held = fenced.update(
+            status=end.status, status_reason=end.status_reason, error=end.error, usage=end.usage, output=end.output,
+            last_seq=last_seq + len(batch.events), finished_at=now, lease_expires_at=None,
+        )  # fmt: skip
+    if not held:
+        raise LeaseLostError()
+    _side_effects(run, batch)
+    events = _event_rows(run, last_seq + 1, batch.events)
+    following = None
+    if end is not None:
+        if item is not None:
+            TranscriptItem.objects.bulk_create([item], ignore_conflicts=True)
+        queued = run_next_queued(run=run)
+        following = str(queued.run_id) if queued is not None else None
+    return _Written(events, following)
+
+
+def _ledger_write(
+    *,
+    run: Run,
+    lease_token: str,
+    last_seq: int,
+    batch: Batch,
+    now: datetime,
+    lease_expires_at: datetime | None = None,
+    end: RunEnd | None = None,
+    item: TranscriptItem | None = None,
+) -> list[RunEvent]:
+    """The one write of a run's results (and of its end, with `end`): one transaction, fenced by the
+    lease; raises `LeaseLostError`, having written nothing, when the lease is gone."""
+    with transaction.atomic():
+        if _one_statement(batch):
+            rows = _write_statement(
+                run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
+                lease_expires_at=lease_expires_at, end=end, item=item,
+            ).fetchall()  # fmt: skip
+            written = _statement_rows_read(run, last_seq=last_seq, batch=batch, now=now, rows=rows)
+        else:
+            written = _write_orm(
+                run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
+                lease_expires_at=lease_expires_at, end=end, item=item,
+            )  # fmt: skip
+        if end is not None:
+            _ended(run, end=end, now=now)
+            # In the ending transaction: an outbox observer's rows commit with the end, or not at all.
+            runs_ended(runs=[run])
+            if written.following is not None:
+                run_dispatch_on_commit(run_id=written.following)
+    return written.events
 
 
 async def ledger_append(
@@ -210,28 +291,19 @@ async def ledger_append(
 ) -> list[RunEvent]:
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
     now = timezone.now()
-    if _fast_path(batch):
-        return await _ledger_write_fast(
-            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
+    lease_expires_at = now + timedelta(seconds=lease_seconds)
+    if statements.native and _one_statement(batch):
+        # Nothing else belongs in this write's transaction: the statement is it (see above).
+        statement = _write_statement(
+            run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
+            lease_expires_at=lease_expires_at, end=None, item=None,
         )  # fmt: skip
+        rows = await statements.fetchall(statement)
+        return _statement_rows_read(run, last_seq=last_seq, batch=batch, now=now, rows=rows).events
     return await statements.executor(
-        _ledger_append_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
-        lease_seconds=lease_seconds,
+        _ledger_write, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
+        lease_expires_at=lease_expires_at,
     )  # fmt: skip
-
-
-def _ledger_append_orm(
-    *, run: Run, lease_token: str, last_seq: int, batch: Batch, now: datetime, lease_seconds: float
-) -> list[RunEvent]:
-    with transaction.atomic():
-        held = Run.objects.filter(pk=run.pk, lease_token=lease_token, status=Run.Status.RUNNING).update(
-            last_seq=last_seq + len(batch.events), lease_expires_at=now + timedelta(seconds=lease_seconds)
-        )
-        if not held:
-            raise LeaseLostError()
-        _side_effects(run, batch)
-        return _event_rows(run, last_seq + 1, batch.events)
 
 
 async def ledger_finish(
@@ -245,7 +317,8 @@ async def ledger_finish(
     output: str,
     reply: AssistantReply | None,
 ) -> list[RunEvent]:
-    """Persist the last results and end the run with `outcome` — one transaction, fenced by the lease."""
+    """Persist the last results and end the run with `outcome` — one transaction, fenced by the lease, in
+    which the run-end observers run; the next queued run of the conversation is woken after it commits."""
     now = timezone.now()
     item = None
     if reply is not None and run.conversation_id and not run.is_observer:
@@ -260,66 +333,18 @@ async def ledger_finish(
             run_id=run.run_id,
             runner_id=run.runner_id,
         )
-    if _fast_path(batch):
-        end = RunEnd(
-            status=outcome.status,
-            status_reason=outcome.status_reason,
-            error=outcome.error,
-            usage=outcome.usage,
-            output=output,
-        )
-        rows = await _ledger_write_fast(
-            statements, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, end=end,
-            reply=item,
-        )  # fmt: skip
-        _ended(run, outcome=outcome, output=output, now=now)
-        # The statement committed on its own; the observers record theirs right after it.
-        await statements.executor(runs_ended, runs=[run])
-    else:
-        rows = await statements.executor(
-            _ledger_finish_orm, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, outcome=outcome,
-            output=output, item=item, now=now,
-        )  # fmt: skip
-    return rows
+    end = RunEnd(
+        status=outcome.status, status_reason=outcome.status_reason, error=outcome.error, usage=outcome.usage,
+        output=output,
+    )  # fmt: skip
+    return await statements.executor(
+        _ledger_write, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now, end=end, item=item
+    )
 
 
-def _ended(run: Run, *, outcome: Outcome, output: str, now: datetime) -> None:
-    run.status, run.status_reason, run.error = outcome.status, outcome.status_reason, outcome.error
-    run.usage, run.output, run.finished_at = outcome.usage, output, now
-
-
-def _ledger_finish_orm(
-    *,
-    run: Run,
-    lease_token: str,
-    last_seq: int,
-    batch: Batch,
-    outcome: Outcome,
-    output: str,
-    item: TranscriptItem | None,
-    now: datetime,
-) -> list[RunEvent]:
-    with transaction.atomic():
-        ended = Run.objects.filter(pk=run.pk, lease_token=lease_token, status=Run.Status.RUNNING).update(
-            status=outcome.status,
-            status_reason=outcome.status_reason,
-            error=outcome.error,
-            usage=outcome.usage,
-            output=output,
-            last_seq=last_seq + len(batch.events),
-            finished_at=now,
-            lease_expires_at=None,
-        )
-        if not ended:
-            raise LeaseLostError()
-        _ended(run, outcome=outcome, output=output, now=now)
-        _side_effects(run, batch)
-        rows = _event_rows(run, last_seq + 1, batch.events)
-        if item is not None:
-            TranscriptItem.objects.bulk_create([item], ignore_conflicts=True)
-        run_dispatch_next_on_commit(run=run)
-        runs_ended(runs=[run])
-    return rows
+def _ended(run: Run, *, end: RunEnd, now: datetime) -> None:
+    run.status, run.status_reason, run.error = end.status, end.status_reason, end.error
+    run.usage, run.output, run.finished_at = end.usage, end.output, now
 
 
 def leases_renew(*, tokens: dict[int, str], lease_seconds: float) -> dict[int, tuple[bool, str]]:

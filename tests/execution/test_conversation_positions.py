@@ -1,5 +1,5 @@
 """Result writes of runs sharing a conversation take its positions 1..n, in id order, on both write paths
-(the one-statement write is PostgreSQL's, the ORM transaction every database's); a run without a
+(the one statement on PostgreSQL, the ORM steps of any batch with side effects and of SQLite); a run without a
 conversation takes none. The chat socket's exact resume rests on this (`runners.live.streaming`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 
 from runners.models import ConversationStream, Run, RunEvent
-from runners.orchestrator.ledger import Batch, _ledger_append_orm
+from runners.orchestrator.ledger import Batch, _write_orm
 from runners.sql import ledger_write
 from tests.factories import AgentBindingFactory, WorkspaceFactory
 from transcripts.models import EventLog
@@ -40,9 +40,9 @@ def _append(run: Run, last_seq: int, count: int) -> None:
             lease_expires_at=now,
         ).fetchall()  # fmt: skip
     else:
-        _ledger_append_orm(
+        _write_orm(
             run=run, lease_token=str(run.lease_token), last_seq=last_seq, batch=Batch(events=events), now=now,
-            lease_seconds=60,
+            lease_expires_at=now, end=None, item=None,
         )  # fmt: skip
 
 

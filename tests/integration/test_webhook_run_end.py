@@ -1,5 +1,5 @@
-"""Completion webhooks through a real worker: runs end on the worker's one-statement path, their messages
-are recorded there and sent by the worker's Celery sender to a local receiver, signed."""
+"""Completion webhooks through a real worker: runs end in the worker's ledger write, their messages are
+recorded in its transaction and sent by the worker's Celery sender to a local receiver, signed."""
 
 from __future__ import annotations
 

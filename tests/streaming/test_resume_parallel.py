@@ -2,8 +2,8 @@
 delivery").
 
 Two runs of one conversation write their results at the same time, as two workers would: real
-transactions on PostgreSQL, each batch written by the ledger's own statements (the one-statement write or
-the ORM transaction), published after commit through the one publish door. One writer may hold its
+transactions on PostgreSQL, each batch written by the ledger's own statements (the one statement or the
+ORM steps), published after commit through the one publish door. One writer may hold its
 transaction open after inserting while the other writes: without ordering, the second would take higher
 ids and commit first. The client reads a drawn number of what is on its socket, drops the connection at
 drawn points, and resumes with `after_id` = the last id it received. Whatever the cuts, it receives every
@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from runners.live.publish import run_event_publish_on_commit
 from runners.models import Run, RunEvent
-from runners.orchestrator.ledger import Batch, _ledger_append_orm
+from runners.orchestrator.ledger import Batch, _write_orm
 from runners.sql import ledger_write
 from tests.fuzzing import fuzz_settings
 from tests.streaming.conftest import ORIGIN, next_json, open_socket, session_cookie
@@ -103,10 +103,10 @@ class Writer:
         now = timezone.now()
         if not fast:
             batch = Batch(events=events)
-            return _ledger_append_orm(
+            return _write_orm(
                 run=self.run, lease_token=self.lease_token, last_seq=self.last_seq, batch=batch, now=now,
-                lease_seconds=60,
-            )  # fmt: skip
+                lease_expires_at=now + timedelta(seconds=60), end=None, item=None,
+            ).events  # fmt: skip
         statement = ledger_write(
             run=self.run, lease_token=self.lease_token, first_seq=self.last_seq + 1, events=events, now=now,
             lease_expires_at=now + timedelta(seconds=60),
