@@ -15,7 +15,7 @@ REQUIREMENTS := requirements.txt requirements-dev.txt
 # `python -m langbot_sdk` work from any directory, e.g. a plugin being written outside the checkout.
 SDK_STAMP := $(VENV)/.sdk-installed
 # LangBot's plugin runtime (`lbp rt`) in a virtualenv of its own, kept out of the host's (its dependencies
-# conflict with ours): the tests of runners.runtime.langbot start it; README, "LangBot's plugin runtime".
+# conflict with ours): the tests of runtimes.langbot start it; README, "LangBot's plugin runtime".
 LBP_VENV := var/langbot-plugin-venv
 LBP_STAMP := $(LBP_VENV)/.requirements-installed
 

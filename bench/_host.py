@@ -106,15 +106,15 @@ def host(worker_env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[
             worker.wait(60)
         except subprocess.TimeoutExpired:
             worker.kill()
-        from runners.runtime.link import runtime_link_reset
+        from runtimes.link import runtime_link_reset
 
         runtime_link_reset()
 
 
 def _setup_binding() -> None:
     from langbot_sdk.protocol import Action, ListAgentRunnersResponse
-    from runners.runtime.catalog import runner_descriptors_sync
-    from runners.runtime.link import runtime_link
+    from runtimes.descriptors import runner_descriptors_sync
+    from runtimes.link import runtime_link
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     report = ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))

@@ -62,8 +62,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 def _setup() -> tuple[str, str]:
     from bindings.services import api_key_create
     from langbot_sdk.protocol import Action, ListAgentRunnersResponse
-    from runners.runtime.catalog import runner_descriptors_sync
-    from runners.runtime.link import runtime_link
+    from runtimes.descriptors import runner_descriptors_sync
+    from runtimes.link import runtime_link
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     report = ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
@@ -116,7 +116,7 @@ def stack(*, worker_concurrency: int = 8) -> Iterator[Stack]:
     finally:
         for process in reversed(started):
             _stop(process)
-        from runners.runtime.link import runtime_link_reset
+        from runtimes.link import runtime_link_reset
 
         runtime_link_reset()
 

@@ -2,7 +2,7 @@
 on an asyncio loop in a daemon thread.
 
 What lives on such a loop outlives the call that needs it: the plugin runtime's multiplexed connection
-(`runners.runtime.link`) and the MCP servers' sessions (`resources.mcp.client`), whose anyio task groups
+(`runtimes.link`) and the MCP servers' sessions (`resources.mcp.client`), whose anyio task groups
 must be entered and left by one task on one loop. Callers come from sync views, management commands,
 Celery task threads and other event loops, and hand the portal coroutines.
 

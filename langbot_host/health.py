@@ -13,7 +13,7 @@ from kombu import Connection as BrokerConnection
 
 from langbot_sdk.protocol import Action
 from platforms.connectors import connection_bots, connection_label, connection_statuses
-from runners.runtime.link import runtime_link
+from runtimes.link import runtime_link
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from typing import Any
 from django.urls import path
 
 from platforms.routing import websocket_urlpatterns as onebot_websocket_urlpatterns
-from runners.runtime.dev_consumer import DevRuntimeConsumer
+from runtimes.dev_consumer import DevRuntimeConsumer
 from webchat.consumers import ChatConsumer
 
 websocket_urlpatterns: list[Any] = [

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "channels",
     "bindings",
     "runners",
+    "runtimes",
     "transcripts",
     "artifacts",
     "resources",
@@ -292,7 +293,7 @@ LANGBOT_RUNTIME_CALL_TIMEOUT = env.float("LANGBOT_RUNTIME_CALL_TIMEOUT", default
 # A run (or call) that finds the runtime gone waits this long for it to come back (`make run` restarts it,
 # a stdio runtime is respawned) before failing with a retryable `runtime_error`.
 LANGBOT_RUNTIME_RECONNECT_WAIT = env.float("LANGBOT_RUNTIME_RECONNECT_WAIT", default=10.0)
-# LangBot's own plugin runtime (`lbp rt`, runners.runtime.langbot), opt-in: its control URL, e.g.
+# LangBot's own plugin runtime (`lbp rt`, runtimes.langbot), opt-in: its control URL, e.g.
 # ws://127.0.0.1:5400/control/ws; empty (default) leaves it out. The token is the runtime's
 # LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN when it was started with one. SETTLE: seconds a runner refresh waits for
 # its plugins to come up (it launches them only once a host connected).

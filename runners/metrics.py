@@ -1,5 +1,5 @@
-"""The host's Prometheus metrics: every metric is defined here, observed where it happens, served at
-`/metrics` (`langbot_host/metrics_view.py`).
+"""The host's Prometheus metrics of runs and the run-scoped API (the runtime link's are in
+`runtimes.metrics`): each observed where it happens, all served at `/metrics` (`langbot_host/metrics_view.py`).
 
 Counters and histograms are observed in the process where the thing happens (a worker ends a run, a
 link loses the runtime) and written to the shared `PROMETHEUS_MULTIPROC_DIR` (settings), so one scrape of
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from django.db.models import Count
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -50,12 +50,6 @@ PUBLISH_LAG = Histogram(
     "by stream (`run`: a run's events and status; `conv`: a conversation's transcript changes).",
     ["stream"],
     buckets=_LAG_SECONDS,
-)
-# One series per live process (its pid); a process that ended takes its series with it.
-RUNTIME_CONNECTED = Gauge(
-    "langbot_runtime_connected",
-    "1 while this process's connection to the plugin runtime is open, 0 once it is lost or could not open.",
-    multiprocess_mode="liveall",
 )
 
 

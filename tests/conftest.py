@@ -72,7 +72,7 @@ def api_client(workspace, api_client_for):
 @pytest.fixture
 def runtime_plugins(settings) -> Iterator[Callable[..., None]]:
     """Point the host's runtime link at the given plugin directories (a fresh runtime child each time)."""
-    from runners.runtime.link import runtime_link_reset
+    from runtimes.link import runtime_link_reset
 
     def use(*dirs: Path) -> None:
         settings.LANGBOT_PLUGIN_DIRS = [str(d) for d in dirs]
@@ -86,7 +86,7 @@ def runtime_plugins(settings) -> Iterator[Callable[..., None]]:
 def runtime_unreachable(settings) -> Iterator[None]:
     """The host's runtime link pointed where nothing listens, for a test that needs no runtime; the link is
     dropped afterwards so later tests do not keep dialling the dead address."""
-    from runners.runtime.link import runtime_link_reset
+    from runtimes.link import runtime_link_reset
 
     settings.LANGBOT_RUNTIME_URL = "ws://127.0.0.1:9"
     runtime_link_reset()
@@ -107,7 +107,7 @@ def _forget_api_keys() -> Iterator[None]:
 @pytest.fixture(scope="session", autouse=True)
 def _close_runtime_link() -> Iterator[None]:
     yield
-    from runners.runtime.link import runtime_link_reset
+    from runtimes.link import runtime_link_reset
 
     runtime_link_reset()
 

@@ -270,7 +270,7 @@ def worker(start_worker) -> WorkerProcess:
 def qa_report(django_db_setup) -> Any:
     """The plugin runtime's runner report, asked once per session."""
     from langbot_sdk.protocol import Action, ListAgentRunnersResponse
-    from runners.runtime.link import runtime_link
+    from runtimes.link import runtime_link
 
     return ListAgentRunnersResponse.model_validate(runtime_link().call_sync(Action.LIST_AGENT_RUNNERS, {}))
 
@@ -281,7 +281,7 @@ QA_RUNNER_ID = "plugin:langbot/qa-runner/default"
 @pytest.fixture
 def qa_binding(transactional_db, qa_report) -> Callable[..., Any]:
     """Make a binding of the qa-runner (descriptors synced from the real runtime's report)."""
-    from runners.runtime.catalog import runner_descriptors_sync
+    from runtimes.descriptors import runner_descriptors_sync
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     runner_descriptors_sync(report=qa_report)

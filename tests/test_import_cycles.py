@@ -14,8 +14,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Cycles known and being removed elsewhere; each names who removes it. Not a place to add new ones.
 KNOWN_CYCLES: set[frozenset[str]] = {
-    # The runtime link is moving to its own app; the move removes this one (issue 29, item 7).
-    frozenset({"runners.runtime.catalog", "runners.runtime.langbot.catalog"}),
     # The MCP services send the tasks that call them back; splitting the worker's side (connect, refresh,
     # store the tools) out of services.py removes it.
     frozenset({"resources.mcp.services", "resources.tasks"}),

@@ -2,8 +2,9 @@
 
 The runtime executes third-party runner code, so it gets the process basics (paths, locale, proxies,
 certificates) and its own settings, and nothing that would let a plugin reach the host's database, decrypt
-host secrets or use the host's broker and cloud credentials (docs/security.md, "Runner code"). Every launcher uses this
-list: the host's stdio child (`runners.runtime.link`) and `make run`'s WebSocket runtime (`scripts/run_stack.py`).
+host secrets or use the host's broker and cloud credentials (docs/security.md, "Runner code"). Every launcher
+uses this list: the host's stdio child (`runtimes.link`) and `make run`'s WebSocket runtime
+(`scripts/run_stack.py`).
 """
 
 from __future__ import annotations

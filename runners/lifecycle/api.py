@@ -27,8 +27,8 @@ from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle import services as run_services
 from runners.lifecycle.retry import run_attempt
 from runners.models import Run
-from runners.runtime.catalog import runner_descriptors_refresh
 from runners.selectors import RUN_PAGE_LIMIT_MAX, run_events_page, run_get, run_page
+from runtimes.catalog import runner_descriptors_refresh
 
 
 class RunnerOutputSerializer(serializers.ModelSerializer[RunnerDescriptor]):

@@ -78,7 +78,7 @@ class BuiltContext:
     state_keys: dict[str, str] = field(default_factory=dict)
     runner_id: str = ""
     runner_name: str = ""
-    # Which runtime serves the runner (`runners.runtime.hosts`): source and connection key.
+    # Which runtime serves the runner (`runtimes.hosts`): source and connection key.
     runner_source: str = ""
     runner_source_key: str = ""
 

@@ -57,7 +57,7 @@ from runners.orchestrator.normalizer import Accepted, ResultNormalizer, delta_me
 
 if TYPE_CHECKING:
     from foundation.sql import LoopStatements
-    from runners.runtime.hosts import RunnerHosts
+    from runtimes.hosts import RunnerHosts
 
 logger = logging.getLogger(__name__)
 

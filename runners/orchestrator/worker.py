@@ -1,7 +1,7 @@
 """The per-process run orchestrator of a Celery worker (docs/architecture.md, "Runs").
 
 One `Orchestrator` per worker process owns: the asyncio loop thread and the one multiplexed runtime
-connection of `runners.runtime.link.RuntimeLink`, the proxy handlers registered on that connection, a
+connection of `runtimes.link.RuntimeLink`, the proxy handlers registered on that connection, a
 database executor for the loop and the loop's own statement pool (result writes), the runs in flight
 (bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease heartbeat and the cancel listener.
 
@@ -39,8 +39,8 @@ from runners.live.cancel import CancelListener
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.execution import RunExecution
 from runners.orchestrator.ledger import leases_renew
-from runners.runtime.hosts import RunnerHosts
-from runners.runtime.link import RuntimeLink, runtime_link
+from runtimes.hosts import RunnerHosts
+from runtimes.link import RuntimeLink, runtime_link
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class Orchestrator:
         self._listener.start()
         if settings.LANGBOT_LANGBOT_RUNTIME_URL:
             # This process holds LangBot's control connection: its runtime keeps plugins up only while one is open.
-            from runners.runtime.langbot.catalog import langbot_connection_hold
+            from runtimes.langbot.catalog import langbot_connection_hold
 
             self.spawn(langbot_connection_hold(self.hosts))
         try:

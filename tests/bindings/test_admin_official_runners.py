@@ -19,7 +19,7 @@ from langbot_sdk.protocol import ListAgentRunnersResponse
 from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItemType
 from langbot_sdk.runtime.loader import load_plugins
 from resources.models import KnowledgeBase, Model
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.conftest import PLUGINS_DIR
 from tests.factories import ModelFactory, ModelProviderFactory, UserFactory
 

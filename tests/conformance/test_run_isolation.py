@@ -30,7 +30,7 @@ from langbot_sdk.protocol import PROXY_REQUEST_MODELS, ListAgentRunnersResponse
 from langbot_sdk.runtime.loader import load_plugins
 from runners.lifecycle.services import run_cancel_request
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.factories import WorkspaceFactory
 from tests.processes import (
     REPO_ROOT,

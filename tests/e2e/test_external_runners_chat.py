@@ -18,7 +18,7 @@ import pytest
 
 from bindings.models import Workspace
 from bindings.services import api_key_create
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.e2e.test_debug_chat import _member_of, _sign_in
 from tests.factories import WorkspaceFactory
 from tests.fakes import coze_server, dify_server

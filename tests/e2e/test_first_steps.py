@@ -15,7 +15,7 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.core.management import call_command
 
 from bindings.models import AgentBinding
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 
 PASSWORD = "first-steps-pw"
 LAPTOP = {"width": 1400, "height": 900}

@@ -15,7 +15,7 @@ import pytest
 
 from bindings.models import AgentBinding
 from bindings.services import api_key_create
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.e2e.test_debug_chat import WATCH_REPLIES, _member_of, _sign_in
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes.mcp_fixtures import SERVER_SCRIPT

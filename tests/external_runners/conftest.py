@@ -11,7 +11,7 @@ import pytest
 
 from langbot_sdk.protocol import ListAgentRunnersResponse
 from langbot_sdk.runtime.loader import load_plugins
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.external_runners.host import PLUGINS_DIR, ScriptedHost, start_host
 from tests.fakes.coze_server import FakeCoze, fake_coze
 from tests.fakes.dashscope_server import FakeDashScope, fake_dashscope

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from runners.models import Run
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.external_runners.legacy import import_legacy_pipeline
 from tests.fakes.coze_server import BOT_ID, TOKEN, chat_events
 from tests.processes import post_message, wait_terminal

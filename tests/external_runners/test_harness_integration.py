@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 from runners.models import Run
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.external_runners.harness_host import RUNNER_ID, harness_config
 from tests.factories import AgentBindingFactory, WorkspaceFactory
 from tests.processes import post_message, wait_terminal

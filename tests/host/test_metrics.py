@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from foundation.log_context import RunContextFilter, log_context
 from runners.hostapi.audit import AuditLog
 from runners.live.publish import run_events_publish_committed
-from runners.metrics import RUNTIME_CONNECTED
 from runners.models import Run, RunEvent
+from runtimes.metrics import RUNTIME_CONNECTED
 from tests.factories import UserFactory, WorkspaceFactory
 from tests.streaming.conftest import make_run
 

@@ -24,7 +24,7 @@ import websockets
 from websockets.typing import Origin
 
 from bindings.services import api_key_create
-from runners.runtime.dev_access import dev_token_create
+from runtimes.dev_access import dev_token_create
 from tests.factories import WorkspaceFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

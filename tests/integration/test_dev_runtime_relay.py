@@ -24,7 +24,7 @@ import pytest
 from bindings.services import api_key_create
 from runners.lifecycle.services import run_cancel_request
 from runners.models import ProxyCallAudit, Run
-from runners.runtime.dev_access import dev_token_create
+from runtimes.dev_access import dev_token_create
 from tests.factories import WorkspaceFactory
 from tests.processes import wait_status, wait_terminal
 from tests.runners.dev_envelope_client import (

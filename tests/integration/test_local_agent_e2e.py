@@ -30,7 +30,7 @@ from bindings.services import api_key_create
 from langbot_sdk.protocol import Message
 from resources.models import KnowledgeChunk
 from resources.tokens import token_count
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.mcp_fixtures import SERVER_SCRIPT
 from tests.fakes.openai_server import Answer, FakeOpenAI, chunk, completion, fake_openai, replied, streamed

@@ -11,7 +11,7 @@ import pytest
 from langbot_sdk.protocol import ListAgentRunnersResponse
 from langbot_sdk.runtime.loader import load_plugins
 from runners.models import Run
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes.openai_server import FakeOpenAI, chunk, completion, fake_openai
 from tests.processes import TEST_PLUGINS_DIR, post_message, wait_terminal

@@ -36,7 +36,7 @@ from bindings.models import AgentBinding, Workspace
 from bindings.services import api_key_create
 from runners.lifecycle.services import run_cancel_request
 from runners.models import Run, RunEvent
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes.openai_server import FakeOpenAI, chunk, fake_openai
 from tests.processes import WorkerProcess, post_message, wait_status, wait_terminal

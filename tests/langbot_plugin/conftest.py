@@ -153,7 +153,7 @@ def start_langbot_web(lbp_runtime: str, langbot_queue: str, start_web) -> Callab
 @pytest.fixture
 def langbot_binding(lbp_runtime: str, settings, langbot_worker):
     from bindings.models import RunnerDescriptor
-    from runners.runtime.langbot.catalog import langbot_runners_refresh
+    from runtimes.langbot.catalog import langbot_runners_refresh
     from tests.factories import AgentBindingFactory, WorkspaceFactory
 
     settings.LANGBOT_LANGBOT_RUNTIME_URL = lbp_runtime

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from bindings.models import RunnerDescriptor
-from runners.runtime.langbot import LangBotRuntime
-from runners.runtime.langbot.bridge import PLUGIN_LOAD_GRACE, LangBotCatalog
-from runners.runtime.langbot.catalog import (
+from runtimes.langbot import LangBotRuntime
+from runtimes.langbot.bridge import PLUGIN_LOAD_GRACE, LangBotCatalog
+from runtimes.langbot.catalog import (
     CATALOG_CACHE_KEY,
     HOLDER_CACHE_KEY,
     langbot_catalog_publish,

@@ -101,7 +101,7 @@ def test_the_debug_chat_streams_a_langbot_runners_reply_and_cancels_its_slower_t
 
     from bindings.models import WorkspaceMembership
     from runners.models import Run
-    from runners.runtime.langbot.bridge import CANCELLED_MESSAGE
+    from runtimes.langbot.bridge import CANCELLED_MESSAGE
     from tests.factories import UserFactory
 
     binding, _worker = langbot_binding

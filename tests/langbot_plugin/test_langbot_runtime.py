@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_
 
 def test_a_runtime_with_a_control_token_admits_only_a_host_presenting_it(tmp_path: Path) -> None:
     from langbot_sdk.protocol import AgentAPIException
-    from runners.runtime.langbot import LangBotRuntime
+    from runtimes.langbot import LangBotRuntime
 
     token = "t" * 40
     process, control = start_lbp_rt(tmp_path, {"LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN": token})
@@ -142,7 +142,7 @@ def test_a_langbot_runner_keeps_plugin_storage_where_the_binding_allows_it(langb
 
 def test_cancelling_a_langbot_run_ends_it_cancelled(langbot_binding) -> None:
     from runners.lifecycle.services import run_cancel_request
-    from runners.runtime.langbot.bridge import CANCELLED_MESSAGE
+    from runtimes.langbot.bridge import CANCELLED_MESSAGE
 
     binding, _worker = langbot_binding
     run = post_message(binding, "sleep", conversation_id="lbp-cancel")
@@ -185,7 +185,7 @@ def test_a_refresh_reads_the_workers_catalog_and_leaves_its_runs_alone(langbot_b
     """The worker holds LangBot's one control connection and publishes what the runtime lists: a refresh in
     another process reads that instead of taking the connection, so the run in flight goes on."""
     from runners.lifecycle.services import run_cancel_request
-    from runners.runtime.langbot.catalog import langbot_runners_refresh
+    from runtimes.langbot.catalog import langbot_runners_refresh
 
     binding, _worker = langbot_binding
     run = post_message(binding, "sleep", conversation_id="lbp-refresh-in-flight")
@@ -204,7 +204,7 @@ def test_a_run_on_a_superseded_connection_fails_retryable_and_the_worker_takes_i
 ) -> None:
     """Another host connecting to LangBot's runtime takes its one control connection: the run in flight on the
     worker's fails with a retryable runtime_error, and the worker reconnects by itself."""
-    from runners.runtime.langbot import LangBotRuntime
+    from runtimes.langbot import LangBotRuntime
 
     binding, _worker = langbot_binding
     run = post_message(binding, "sleep", conversation_id="lbp-superseded")

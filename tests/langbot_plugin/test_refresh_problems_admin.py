@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from runners.runtime.langbot import LangBotRuntime
-from runners.runtime.langbot.bridge import LangBotCatalog
-from runners.runtime.langbot.catalog import CATALOG_CACHE_KEY, HOLDER_CACHE_KEY, langbot_catalog_publish
+from runtimes.langbot import LangBotRuntime
+from runtimes.langbot.bridge import LangBotCatalog
+from runtimes.langbot.catalog import CATALOG_CACHE_KEY, HOLDER_CACHE_KEY, langbot_catalog_publish
 from tests.conftest import PLUGINS_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -25,7 +25,7 @@ def _forget_refreshes(cache_of_its_own) -> Iterator[None]:
     """The published catalog and the kept problems must not outlive the test: later refreshes would read them."""
     from django.core.cache import cache
 
-    from runners.runtime.catalog import REFRESH_PROBLEMS_CACHE_KEY
+    from runtimes.catalog import REFRESH_PROBLEMS_CACHE_KEY
 
     yield
     cache.delete_many([CATALOG_CACHE_KEY, HOLDER_CACHE_KEY, REFRESH_PROBLEMS_CACHE_KEY])

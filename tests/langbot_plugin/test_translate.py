@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentRunResult
-from runners.runtime.langbot import translate
+from runtimes.langbot import translate
 
 
 def _entry(**manifest: Any) -> dict[str, Any]:

@@ -10,8 +10,8 @@ import pytest
 
 from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException
-from runners.runtime.langbot import LangBotRuntime
-from runners.runtime.langbot.catalog import langbot_runners_refresh
+from runtimes.langbot import LangBotRuntime
+from runtimes.langbot.catalog import langbot_runners_refresh
 from tests.factories import RunnerDescriptorFactory
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from runners.lifecycle.services import run_cancel_request
 from runners.models import Run, RunEvent
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 from tests.fakes.openai_server import FakeOpenAI, chunk, fake_openai
 from tests.local_agent.plugin import RUNNER_ID

@@ -19,10 +19,10 @@ from rest_framework.test import APIClient
 from bindings.models import RunnerDescriptor
 from langbot_host.asgi import application
 from langbot_sdk.protocol import Action, AgentAPIException
-from runners.models import DevelopmentSession, DevelopmentToken
-from runners.runtime import dev as dev_module
-from runners.runtime.dev import DevRunnerHost
-from runners.runtime.dev_access import dev_token_create, dev_tokens_revoke
+from runtimes import dev as dev_module
+from runtimes.dev import DevRunnerHost
+from runtimes.dev_access import dev_token_create, dev_tokens_revoke
+from runtimes.models import DevelopmentSession, DevelopmentToken
 from tests.factories import WorkspaceFactory
 from tests.runners.dev_envelope_client import (
     DEV_RUNNER_ID,
@@ -252,7 +252,7 @@ async def test_a_newer_connection_of_the_same_token_takes_over_runners_a_dead_se
     """A web process killed under a session never closes it; the author's CLI dialling again must get its
     runners back, while another token of the workspace still may not take them."""
     from langbot_sdk.protocol import ListAgentRunnersResponse
-    from runners.runtime.dev_access import dev_session_open, dev_session_runners_sync
+    from runtimes.dev_access import dev_session_open, dev_session_runners_sync
 
     async with local_runtime(dev_plugin_write(tmp_path)) as runtime:
         report = await runtime.list_runners()
@@ -324,7 +324,7 @@ async def test_a_session_whose_web_process_stopped_beating_is_ended_by_the_worke
     the key is deleted under a live consumer, which is then asked to close so its CLI dials again)."""
     from django.core.cache import cache
 
-    from runners.runtime.dev_access import dev_session_alive_key
+    from runtimes.dev_access import dev_session_alive_key
 
     monkeypatch.setattr(dev_module, "SESSION_CHECK_SECONDS", 0.2)
     plaintext = await database_sync_to_async(lambda: _token()[1])()
@@ -365,7 +365,7 @@ async def test_a_frame_the_relay_has_no_room_for_closes_the_connection_instead_o
 
     from langbot_sdk.wire import TransportClosed
     from runners.live.layers import BatchedRedisChannelLayer
-    from runners.runtime.dev import ChannelRelayTransport
+    from runtimes.dev import ChannelRelayTransport
 
     monkeypatch.setattr(dev_module, "SEND_FULL_WAIT_SECONDS", 0.05)
     hosts = get_channel_layer().hosts  # the configured Redis

@@ -14,8 +14,7 @@ from django.utils import timezone
 
 from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import ListAgentRunnersResponse
-from runners.models import DevelopmentToken
-from runners.runtime.dev_access import (
+from runtimes.dev_access import (
     DevTokenRefused,
     dev_session_alive_key,
     dev_session_open,
@@ -23,6 +22,7 @@ from runners.runtime.dev_access import (
     dev_token_authenticate,
     dev_token_create,
 )
+from runtimes.models import DevelopmentToken
 from tests.factories import UserFactory, WorkspaceFactory
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def admin_client() -> Client:
 
 def _add(client: Client, workspace_pk: int, expires_at: str) -> tuple[int, str]:
     response = client.post(
-        reverse("admin:runners_developmenttoken_add"),
+        reverse("admin:runtimes_developmenttoken_add"),
         {"workspace": workspace_pk, "name": "laptop", "expires_at_0": expires_at[:10], "expires_at_1": expires_at[11:]},
         follow=True,
     )
@@ -63,12 +63,12 @@ def test_a_token_minted_in_admin_is_shown_once_with_the_command_and_admits_until
     assert plaintext.rpartition("_")[2] not in token.secret_sha256
     assert dev_token_authenticate(plaintext=plaintext).pk == token.pk
     # Not shown again: the change page has the prefix only.
-    change = admin_client.get(reverse("admin:runners_developmenttoken_change", args=[token.pk])).content.decode()
+    change = admin_client.get(reverse("admin:runtimes_developmenttoken_change", args=[token.pk])).content.decode()
     assert token.prefix in change
     assert plaintext not in change
 
     admin_client.post(
-        reverse("admin:runners_developmenttoken_changelist"),
+        reverse("admin:runtimes_developmenttoken_changelist"),
         {"action": "revoke", "_selected_action": [token.pk]},
     )
     with pytest.raises(DevTokenRefused) as refused:
@@ -95,7 +95,7 @@ def test_sessions_are_listed_with_their_runners_and_state_and_can_be_disconnecte
     token, _ = dev_token_create(workspace=WorkspaceFactory.create(), name="laptop")
     session = dev_session_open(token=token, peer="203.0.113.5:4242")
     dev_session_runners_sync(session=session, report=_report(RUNNER_ID))
-    changelist = reverse("admin:runners_developmentsession_changelist")
+    changelist = reverse("admin:runtimes_developmentsession_changelist")
 
     cache.set(dev_session_alive_key(session.session_id), 1, 30)
     page = admin_client.get(changelist).content.decode()

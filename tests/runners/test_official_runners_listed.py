@@ -76,7 +76,7 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], log: Path) -> N
 @pytest.fixture
 def make_run_runtime(settings, tmp_path: Path) -> Iterator[None]:
     """The plugin runtime as `make run` starts it (default plugin directory), the host's link pointed at it."""
-    from runners.runtime.link import runtime_link_reset
+    from runtimes.link import runtime_link_reset
 
     web_port = _free_port_pair()
     stack = _run_stack().Stack({"PATH": "/usr/bin:/bin", "PORT": str(web_port)})

@@ -11,7 +11,7 @@ from bindings.models import RunnerDescriptor
 from bindings.services import BindingValidationError, binding_prepare
 from bindings.specs import BindingIn
 from langbot_sdk.protocol import AgentRunnerManifest, ListAgentRunnersResponse
-from runners.runtime.catalog import runner_descriptors_sync
+from runtimes.descriptors import runner_descriptors_sync
 from tests.factories import WorkspaceFactory
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runners.runtime.link import runtime_child_env
+from runtimes.link import runtime_child_env
 
 
 @pytest.mark.parametrize(("freeze", "passed"), [(True, "true"), (False, "false")])

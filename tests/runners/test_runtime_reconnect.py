@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from langbot_sdk.protocol import Action, AgentAPIException, ErrorCode
-from runners.runtime.link import RuntimeLink, runtime_link
+from runtimes.link import RuntimeLink, runtime_link
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:

@@ -21,8 +21,9 @@ from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from resources.models import KnowledgeBase, KnowledgeDocument, MCPServer, MCPTool
-from runners.models import DevelopmentSession, PlatformActionRequest, ProxyCallAudit, Run, RunEvent
-from runners.runtime.dev_access import dev_token_create
+from runners.models import PlatformActionRequest, ProxyCallAudit, Run, RunEvent
+from runtimes.dev_access import dev_token_create
+from runtimes.models import DevelopmentSession
 from tests.factories import (
     AgentBindingFactory,
     BotFactory,

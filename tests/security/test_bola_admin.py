@@ -27,8 +27,8 @@ pytestmark = pytest.mark.django_db
 SCOPED = [
     "bindings.Workspace", "bindings.ApiKey", "bindings.Bot", "bindings.AgentBinding",
     "transcripts.EventLog", "transcripts.TranscriptItem", "transcripts.StateEntry", "transcripts.RetentionPurge",
-    "runners.Run", "runners.ProxyCallAudit", "runners.PlatformActionRequest", "runners.DevelopmentToken",
-    "runners.DevelopmentSession",
+    "runners.Run", "runners.ProxyCallAudit", "runners.PlatformActionRequest", "runtimes.DevelopmentToken",
+    "runtimes.DevelopmentSession",
     "artifacts.Artifact",
     "resources.ModelProvider", "resources.Model", "resources.KnowledgeBase", "resources.MCPServer",
     "platforms.PlatformDelivery", "platforms.InboundRefusal",

@@ -5,8 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from langbot_sdk.protocol import AgentAPIException
-from runners.runtime.catalog import runner_descriptors_refresh
-from runners.runtime.link import runtime_link_reset
+from runtimes.catalog import runner_descriptors_refresh
+from runtimes.link import runtime_link_reset
 
 
 class Command(BaseCommand):

@@ -7,7 +7,7 @@ side calls the other; `__cancel_action {seq_id}` asks the peer to stop one of it
 numbers its own requests, so a response is matched by (direction, seq_id).
 
 What belongs here: only that wire — sending calls and streams, answering the runtime's calls with the
-handlers given, and the runtime's error shape. What the actions mean is `runners.runtime.langbot.bridge`.
+handlers given, and the runtime's error shape. What the actions mean is `runtimes.langbot.bridge`.
 """
 
 from __future__ import annotations

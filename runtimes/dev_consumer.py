@@ -8,7 +8,7 @@ development token (`Authorization: Bearer lbdev_...`). The envelope is JSON text
   the token's workspace; answered `registered` (session, workspace, available ids, errors, expiry).
 - host → CLI `open` / `frame` / `close` and CLI → host `opened` / `open_failed` / `frame` / `close`: wire
   connections between a worker process and the CLI's local runtime, relayed through the channel layer.
-  A worker (`runners.runtime.dev`) sends `dev.open` with its own reply channel to the session's group; the
+  A worker (`runtimes.dev`) sends `dev.open` with its own reply channel to the session's group; the
   consumer keeps conn → reply channel and passes frames both ways, never interpreting them.
 
 A refused token is answered after the handshake with one `error` message and close code 4401, so the CLI
@@ -17,7 +17,7 @@ the session, or a newer connection of the same token taking its runners over, cl
 the socket closes, the session's runners are marked missing and every relayed worker connection is told
 `dev.closed`, which fails its runs in flight with a retryable `runtime_error`.
 
-Thin: tokens, sessions and the catalog are `runners.runtime.dev_access`'s.
+Thin: tokens, sessions and the catalog are `runtimes.dev_access`'s.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from django.utils import timezone
 from pydantic import ValidationError
 
 from langbot_sdk.protocol import ListAgentRunnersResponse
-from runners.models import DevelopmentSession, DevelopmentToken
-from runners.runtime.dev_access import (
+from runtimes.dev_access import (
     DEV_SESSION_ALIVE_SECONDS,
     DEV_SESSION_HEARTBEAT_SECONDS,
     DevTokenRefused,
@@ -49,6 +48,7 @@ from runners.runtime.dev_access import (
     dev_sessions_supersede,
     dev_token_authenticate,
 )
+from runtimes.models import DevelopmentSession, DevelopmentToken
 
 logger = logging.getLogger(__name__)
 

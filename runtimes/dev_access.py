@@ -6,7 +6,7 @@ lookup knows only `lbk_` keys, so REST, the chat ticket and the other sockets re
 (`expires_at` is required) and can be revoked; revoking or expiring closes its live sessions.
 
 A session is one connection. Its runners are `RunnerDescriptor` rows of source `dev`, keyed by the
-session id and limited to the token's workspace (`runners.runtime.catalog.runner_descriptors_sync`); when
+session id and limited to the token's workspace (`runtimes.descriptors.runner_descriptors_sync`); when
 the connection ends they are marked missing.
 """
 
@@ -28,8 +28,8 @@ from django.utils import timezone
 from bindings.models import RunnerDescriptor, Workspace
 from bindings.services import api_key_secret_digest
 from langbot_sdk.protocol import ListAgentRunnersResponse
-from runners.models import DevelopmentSession, DevelopmentToken
-from runners.runtime.catalog import RunnerSyncResult, runner_descriptors_sync
+from runtimes.descriptors import RunnerSyncResult, runner_descriptors_sync
+from runtimes.models import DevelopmentSession, DevelopmentToken
 
 logger = logging.getLogger(__name__)
 

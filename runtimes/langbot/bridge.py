@@ -37,10 +37,10 @@ from typing import Any, cast
 
 from django.conf import settings
 
+import runtimes.langbot.translate as translate
 from langbot_sdk.protocol import Action, AgentAPIException, ListAgentRunnersResponse, RunnerId
 from langbot_sdk.wire import CallInfo, Handler
-from runners.runtime.langbot import translate
-from runners.runtime.langbot.wire import LangBotCallError, LangBotConnection, LangBotHandler
+from runtimes.langbot.wire import LangBotCallError, LangBotConnection, LangBotHandler
 
 logger = logging.getLogger(__name__)
 
@@ -463,7 +463,7 @@ def _failed(run_id: str, code: str, message: str, *, retryable: bool = False, re
 
 
 class LangBotRunnerHost:
-    """`runners.runtime.hosts.RunnerHost` of LangBot's runtime, for one worker."""
+    """`runtimes.hosts.RunnerHost` of LangBot's runtime, for one worker."""
 
     def __init__(self, runtime: LangBotRuntime) -> None:
         self.runtime = runtime
@@ -481,7 +481,7 @@ class LangBotRunnerHost:
 
 
 def langbot_runner_host(source_key: str, handlers: Mapping[str, Handler]) -> LangBotRunnerHost:
-    """`runners.runtime.hosts.RunnerHostFactory` of the `langbot` source."""
+    """`runtimes.hosts.RunnerHostFactory` of the `langbot` source."""
     url = settings.LANGBOT_LANGBOT_RUNTIME_URL
     if not url:
         raise AgentAPIException.runtime_error(

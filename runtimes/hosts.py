@@ -6,8 +6,8 @@ handlers (the orchestrator's `proxy_handlers`), so authorization and audit do no
 lives. Sources:
 
 - `runtime`: the host's own plugin runtime over the process's `RuntimeLink` (stdio child or `--listen`).
-- `dev`: a development runtime an author connected to the host (`runners.runtime.dev`).
-- `langbot`: LangBot's own plugin runtime (`runners.runtime.langbot`).
+- `dev`: a development runtime an author connected to the host (`runtimes.dev`).
+- `langbot`: LangBot's own plugin runtime (`runtimes.langbot`).
 
 A source other than `runtime` is imported when a run first needs it, so a host that never uses it never
 loads its code.
@@ -24,14 +24,14 @@ from django.utils.module_loading import import_string
 
 from langbot_sdk.protocol import Action
 from langbot_sdk.wire import Handler
-from runners.runtime.link import RuntimeLink
+from runtimes.link import RuntimeLink
 
 SOURCE_RUNTIME = "runtime"
 
 # source -> dotted path of a `RunnerHostFactory`.
 FACTORY_PATHS: dict[str, str] = {
-    "dev": "runners.runtime.dev.dev_runner_host",
-    "langbot": "runners.runtime.langbot.langbot_runner_host",
+    "dev": "runtimes.dev.dev_runner_host",
+    "langbot": "runtimes.langbot.langbot_runner_host",
 }
 
 

@@ -1,7 +1,7 @@
-"""The worker's side of a development runtime: `dev_runner_host(session_id, handlers)` (`runners.runtime.hosts`).
+"""The worker's side of a development runtime: `dev_runner_host(session_id, handlers)` (`runtimes.hosts`).
 
 A development runtime runs on an author's machine and is connected to the host by a socket a web process
-holds (`runners.runtime.dev_consumer`). A worker that runs one of its runners opens its own wire
+holds (`runtimes.dev_consumer`). A worker that runs one of its runners opens its own wire
 `Connection` to it, carried by the channel layer: the worker sends `dev.open` (a new connection id and the
 worker's process-local reply channel) to the session's group; the consumer asks the CLI to open a local
 connection and answers `dev.opened` with its own channel, to which the worker then sends its frames
@@ -35,7 +35,7 @@ from langbot_sdk.protocol import Action, AgentAPIError, AgentAPIException, Error
 from langbot_sdk.wire import Connection, Handler
 from langbot_sdk.wire.framing import MAX_WIRE_MESSAGE_BYTES, OVERSIZE_HEAD_BYTES
 from langbot_sdk.wire.transport import FrameTooLarge, TransportClosed
-from runners.runtime.dev_access import dev_session_group, dev_session_live
+from runtimes.dev_access import dev_session_group, dev_session_live
 
 logger = logging.getLogger(__name__)
 

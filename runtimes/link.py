@@ -30,7 +30,7 @@ from foundation.portal import ThreadPortal
 from langbot_sdk.protocol import AgentAPIError, AgentAPIException, ErrorCode
 from langbot_sdk.runtime.environment import runtime_environment
 from langbot_sdk.wire import Connection, Handler, Transport, connect_websocket, spawn_stdio_transport
-from runners.metrics import RUNTIME_CONNECTED
+from runtimes.metrics import RUNTIME_CONNECTED
 
 logger = logging.getLogger(__name__)
 

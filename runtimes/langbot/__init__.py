@@ -6,6 +6,6 @@
 - `bridge`: the handshake, the catalog, runs, cancellation and the runtime's calls back to the host.
 """
 
-from runners.runtime.langbot.bridge import LangBotRunnerHost, LangBotRuntime, langbot_report, langbot_runner_host
+from runtimes.langbot.bridge import LangBotRunnerHost, LangBotRuntime, langbot_report, langbot_runner_host
 
 __all__ = ["LangBotRunnerHost", "LangBotRuntime", "langbot_report", "langbot_runner_host"]

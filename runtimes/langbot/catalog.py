@@ -1,5 +1,5 @@
 """LangBot's agent runners in the runner catalog: descriptors of source `langbot`, synced from its runtime's
-listing when the runner list is refreshed (`runners.runtime.catalog.runner_descriptors_refresh`).
+listing when the runner list is refreshed (`runtimes.catalog.runner_descriptors_refresh`).
 
 Which process holds LangBot's control connection: the worker (`langbot_connection_hold`, started with its run
 loop when `LANGBOT_LANGBOT_RUNTIME_URL` is set). LangBot's runtime serves one host connection at a time and
@@ -21,9 +21,9 @@ from django.core.cache import cache
 
 from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException, ListAgentRunnersResponse
-from runners.runtime.catalog import RunnerSyncResult, runner_descriptors_sync
-from runners.runtime.hosts import RunnerHosts
-from runners.runtime.langbot.bridge import HOLD_LIST_EVERY, LangBotCatalog, LangBotRunnerHost, langbot_catalog
+from runtimes.descriptors import RunnerSyncResult, runner_descriptors_sync
+from runtimes.hosts import RunnerHosts
+from runtimes.langbot.bridge import HOLD_LIST_EVERY, LangBotCatalog, LangBotRunnerHost, langbot_catalog
 
 logger = logging.getLogger(__name__)
 
