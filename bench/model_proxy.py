@@ -80,7 +80,9 @@ def _setup(base_url: str) -> Any:
     from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory, WorkspaceFactory
 
     try:
-        workspace = WorkspaceFactory.create(slug="bench-model")
+        # The fake provider listens on loopback: allowed for this workspace, as an operator allows a
+        # self-hosted model (the outbound guard refuses private addresses otherwise).
+        workspace = WorkspaceFactory.create(slug="bench-model", allow_private_addresses=True)
         provider = ModelProviderFactory.create(workspace=workspace, base_url=base_url, api_key="bench", max_retries=0)
         ModelFactory.create(workspace=workspace, provider=provider, model_id=MODEL_ID, name=MODEL_NAME)
         AgentBindingFactory.create(
