@@ -1,6 +1,11 @@
 """The checks a proxy call goes through that need no database (docs/security.md, "Runner code"), in one place for both
 hosts.
 
+Why it ships in the SDK's wheel, not in the host: the fake host of `langbot_sdk.testing` must refuse exactly
+what the host refuses (tests/sdk/test_fake_host_parity.py runs the same calls on both), and the SDK cannot
+import the host; so the one copy of these rules lives here and the host's proxy handlers import it
+(docs/testing.md). Runner authors never call it directly.
+
 What belongs here: the run's scope and its isolated state keys (`RunScope`), request parsing with the
 documented clamps, and each family's authorization against the run's frozen snapshot (API allowed →
 resource in the snapshot → object within the run's scope). The host's proxy handlers
