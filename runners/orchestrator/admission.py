@@ -87,8 +87,9 @@ def _run_load(key: uuid.UUID) -> tuple[Run, RunnerDescriptor | None, tuple[int |
         objects.append(part.load(row[start : start + len(part)]))
         start += len(part)
     run, event, workspace, binding, bot, descriptor = objects
-    for name, value in (("event", event), ("workspace", workspace), ("binding", binding), ("bot", bot)):
-        Run._meta.get_field(name).set_cached_value(run, value)  # type: ignore[union-attr]
+    # Assigning a loaded row to a foreign key caches it (no query on `run.event` later) and sets the same
+    # id the run already holds; a missing binding or bot was read as NULL, so None keeps it NULL.
+    run.event, run.workspace, run.binding, run.bot = event, workspace, binding, bot
     return run, descriptor, (row[start], row[start + 1])
 
 
