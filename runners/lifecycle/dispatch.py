@@ -23,10 +23,12 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from celery import current_app
+
+from foundation.compat.kombu import channel_client_keep
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ class Batcher:
 class _KeptProducer:
     """This process's one producer, taken from Celery's pool once and kept (used by one thread at a time:
     the batcher's sender). On kombu's Redis transport its channel also keeps one Redis client instead of
-    building one per publish (a `redis.Redis` object over the same connection pool)."""
+    building one per publish (`foundation.compat.kombu`)."""
 
     def __init__(self) -> None:
         self.producer: Any = None
@@ -83,16 +85,7 @@ class _KeptProducer:
     def get(self) -> Any:
         if self.producer is None:
             self.producer = current_app.producer_pool.acquire(block=True)
-        channel = self.producer.channel
-        if not getattr(channel, "_langbot_client_kept", False) and hasattr(channel, "_create_client"):
-            client = channel._create_client()
-
-            @contextlib.contextmanager
-            def conn_or_acquire(given: Any = None) -> Iterator[Any]:
-                yield given or client
-
-            channel.conn_or_acquire = conn_or_acquire
-            channel._langbot_client_kept = True
+        channel_client_keep(self.producer.channel)
         return self.producer
 
     def drop(self) -> None:
