@@ -45,6 +45,7 @@ import httpx2
 from django.conf import settings
 
 from foundation.api_errors import FieldsRefusedError
+from foundation.compat.httpcore import transport2_with_backend, transport_with_backend
 
 ALLOWED_SCHEMES = ("http", "https")
 SETTING = "LANGBOT_ALLOW_PRIVATE_ADDRESSES"
@@ -343,35 +344,28 @@ class GuardedAsyncBackend2(httpcore2.AnyIOBackend):
         raise failure or httpcore2.ConnectError(f"{host} has no address")
 
 
-# httpx takes no network backend, but its transports keep the httpcore connection pool they build, and the
-# pool hands its backend to every connection it opens: the pool's backend is replaced right after it is
-# built. tests/security/test_outbound_guard.py pins that httpx still connects through it.
+# httpx takes no network backend: `foundation.compat.httpcore` gives the pool it builds one.
+# tests/security/test_outbound_guard.py pins that httpx still connects through it.
 
 
 def guarded_transport(*, allow_private: bool, **options: object) -> httpx.HTTPTransport:
     """An httpx transport (for `httpx.Client(transport=...)`) whose every connection is checked; `options`
     are `httpx.HTTPTransport`'s own (retries, http2, ...)."""
     transport = httpx.HTTPTransport(**options)  # type: ignore[arg-type]
-    transport._pool._network_backend = GuardedBackend(allow_private=allow_private)
-    return transport
+    return transport_with_backend(transport, GuardedBackend(allow_private=allow_private))
 
 
 def guarded_async_transport(*, allow_private: bool, **options: object) -> httpx.AsyncHTTPTransport:
     """The asynchronous twin of `guarded_transport`, for `httpx.AsyncClient(transport=...)`."""
     transport = httpx.AsyncHTTPTransport(**options)  # type: ignore[arg-type]
-    transport._pool._network_backend = GuardedAsyncBackend(allow_private=allow_private)
-    return transport
+    return transport_with_backend(transport, GuardedAsyncBackend(allow_private=allow_private))
 
 
 def guarded_httpx2_transport(*, allow_private: bool) -> httpx2.HTTPTransport:
     """`guarded_transport` for httpx2 (`openai.OpenAI(http_client=openai.DefaultHttpxClient(transport=...))`)."""
-    transport = httpx2.HTTPTransport()
-    transport._pool._network_backend = GuardedBackend2(allow_private=allow_private)
-    return transport
+    return transport2_with_backend(httpx2.HTTPTransport(), GuardedBackend2(allow_private=allow_private))
 
 
 def guarded_httpx2_async_transport(*, allow_private: bool) -> httpx2.AsyncHTTPTransport:
     """`guarded_async_transport` for httpx2 (`openai.AsyncOpenAI`, the `mcp` SDK's streamable HTTP)."""
-    transport = httpx2.AsyncHTTPTransport()
-    transport._pool._network_backend = GuardedAsyncBackend2(allow_private=allow_private)
-    return transport
+    return transport2_with_backend(httpx2.AsyncHTTPTransport(), GuardedAsyncBackend2(allow_private=allow_private))
