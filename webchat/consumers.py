@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from foundation.api_errors import field_errors
+from foundation.compat.autobahn import close_handshake_wait, server_send_backlog
 from foundation.limits import json_too_deep, too_deep_message
 from foundation.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from gateway.envelope import AttachmentIn
@@ -148,52 +149,6 @@ class _Subscription:
     conversation_id: str
     group: str
     cursor: RunCursor
-
-
-def server_protocol(send: Any) -> Any | None:
-    """Daphne's protocol object of this connection, when the ASGI `send` lets us see it.
-
-    Daphne's `send` is `partial(server.handle_reply, protocol)` (behind Channels' session wrapper). Other
-    servers apply backpressure by making `send` wait, which the bounded queue handles; for them this is None.
-    """
-    for _ in range(4):
-        if hasattr(send, "real_send"):
-            send = send.real_send
-        elif hasattr(send, "__self__") and hasattr(send.__self__, "real_send"):
-            send = send.__self__.real_send
-        else:
-            break
-    args = getattr(send, "args", None)
-    return args[0] if args else None
-
-
-def server_send_backlog(send: Any) -> int | None:
-    """Bytes daphne holds unsent for this connection (the protocol's Twisted transport keeps what the
-    socket would not take), or None when they cannot be seen."""
-    transport = getattr(server_protocol(send), "transport", None)
-    if transport is None:
-        return None
-    try:
-        pending = len(transport.dataBuffer) - int(transport.offset) + int(transport._tempDataLen)
-    except (AttributeError, TypeError):
-        return None
-    return max(0, pending)
-
-
-def close_handshake_wait(send: Any, seconds: float) -> None:
-    """Before a close this server starts: let the client `seconds` to answer it (autobahn drops the
-    connection with a reset after 1 s) and stop the protocol pings, whose timeout would reset it sooner."""
-    protocol = server_protocol(send)
-    if protocol is None or not hasattr(protocol, "closeHandshakeTimeout"):
-        return
-    protocol.closeHandshakeTimeout = seconds
-    for name in ("autoPingPendingCall", "autoPingTimeoutCall"):
-        call = getattr(protocol, name, None)
-        if call is not None:
-            with contextlib.suppress(Exception):
-                call.cancel()
-            setattr(protocol, name, None)
-    protocol.autoPingInterval = 0
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
