@@ -14,6 +14,8 @@ the way of every live event to an idle socket.
 `group_add` sends its two commands in one pipeline instead of one after the other; `groups_add` and
 `groups_discard` subscribe and unsubscribe a channel to several groups (a `?wait=` on the runs of one
 event) in one pipeline per Redis shard.
+
+What this relies on of channels_redis beyond its public methods goes through `foundation.compat.channels_redis`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ from collections import deque
 from typing import Any
 
 from channels_redis.core import RedisChannelLayer
+
+from foundation.compat.channels_redis import (
+    backup_key,
+    group_key,
+    receive_clean_later,
+    receive_clean_lock,
+    receive_clean_unlock,
+    shard,
+)
 
 # Restore what a cancelled reader left in the backup (in order), then pop up to ARGV[1] messages and back
 # them up. KEYS[1] = channel, KEYS[2] = backup. Returns [member, score, member, score, ...].
@@ -56,8 +67,8 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
         chat socket, SSE stream and `?wait=` request subscribes before it reads, so this is on their path."""
         self.require_valid_group_name(group)
         self.require_valid_channel_name(channel)
-        key = self._group_key(group)
-        pipe = self.connection(self.consistent_hash(group)).pipeline(transaction=False)
+        key = group_key(self, group)
+        pipe = self.connection(shard(self, group)).pipeline(transaction=False)
         pipe.zadd(key, {channel: time.time()})
         pipe.expire(key, self.group_expiry)
         await pipe.execute()
@@ -82,11 +93,11 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
                 pipe.zrem(key, channel)
             await pipe.execute()
 
-    def _group_keys_by_shard(self, groups: list[str]) -> dict[int, list[str]]:
-        shards: dict[int, list[str]] = {}
+    def _group_keys_by_shard(self, groups: list[str]) -> dict[int, list[bytes]]:
+        shards: dict[int, list[bytes]] = {}
         for group in groups:
             self.require_valid_group_name(group)
-            shards.setdefault(self.consistent_hash(group), []).append(self._group_key(group))
+            shards.setdefault(shard(self, group), []).append(group_key(self, group))
         return shards
 
     async def receive_single(self, channel: str) -> tuple[str, dict[str, Any]]:
@@ -102,11 +113,11 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
         return channel, message
 
     async def _fetch(self, channel: str, into: deque[Any]) -> None:
-        index = self.consistent_hash(channel)
+        index = shard(self, channel)
         key = self.prefix + channel
-        backup = self._backup_channel_name(key)
+        backup = backup_key(self, key)
         connection = self.connection(index)
-        await self.receive_clean_locks.acquire(key)
+        await receive_clean_lock(self, key)
         try:
             popped = await connection.eval(_POP_BATCH_LUA, 2, key, backup, self.receive_batch)
             members = list(popped[::2])
@@ -119,19 +130,12 @@ class BatchedRedisChannelLayer(RedisChannelLayer):
                 if result is not None:
                     members = [result[1]]
         except BaseException:
-            self.receive_clean_locks.release(key)
+            receive_clean_unlock(self, key)
             raise
         # From here on nothing awaits until the messages are in memory; then the backup can go.
         into.extend(members)
         if not backed_up:
             # The script emptied the backup and put nothing in it: there is nothing to clean.
-            self.receive_clean_locks.release(key)
+            receive_clean_unlock(self, key)
             return
-        cleaner = asyncio.ensure_future(connection.delete(backup))
-        self.receive_cleaners.append(cleaner)
-
-        def _cleaned(task: asyncio.Future[Any]) -> None:
-            self.receive_cleaners.remove(task)
-            self.receive_clean_locks.release(key)
-
-        cleaner.add_done_callback(_cleaned)
+        receive_clean_later(self, key, asyncio.ensure_future(connection.delete(backup)))

@@ -31,6 +31,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
+from foundation.compat.channels_redis import batching_supported, channel_messages, group_key
 from runners.metrics import PUBLISH_LAG
 from runners.models import Run, RunEvent
 
@@ -116,15 +117,6 @@ def _next_score() -> float:
     return _last_score
 
 
-def _batched(layer: Any) -> bool:
-    return (
-        isinstance(layer, RedisChannelLayer)
-        and layer.ring_size == 1
-        and hasattr(layer, "_map_channel_keys_to_connection")
-        and hasattr(layer, "_group_key")
-    )
-
-
 async def _send_batched(layer: RedisChannelLayer, sends: list[tuple[list[str], list[dict[str, Any]]]]) -> None:
     """`group_send` of every message of every send to each of its groups in two Redis round trips (one
     pipeline reading the groups' members, one script adding the messages), in order within each group."""
@@ -133,9 +125,9 @@ async def _send_batched(layer: RedisChannelLayer, sends: list[tuple[list[str], l
     now = time.time()
     groups = list(dict.fromkeys(group for send_groups, _ in sends for group in send_groups))
     for group in groups:
-        key = layer._group_key(group)
-        pipe.zremrangebyscore(key, min=0, max=int(now) - layer.group_expiry)
-        pipe.zrange(key, 0, -1)
+        members_key = group_key(layer, group)
+        pipe.zremrangebyscore(members_key, min=0, max=int(now) - layer.group_expiry)
+        pipe.zrange(members_key, 0, -1)
     replies = await pipe.execute()
     members = {group: [m.decode("utf8") for m in replies[2 * i + 1]] for i, group in enumerate(groups)}
     keys: list[Any] = []
@@ -148,7 +140,7 @@ async def _send_batched(layer: RedisChannelLayer, sends: list[tuple[list[str], l
                 channels = members[group]
                 if not channels:
                     continue
-                by_key, serialized, capacity = layer._map_channel_keys_to_connection(channels, message)
+                by_key, serialized, capacity = channel_messages(layer, channels, message)
                 score = _next_score()
                 for channel_keys in by_key.values():
                     for key in channel_keys:
@@ -175,7 +167,7 @@ class _Coalescer:
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
-        self.batched = _batched(layer)
+        self.batched = batching_supported(layer)
         self.waiting: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
         # Held so the running flush cannot be garbage-collected (the loop keeps only a weak reference).
         self.flusher: asyncio.Task[None] | None = None
