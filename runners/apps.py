@@ -9,5 +9,6 @@ class RunnersConfig(AppConfig):
         from runners.lifecycle.observers import run_end_observer_register
         from runners.lifecycle.retry import runs_retry
 
-        # Bindings that opt in (`delivery_policy.retry`) get a new attempt of runs lost to a host fault.
+        # Bindings that opt in (`delivery_policy.retry`) get a new attempt of runs lost to a host fault. In
+        # the ending transaction: the new attempt's row commits with the end; its dispatch waits for the commit.
         run_end_observer_register(runs_retry)

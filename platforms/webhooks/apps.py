@@ -15,5 +15,7 @@ class WebhooksConfig(AppConfig):
         from runners.hostapi.observers import action_requested_observer_register
         from runners.lifecycle.observers import run_end_observer_register
 
+        # Both in the observed transaction (the outbox): the delivery rows commit with the run end or the
+        # request, or not at all; the senders are woken only after the commit.
         run_end_observer_register(runs_ended_record)
         action_requested_observer_register(actions_requested_record)
