@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from resources.knowledge.ingestion import knowledge_document_ingest as _document_ingest
-from resources.mcp.services import mcp_server_connect_run, mcp_server_refresh_run
+from resources.mcp.refresh import mcp_server_connect_run, mcp_server_refresh_run
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -12,13 +12,6 @@ import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Cycles known and being removed elsewhere; each names who removes it. Not a place to add new ones.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # The MCP services send the tasks that call them back; splitting the worker's side (connect, refresh,
-    # store the tools) out of services.py removes it.
-    frozenset({"resources.mcp.services", "resources.tasks"}),
-}
-
 
 def host_packages() -> list[str]:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -70,7 +63,7 @@ def module_cycles(graph: grimp.ImportGraph) -> list[frozenset[str]]:
 def test_no_module_of_the_host_is_part_of_an_import_cycle():
     graph = grimp.build_graph(*host_packages(), cache_dir=None)
 
-    cycles = [cycle for cycle in module_cycles(graph) if cycle not in KNOWN_CYCLES]
+    cycles = module_cycles(graph)
 
     assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(sorted(cycle)) for cycle in cycles)
 

@@ -18,10 +18,9 @@ from django.utils.html import format_html
 from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.mcp.forms import MCPServerAdminForm
 from resources.mcp.policy import MCPStdioRefusedError
+from resources.mcp.refresh import MCPServerDisabledError, MCPServerUnavailableError
 from resources.mcp.services import (
     MCPRefreshPendingError,
-    MCPServerDisabledError,
-    MCPServerUnavailableError,
     mcp_server_connection,
     mcp_server_refresh_requested,
     mcp_server_saved,

@@ -43,12 +43,11 @@ from foundation.api_input import body_parse
 from foundation.outbound import REFUSED_CODE as ADDRESS_REFUSED_CODE
 from resources.mcp.policy import REFUSED_CODE as STDIO_REFUSED_CODE
 from resources.mcp.policy import STDIO_SETTING, MCPStdioRefusedError
+from resources.mcp.refresh import MCPServerDisabledError, MCPServerUnavailableError
 from resources.mcp.selectors import mcp_server_get, mcp_server_list, mcp_server_tools, mcp_tool_list
 from resources.mcp.services import (
     MCPRefreshPendingError,
     MCPServerAddressRefusedError,
-    MCPServerDisabledError,
-    MCPServerUnavailableError,
     mcp_server_create,
     mcp_server_delete,
     mcp_server_input,

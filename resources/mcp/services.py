@@ -1,27 +1,16 @@
-"""Writes for MCP servers and their cached tools, shared by the REST API, the admin and the tool handler.
+"""Writes for MCP servers, shared by the REST API, the admin and the tool handler.
 
 Secrets: a server's `env` and `headers` values are write-only. A value sent back as the mask
 (`SECRET_MASK`) keeps the stored one; a name left out is removed.
 
-Tool names. A server's tools are cached as `MCPTool` rows whose `tool_name` is the public name bindings
-allow and runners call; it matches `^[a-zA-Z0-9_-]{1,64}$` (what OpenAI-style function calling accepts):
-other characters of the server's own name become `_`, and it is cut to 64. Names are unique per
-workspace, and collisions between servers resolve first come, first served:
-- a tool keeps its (sanitized) own name when no other tool of the workspace has that name;
-- a tool whose name another server's tool already has becomes `<server_id>__<name>` (and, in the unlikely
-  case that is taken too, `<server_id>__<name>_2`, `_3`, ...);
-- a name once assigned stays on every refresh while the server still lists the tool, even after the tool
-  it collided with is gone, so a binding's `allowed_tool_names` never silently points at another tool;
-- a tool the server no longer lists is deleted, freeing its name.
 Refreshing happens on demand (REST, admin), whenever a session (re)connects, and in the background after
-a save that changes how the server connects; every connection attempt records the server's `status` and
-`last_error`, without touching `updated_at` (which keys the live sessions: an edit, not a status, makes a
-new one).
+a save that changes how the server connects. Listing, storing and naming the tools and recording each
+connection's outcome are `resources.mcp.refresh`'s, which the worker's tasks call without these services.
 
 Connecting after a save. Creating an enabled server, enabling one, or changing what it connects with
 (`transport`, `command`, `args`, `env`, `url`, `headers`) marks it `connecting` (its old `last_error` is
 about settings that are gone) and, once the transaction commits, sends a worker to connect and list its
-tools (`mcp_server_connect_run`); the save answers at once. A rename, a new timeout or disabling does not
+tools (`refresh.mcp_server_connect_run`); the save answers at once. A rename, a new timeout or disabling does not
 connect; a server disabled while it was connecting goes back to `unknown`. The status stays `connecting`
 until a worker has answered: with no worker running it stays so, and a refresh still works.
 
@@ -36,16 +25,12 @@ web waits a bounded time for the worker's outcome, passed back through the cache
 
 from __future__ import annotations
 
-import contextlib
-import re
 import secrets
 import time
-from datetime import datetime
 from typing import Any
 
 from django.core.cache import cache
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 from pydantic import ValidationError
 
 from bindings.models import Workspace
@@ -54,33 +39,32 @@ from foundation.api_errors import FieldsRefusedError, field_errors
 from foundation.crypto import SECRET_MASK
 from foundation.ids import free_slug
 from foundation.outbound import url_refusal
-from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mcp_connection_close, mcp_tools_list
+from resources.mcp.client import mcp_connection_close
 from resources.mcp.policy import MCPStdioRefusedError, mcp_stdio_change_check, mcp_stdio_command_refusal
+from resources.mcp.refresh import (
+    MCPServerDisabledError,
+    MCPServerUnavailableError,
+    mcp_server_refresh,
+    mcp_server_status_record,
+    mcp_server_status_set,
+    refresh_outcome_key,
+)
 from resources.mcp.specs import MCPServerIn, MCPServerPatchIn, mcp_url_checked
-from resources.models import MCPServer, MCPTool
+from resources.models import MCPServer
 from resources.services import ResourceValidationError
+from resources.tasks import mcp_server_connect
+from resources.tasks import mcp_server_refresh as mcp_server_refresh_task
 
-TOOL_NAME_MAX = 64
-REMOTE_NAME_MAX = MCPTool._meta.get_field("remote_name").max_length or 128
-_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 _STDIO_FIELDS = ("command", "args", "env")
 _HTTP_FIELDS = ("url", "headers")
 # What a server connects with: a save that changes one of these connects it anew.
 _CONNECTION_FIELDS = ("transport", *_STDIO_FIELDS, *_HTTP_FIELDS)
-# What a listing may bring in, per server and per tool; more is refused as a failed refresh.
-MAX_TOOLS_PER_SERVER = 500
-DESCRIPTION_MAX_CHARS = 8192
 # A refresh sent to a worker: the web waits the server's own timeout plus this, at most REFRESH_WAIT_MAX
 # seconds (a request thread is held meanwhile), then answers that the refresh goes on. The worker's
-# outcome stays in the cache for REFRESH_OUTCOME_SECONDS.
+# outcome stays in the cache for `refresh.REFRESH_OUTCOME_SECONDS`.
 REFRESH_WAIT_GRACE = 5.0
 REFRESH_WAIT_MAX = 60.0
 REFRESH_POLL_SECONDS = 0.1
-REFRESH_OUTCOME_SECONDS = 300
-
-
-class MCPServerDisabledError(FieldsRefusedError):
-    """The server is disabled; it is neither connected to nor refreshed."""
 
 
 class MCPServerAddressRefusedError(FieldsRefusedError):
@@ -90,16 +74,6 @@ class MCPServerAddressRefusedError(FieldsRefusedError):
 class MCPRefreshPendingError(Exception):
     """A refresh sent to a worker that has not answered within the wait; it goes on, and the server's
     `status`, `last_error` and `tools_refreshed_at` will show its outcome."""
-
-
-class MCPServerUnavailableError(Exception):
-    """A refresh that could not reach the server or got no answer in time; `kind` is the client's
-    (`unavailable`, `timeout`, `refused`), the message redacted."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
 
 
 # --- servers -----------------------------------------------------------------------------------------
@@ -199,38 +173,16 @@ def mcp_server_saved(*, server: MCPServer, connection_before: tuple[Any, ...] | 
     """After a save (REST, admin) of a server that connected with `connection_before` (None: it was new or
     disabled): when it now connects differently, mark it `connecting` and send a worker to connect once the
     transaction commits; when it is disabled, a `connecting` it still shows is over."""
-    from resources.tasks import mcp_server_connect  # the tasks module imports this one
-
     connection = mcp_server_connection(server)
     if connection is None:
         if server.status == MCPServer.Status.CONNECTING:
-            _status_set(server, status=MCPServer.Status.UNKNOWN, last_error="")
+            mcp_server_status_set(server, status=MCPServer.Status.UNKNOWN, last_error="")
         return
     if connection == connection_before:
         return
-    _status_set(server, status=MCPServer.Status.CONNECTING, last_error="")
+    mcp_server_status_set(server, status=MCPServer.Status.CONNECTING, last_error="")
     pk, version = server.pk, server.updated_at.isoformat()
     transaction.on_commit(lambda: mcp_server_connect.delay(pk, version))
-
-
-def _status_set(server: MCPServer, **values: Any) -> None:
-    # A queryset update: `updated_at` (the sessions' key, and the connect task's fence) stays the save's.
-    MCPServer.objects.filter(pk=server.pk).update(**values)
-    for name, value in values.items():
-        setattr(server, name, value)
-
-
-def mcp_server_connect_run(*, server_pk: int, version: str) -> None:
-    """A worker's side of `mcp_server_saved`: connect the server as saved at `version` (its `updated_at`)
-    and list its tools, the outcome recorded on the server as any refresh's is. A server deleted, or saved
-    again since (that save sent a worker of its own), is left alone. Running it twice lists the tools
-    twice, which is harmless."""
-    server = MCPServer.objects.select_related("workspace").filter(pk=server_pk).first()
-    if server is None or server.updated_at != datetime.fromisoformat(version) or not server.enabled:
-        return
-    # A failure is recorded on the server (`status: error`, `last_error`): that is where the user looks.
-    with contextlib.suppress(MCPServerUnavailableError):
-        mcp_server_refresh(server=server)
 
 
 @transaction.atomic
@@ -294,44 +246,11 @@ def mcp_server_delete(*, server: MCPServer) -> None:
     transaction.on_commit(lambda: mcp_connection_close(pk))
 
 
-def mcp_server_status_record(*, server: MCPServer, error: str | None, tools_refreshed: bool = False) -> None:
-    """Record how the last connection went. A queryset update: `updated_at` keys the live sessions and
-    must only change when the server's settings do."""
-    values: dict[str, Any] = {
-        "status": MCPServer.Status.ERROR if error else MCPServer.Status.OK,
-        "last_error": (error or "")[:4000],
-    }
-    if tools_refreshed:
-        values["tools_refreshed_at"] = timezone.now()
-    _status_set(server, **values)
-
-
-def mcp_server_refresh(*, server: MCPServer) -> MCPServer:
-    """Ask the server for its tools now (connecting if needed, within its timeout), store them and record
-    the outcome. A failure is recorded on the server and raised as `MCPServerUnavailableError`; the tools
-    cached before stay as they were."""
-    if not server.enabled:
-        raise MCPServerDisabledError({"enabled": "The server is disabled; enable it to refresh its tools."})
-    config = MCPServerConfig.of(server)
-    try:
-        tools = mcp_tools_list(config)
-    except MCPClientError as exc:
-        mcp_server_status_record(server=server, error=exc.message)
-        raise MCPServerUnavailableError(exc.kind, exc.message) from None
-    return mcp_server_connected(server=server, tools=tools)
-
-
-def _refresh_outcome_key(token: str) -> str:
-    return f"langbot:mcp:refresh:{token}"
-
-
 def mcp_server_refresh_queued(*, server: MCPServer) -> MCPServer:
     """Refresh a server in a worker (a stdio server never starts in the web process) and wait a bounded
     time for the outcome: the server refreshed, or the worker's `MCPServerUnavailableError` /
     `MCPServerDisabledError` / `MCPStdioRefusedError`, or `MCPRefreshPendingError` when the worker has not
     answered in time. A command no longer allowed is refused here already, and recorded on the server."""
-    from resources.tasks import mcp_server_refresh as refresh_task  # the tasks module imports this one
-
     if not server.enabled:
         raise MCPServerDisabledError({"enabled": "The server is disabled; enable it to refresh its tools."})
     if server.transport == MCPServer.Transport.STDIO and (refusal := mcp_stdio_command_refusal(server.command)):
@@ -339,9 +258,9 @@ def mcp_server_refresh_queued(*, server: MCPServer) -> MCPServer:
         raise MCPStdioRefusedError(refusal[0].upper() + refusal[1:], reason="command")
     token = secrets.token_urlsafe(16)
     # Sent at once rather than on commit: the row is already stored, and nothing here is written first.
-    refresh_task.delay(server.pk, token)
+    mcp_server_refresh_task.delay(server.pk, token)
     deadline = time.monotonic() + min(server.timeout_seconds + REFRESH_WAIT_GRACE, REFRESH_WAIT_MAX)
-    while (outcome := cache.get(_refresh_outcome_key(token))) is None:
+    while (outcome := cache.get(refresh_outcome_key(token))) is None:
         if time.monotonic() >= deadline:
             raise MCPRefreshPendingError(f"a worker is refreshing MCP server {server.server_id!r}")
         time.sleep(REFRESH_POLL_SECONDS)
@@ -361,100 +280,3 @@ def mcp_server_refresh_requested(*, server: MCPServer) -> MCPServer:
     if server.transport == MCPServer.Transport.STDIO:
         return mcp_server_refresh_queued(server=server)
     return mcp_server_refresh(server=server)
-
-
-def mcp_server_refresh_run(*, server_pk: int, token: str) -> None:
-    """A worker's side of `mcp_server_refresh_queued`: refresh the server and leave the outcome in the
-    cache under `token`. Running it twice refreshes twice, which is harmless."""
-    server = MCPServer.objects.select_related("workspace").filter(pk=server_pk).first()
-    outcome: dict[str, Any]
-    if server is None:
-        outcome = {"gone": True}
-    else:
-        try:
-            mcp_server_refresh(server=server)
-            outcome = {"ok": True}
-        except MCPServerDisabledError:
-            outcome = {"disabled": True}
-        except MCPServerUnavailableError as exc:
-            outcome = {"kind": exc.kind, "message": exc.message}
-    cache.set(_refresh_outcome_key(token), outcome, REFRESH_OUTCOME_SECONDS)
-
-
-def mcp_server_connected(*, server: MCPServer, tools: list[RemoteTool]) -> MCPServer:
-    """A fresh listing of the server's tools: store it and mark the server ok (a listing too large to keep
-    marks it failing instead)."""
-    if len(tools) > MAX_TOOLS_PER_SERVER:
-        message = f"the server lists {len(tools)} tools; at most {MAX_TOOLS_PER_SERVER} are kept"
-        mcp_server_status_record(server=server, error=message)
-        raise MCPServerUnavailableError("refused", message)
-    mcp_tools_store(server=server, tools=tools)
-    mcp_server_status_record(server=server, error=None, tools_refreshed=True)
-    return server
-
-
-# --- tools -------------------------------------------------------------------------------------------
-
-
-def mcp_tool_name_sanitized(name: str) -> str:
-    """A server's tool name as a public name: characters outside `[a-zA-Z0-9_-]` become `_`, at most 64."""
-    return _UNSAFE.sub("_", name)[:TOOL_NAME_MAX] or "tool"
-
-
-def _name_free(base: str, *, server_id: str, taken: set[str]) -> str:
-    if base not in taken:
-        return base
-    prefixed = f"{server_id}__{base}"[:TOOL_NAME_MAX]
-    candidate, number = prefixed, 2
-    while candidate in taken:
-        suffix = f"_{number}"
-        candidate = prefixed[: TOOL_NAME_MAX - len(suffix)] + suffix
-        number += 1
-    return candidate
-
-
-def mcp_tools_store(*, server: MCPServer, tools: list[RemoteTool]) -> list[MCPTool]:
-    """Replace the server's cached tools by a listing, naming new ones by the rule of the module
-    docstring. Two servers of a workspace stored at once may race for a name: the unique constraint
-    refuses the loser, which tries again and sees the winner's names."""
-    for attempt in range(3):
-        try:
-            with transaction.atomic():
-                return _tools_store(server, tools)
-        except IntegrityError:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-def _tools_store(server: MCPServer, tools: list[RemoteTool]) -> list[MCPTool]:
-    listed: dict[str, RemoteTool] = {}
-    for tool in tools:
-        # A name the row cannot hold could not be called back either; a name listed twice: the first counts.
-        if len(tool.name) <= REMOTE_NAME_MAX:
-            listed.setdefault(tool.name, tool)
-    existing = {row.remote_name: row for row in MCPTool.objects.select_for_update().filter(server=server)}
-    gone = [row.pk for name, row in existing.items() if name not in listed]
-    if gone:
-        MCPTool.objects.filter(pk__in=gone).delete()
-    taken = set(
-        MCPTool.objects.filter(workspace_id=server.workspace_id)
-        .exclude(server=server)
-        .values_list("tool_name", flat=True)
-    )
-    # Names already assigned first, so a new tool never takes the name a kept one has.
-    taken |= {row.tool_name for name, row in existing.items() if name in listed}
-    rows: list[MCPTool] = []
-    for position, (remote_name, tool) in enumerate(listed.items()):
-        row = existing.get(remote_name)
-        if row is None:
-            name = _name_free(mcp_tool_name_sanitized(remote_name), server_id=server.server_id, taken=taken)
-            taken.add(name)
-            row = MCPTool(workspace_id=server.workspace_id, server=server, tool_name=name, remote_name=remote_name)
-        row.description = tool.description[:DESCRIPTION_MAX_CHARS]
-        row.parameters = tool.parameters if isinstance(tool.parameters, dict) else {}
-        row.position = position
-        rows.append(row)
-    MCPTool.objects.bulk_update([r for r in rows if r.pk], ["description", "parameters", "position"])
-    MCPTool.objects.bulk_create([r for r in rows if not r.pk])
-    return rows

@@ -31,8 +31,8 @@ from bindings.models import Workspace
 from langbot_sdk.authorization import tool_arguments_check
 from langbot_sdk.protocol import Action, AgentAPIException, CallToolResult, ToolDetail
 from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mcp_tool_call
+from resources.mcp.refresh import MCPServerUnavailableError, mcp_server_connected, mcp_server_status_record
 from resources.mcp.selectors import mcp_tool_for_call
-from resources.mcp.services import MCPServerUnavailableError, mcp_server_connected, mcp_server_status_record
 from resources.models import MCPServer, MCPTool
 from runners.hostapi.handlers.base import HandlerResult, ProxyCall, not_found
 
