@@ -33,7 +33,7 @@ def main() -> None:
     from artifacts.models import Artifact
     from artifacts.services import artifact_create_from_chunks
     from bindings.models import Workspace
-    from runners.hostapi.handlers.artifacts import _chunks
+    from hostapi.artifacts import _chunks
 
     try:
         workspace = Workspace.objects.create(slug="bench", name="bench")

@@ -24,7 +24,7 @@ def main() -> None:
     from django.db import connection
 
     from bindings.models import Workspace
-    from runners.hostapi.handlers.history import _page
+    from hostapi.history import _page
     from transcripts.models import TranscriptItem
 
     workspace = Workspace.objects.create(slug="bench", name="bench")

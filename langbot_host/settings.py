@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "platforms.webhooks",
     "platforms.schedules",
     "gateway",
+    "hostapi",
     "webchat",
     "django_celery_beat",
 ]
@@ -338,7 +339,7 @@ LANGBOT_API_THROTTLE_RATE = env.str("LANGBOT_API_THROTTLE_RATE", default="60000/
 # no key lookup per request, but a revoked key is refused everywhere only after this long. 0 = no cache.
 LANGBOT_API_KEY_CACHE_SECONDS = env.float("LANGBOT_API_KEY_CACHE_SECONDS", default=2.0)
 # Platform actions waiting for an operator's approval expire after this long, and never after their run
-# ends unless the runner asked that the action may outlive it (runners.hostapi.platform_actions).
+# ends unless the runner asked that the action may outlive it (runners.actions.platform_actions).
 LANGBOT_ACTION_APPROVAL_SECONDS = env.float("LANGBOT_ACTION_APPROVAL_SECONDS", default=600.0)
 
 # Retention (runners.lifecycle.retention, the daily `retention-sweep`): days kept per kind, 0 = forever.

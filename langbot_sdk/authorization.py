@@ -9,7 +9,7 @@ import the host; so the one copy of these rules lives here and the host's proxy 
 What belongs here: the run's scope and its isolated state keys (`RunScope`), request parsing with the
 documented clamps, and each family's authorization against the run's frozen snapshot (API allowed →
 resource in the snapshot → object within the run's scope). The host's proxy handlers
-(`runners.hostapi.handlers`) and the fake host of `langbot_sdk.testing` both call these functions, so a
+(`hostapi`) and the fake host of `langbot_sdk.testing` both call these functions, so a
 runner refused by one is refused by the other, with the same error code. Nothing here reads a database:
 the host passes its `RunSession`, the fake host a `RunGrant` built from the run's context.
 """

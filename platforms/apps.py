@@ -12,7 +12,7 @@ class PlatformsConfig(AppConfig):
         from platforms.delivery import PlatformDeliveryPort
         from platforms.inbound import inbound_refusals_purge
         from platforms.registry import adapter_classes
-        from runners.hostapi.delivery import delivery_port_install
+        from runners.actions.delivery import delivery_port_install
         from runners.lifecycle.retention import retention_purge_install
         from transcripts.models import RetentionPurge
 

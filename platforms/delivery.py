@@ -66,7 +66,7 @@ from platforms.interface import (
 from platforms.metrics import PLATFORM_DELIVERIES
 from platforms.models import PlatformDelivery
 from platforms.registry import adapter_class, adapter_for_bot
-from runners.hostapi.delivery import DeliveryError, DeliveryTargetNotFoundError, SurfaceDelivery
+from runners.actions.delivery import DeliveryError, DeliveryTargetNotFoundError, SurfaceDelivery
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import delta_text
 
@@ -330,7 +330,7 @@ class ReplyStream:
 
 
 class PlatformDeliveryPort:
-    """`runners.hostapi.delivery.DeliveryPort` for the chat platforms that have an adapter."""
+    """`runners.actions.delivery.DeliveryPort` for the chat platforms that have an adapter."""
 
     def __init__(self) -> None:
         self._streams: dict[int, ReplyStream] = {}

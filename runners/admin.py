@@ -397,4 +397,4 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
 
 
 # The host API records (proxy call audit, platform action requests) have their own admin module.
-from runners.hostapi import admin as hostapi_admin  # noqa: E402, F401
+from runners.actions import admin as actions_admin  # noqa: E402, F401

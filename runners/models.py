@@ -145,7 +145,7 @@ class ConversationStream(models.Model):
 class ProxyCallAudit(models.Model):
     """One proxy call of a run, allowed or refused (every call is audited: docs/security.md, "Runner code").
 
-    Written in batches by `runners.hostapi.audit.AuditLog`, off the call's path. `run_id` is a plain id, not a
+    Written in batches by `runners.access.audit.AuditLog`, off the call's path. `run_id` is a plain id, not a
     foreign key, so a call naming an unknown or finished run is audited too.
     """
 

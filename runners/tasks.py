@@ -25,7 +25,7 @@ def run_execute(run_ids: str | list[str]) -> None:
 def runs_sweep() -> None:
     """Beat task: fail runs whose lease expired and re-send runs left queued too long; expire the platform
     actions whose approval came too late (their time ran out, or their run ended)."""
-    from runners.hostapi.platform_actions import platform_actions_expire
+    from runners.actions.platform_actions import platform_actions_expire
     from runners.lifecycle.services import runs_sweep as sweep
 
     sweep()

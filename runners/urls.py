@@ -7,7 +7,7 @@ rather than the URL resolver's HTML one.
 
 from django.urls import path
 
-from runners.hostapi.api import ActionApproveApi, ActionDetailApi, ActionListApi, ActionRejectApi
+from runners.actions.api import ActionApproveApi, ActionDetailApi, ActionListApi, ActionRejectApi
 from runners.lifecycle.api import (
     RunCancelApi,
     RunDetailApi,

@@ -1,5 +1,5 @@
 """The admin's usage report (`/admin/usage/`): model tokens per workspace, binding and day, read from
-`Run.usage["host"]` — the figures the host counted itself on the model proxy (runners/hostapi/usage.py),
+`Run.usage["host"]` — the figures the host counted itself on the model proxy (runners/access/usage.py),
 which a runner cannot forge; what a runner reports of its own (an external agent's model) is shown on each
 run, not added up here. Cost is not computed: models carry no prices yet (`resources.Model`).
 

@@ -57,7 +57,7 @@ def transcript_page(
     return TranscriptPage(items=items, next_before=items[-1].id if len(rows) > limit else None)
 
 
-# --- context APIs (runners/hostapi/handlers): history pages, history search and event pages ----------------
+# --- context APIs (hostapi): history pages, history search and event pages ----------------
 #
 # Every read below is scoped to one workspace and one conversation before anything else, so a cursor
 # or an id from another conversation simply finds nothing. Cursors are row ids; pages walk the

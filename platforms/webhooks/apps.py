@@ -12,7 +12,7 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         from platforms.webhooks.outbox import actions_requested_record, runs_ended_record
-        from runners.hostapi.observers import action_requested_observer_register
+        from runners.actions.observers import action_requested_observer_register
         from runners.lifecycle.observers import run_end_observer_register
 
         # Both in the observed transaction (the outbox): the delivery rows commit with the run end or the

@@ -27,7 +27,7 @@ from django.utils import timezone
 from bindings.models import Workspace
 from foundation.sql import LoopStatements, Statement
 from langbot_sdk.protocol import ArtifactCreatedPayload
-from runners.hostapi.platform_actions import platform_actions_from_results
+from runners.actions.platform_actions import platform_actions_from_results
 from runners.lifecycle.observers import runs_ended
 from runners.lifecycle.services import run_dispatch_on_commit, run_next_queued
 from runners.models import Run, RunEvent

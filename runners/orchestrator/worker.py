@@ -31,10 +31,10 @@ from django.db import connection
 
 from foundation.log_context import log_context, log_context_set
 from foundation.sql import DatabaseExecutor, LoopStatements
-from runners.hostapi.audit import AuditLog
-from runners.hostapi.delivery import deliveries_drain
-from runners.hostapi.handlers.dispatch import proxy_handlers
-from runners.hostapi.session import RunSession
+from runners.access.audit import AuditLog
+from runners.actions.delivery import deliveries_drain
+from runners.access.proxy import proxy_handlers_for_worker
+from runners.access.session import RunSession
 from runners.live.cancel import CancelListener
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.execution import RunExecution
@@ -75,7 +75,7 @@ class Orchestrator:
         self._heartbeat: asyncio.Task[None] | None = None
         self._listener: CancelListener | None = None
         self.audit = AuditLog(self.db)
-        handlers = proxy_handlers(sessions=self.session_of, db=self.db, audit=self.audit)
+        handlers = proxy_handlers_for_worker(sessions=self.session_of, db=self.db, audit=self.audit)
         link.register_handlers(handlers)
         self.hosts = RunnerHosts(link, handlers)
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=60)

@@ -22,8 +22,8 @@ from artifacts.services import artifact_create_from_bytes
 from artifacts.storage import artifact_storage
 from foundation.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException, limits
-from runners.hostapi.handlers.dispatch import proxy_handlers
-from runners.hostapi.session import RunSession
+from hostapi.dispatch import proxy_handlers
+from runners.access.session import RunSession
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
 from tests.factories import WorkspaceFactory
 from tests.processes import post_message, wait_terminal

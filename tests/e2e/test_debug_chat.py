@@ -14,7 +14,7 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.db import connection, transaction
 
 from bindings.models import WorkspaceMembership
-from runners.hostapi.delivery import platform_action_deliver
+from runners.actions.delivery import platform_action_deliver
 from runners.models import Run
 from tests.e2e.conftest import UPLOAD_MAX_BYTES
 from tests.factories import UserFactory

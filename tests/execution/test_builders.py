@@ -15,7 +15,7 @@ from bindings.models import RunnerDescriptor
 from bindings.policies import ResourcePolicy, StatePolicy
 from langbot_sdk.protocol import AgentRunnerContextPolicy, AgentRunnerPermissions, DynamicFormItemSchema
 from resources.models import KnowledgeBase, MCPServer, MCPTool, Model
-from runners.hostapi.scope import RunScope
+from runners.access.scope import RunScope
 from runners.models import Run
 from runners.orchestrator.context import context_build
 from runners.orchestrator.resources import resources_build

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from langbot_sdk.protocol import AgentRunResult
-from runners.hostapi.usage import ModelUsage
+from runners.access.usage import ModelUsage
 from runners.orchestrator import execution
 from runners.orchestrator.execution import RunExecution
 

@@ -17,9 +17,9 @@ from langbot_sdk.protocol import (
     StorageResource,
     limits,
 )
-from runners.hostapi.handlers.dispatch import proxy_handlers
-from runners.hostapi.scope import RunScope
-from runners.hostapi.session import RunSession, run_session_active
+from hostapi.dispatch import proxy_handlers
+from runners.access.scope import RunScope
+from runners.access.session import RunSession, run_session_active
 from runners.lifecycle.services import run_cancel_request, run_create, runs_sweep
 from runners.models import Run
 from tests.factories import AgentBindingFactory, WorkspaceFactory

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from foundation.sql import DatabaseExecutor
 from langbot_sdk.protocol import AgentAPIException
-from runners.hostapi.audit import AuditLog
-from runners.hostapi.handlers.base import RateLimiter
-from runners.hostapi.handlers.dispatch import proxy_handlers
+from runners.access.audit import AuditLog
+from hostapi.base import RateLimiter
+from hostapi.dispatch import proxy_handlers
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build
 from tests.factories import (

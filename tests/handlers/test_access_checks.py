@@ -12,7 +12,7 @@ from django.utils import timezone
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from langbot_sdk.protocol import limits
-from runners.hostapi.platform_actions import platform_action_approve
+from runners.actions.platform_actions import platform_action_approve
 from runners.models import PlatformActionRequest, ProxyCallAudit
 from tests.factories import BotFactory
 from transcripts.models import StorageEntry, TranscriptItem

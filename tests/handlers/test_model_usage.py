@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from runners.hostapi.usage import ModelUsage, usage_with_host
+from runners.access.usage import ModelUsage, usage_with_host
 from tests.fakes.openai_server import chunk, completion
 
 HI = [{"role": "user", "content": "hi"}]

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from bindings.services import api_key_create
-from runners.hostapi.platform_actions import platform_action_approve, platform_action_reject
+from runners.actions.platform_actions import platform_action_approve, platform_action_reject
 from runners.models import PlatformActionRequest, Run
 from runners.tasks import runs_sweep
 from tests.factories import WorkspaceFactory

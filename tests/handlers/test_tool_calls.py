@@ -14,7 +14,7 @@ import pytest
 from langbot_sdk.protocol import CallToolResult, ToolDetail
 from resources.mcp.services import mcp_server_refresh
 from resources.models import MCPServer
-from runners.hostapi.handlers.tools import TOOL_RESULT_INLINE_MAX_CHARS, TOOL_RESULT_PREVIEW_CHARS
+from hostapi.tools import TOOL_RESULT_INLINE_MAX_CHARS, TOOL_RESULT_PREVIEW_CHARS
 from tests.factories import WorkspaceFactory
 from tests.fakes.mcp_fixtures import HttpMCP, mcp_cleanup_fixture, mcp_http_fixture, stdio_server  # noqa: F401
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from foundation.log_context import RunContextFilter, log_context
-from runners.hostapi.audit import AuditLog
+from runners.access.audit import AuditLog
 from runners.live.publish import run_events_publish_committed
 from runners.models import Run, RunEvent
 from runtimes.metrics import RUNTIME_CONNECTED

@@ -18,7 +18,7 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from platforms.delivery import PlatformDeliveryPort
 from platforms.models import PlatformDelivery
-from runners.hostapi.delivery import deliveries_drain, run_results_observe
+from runners.actions.delivery import deliveries_drain, run_results_observe
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, WorkspaceFactory
 from tests.host.test_metrics import process_samples

@@ -29,7 +29,7 @@ from platforms.delivery import PlatformDeliveryPort
 from platforms.interface import PlatformFileRef
 from platforms.models import PlatformDelivery
 from platforms.tasks import platform_update_ingest
-from runners.hostapi.delivery import surface_delivery
+from runners.actions.delivery import surface_delivery
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.discord_server import BOT_USER_ID, TOKEN, FakeDiscord

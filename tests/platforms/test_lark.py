@@ -22,7 +22,7 @@ from platforms.delivery import PlatformDeliveryPort
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.services import bot_webhook_register
 from platforms.tasks import platform_update_ingest
-from runners.hostapi.delivery import surface_delivery
+from runners.actions.delivery import surface_delivery
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.lark_server import (

@@ -29,7 +29,7 @@ from platforms.connectors import connection_label, connection_statuses
 from platforms.delivery import PlatformDeliveryPort
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.tasks import platform_update_ingest
-from runners.hostapi.delivery import surface_delivery
+from runners.actions.delivery import surface_delivery
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.platform_http import FakePlatformServer, PlatformHandler, serving

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runners.hostapi.platform_actions import platform_action_submit
+from runners.actions.platform_actions import platform_action_submit
 from runners.models import PlatformActionRequest, Run
 from tests.factories import AgentBindingFactory
 from tests.platforms.conftest import post_update

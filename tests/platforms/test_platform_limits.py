@@ -6,7 +6,7 @@ from __future__ import annotations
 from platforms.adapters.telegram import TelegramAdapter
 from platforms.delivery import text_split
 from platforms.interface import ReplyTarget
-from runners.hostapi.delivery import surface_delivery
+from runners.actions.delivery import surface_delivery
 
 
 def test_a_10000_character_reply_becomes_three_telegram_messages_cut_after_sentences():

@@ -22,7 +22,7 @@ from platforms.adapters.telegram import TelegramAdapter
 from platforms.delivery import OUTCOME_UNKNOWN_CODE, DeliveryFailedError, PlatformDeliveryPort, PlatformWriter
 from platforms.interface import PlatformAdapter, PlatformAPIError, ReplyTarget, request_never_sent
 from platforms.models import PlatformDelivery
-from runners.hostapi.platform_actions import platform_action_submit
+from runners.actions.platform_actions import platform_action_submit
 from runners.models import PlatformActionRequest, Run
 from tests.factories import AgentBindingFactory
 from tests.fakes.discord_server import FakeDiscord

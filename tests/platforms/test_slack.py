@@ -25,7 +25,7 @@ from platforms.interface import PlatformAPIError, PlatformFileRef
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.services import bot_webhook_register
 from platforms.tasks import platform_update_ingest
-from runners.hostapi.delivery import surface_delivery
+from runners.actions.delivery import surface_delivery
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.platform_http import serving

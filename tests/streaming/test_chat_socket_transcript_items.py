@@ -11,7 +11,7 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import transaction
 
-from runners.hostapi.delivery import platform_action_deliver
+from runners.actions.delivery import platform_action_deliver
 from runners.models import Run
 from tests.factories import WorkspaceFactory
 from tests.streaming.conftest import ORIGIN, make_run, next_json, open_socket, session_cookie

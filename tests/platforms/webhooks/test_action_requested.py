@@ -11,7 +11,7 @@ from standardwebhooks.webhooks import Webhook
 
 from platforms.webhooks import outbox
 from platforms.webhooks.models import WebhookDelivery
-from runners.hostapi.platform_actions import platform_action_submit
+from runners.actions.platform_actions import platform_action_submit
 from runners.models import PlatformActionRequest
 from tests.factories import AgentBindingFactory, WebhookEndpointFactory
 from tests.platforms.webhooks.conftest import make_run, send_due

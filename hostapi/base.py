@@ -11,7 +11,7 @@ from typing import Any
 from foundation.sql import DatabaseExecutor
 from langbot_sdk.authorization import api_require, cursor_value, own_conversation, own_thread, page_cursors
 from langbot_sdk.protocol import Action, AgentAPIException
-from runners.hostapi.session import RunSession
+from runners.access.session import RunSession
 
 HandlerResult = dict[str, Any] | AsyncIterator[dict[str, Any]]
 FamilyHandler = Callable[["ProxyCall"], Awaitable[HandlerResult]]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from langbot_sdk.protocol import Action, HistoryPage, HistorySearchHit, HistorySearchResult
-from runners.hostapi.handlers.base import (
+from hostapi.base import (
     FamilyHandler,
     HandlerResult,
     ProxyCall,

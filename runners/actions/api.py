@@ -24,7 +24,7 @@ from rest_framework.views import APIView
 from bindings.access import request_workspace
 from bindings.api import WORKSPACE_PARAMETER
 from foundation.api_errors import ApiError, invalid_fields, query_int
-from runners.hostapi.platform_actions import (
+from runners.actions.platform_actions import (
     DecisionOutcome,
     platform_action_approve,
     platform_action_get,

@@ -1,4 +1,4 @@
-"""`platform_request_action` (docs/platform-actions.md): record the request (`runners.hostapi.platform_actions`) and
+"""`platform_request_action` (docs/platform-actions.md): record the request (`runners.actions.platform_actions`) and
 answer what became of it — executed: `PlatformActionResult{accepted: true, result}`; not allowed by the
 manifest and the binding policy, or waiting for an operator's approval: `unauthorized` (the details
 carry `status` and the `request_id` an operator sees in admin); delivery failed: the delivery's code
@@ -23,8 +23,8 @@ from langbot_sdk.protocol import (
     PlatformActionResult,
     PlatformActionStatus,
 )
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
-from runners.hostapi.platform_actions import platform_action_lookup, platform_action_submit
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
+from runners.actions.platform_actions import platform_action_lookup, platform_action_submit
 from runners.models import PlatformActionRequest, Run
 
 

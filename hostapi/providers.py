@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from langbot_sdk.authorization import MODEL_ACTIONS, knowledge_authorize, model_authorize, tool_authorize
 from langbot_sdk.protocol import Action
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
-from runners.hostapi.handlers.knowledge import knowledge_search
-from runners.hostapi.handlers.llm import llm_invoke, llm_stream
-from runners.hostapi.handlers.rerank import rerank_invoke
-from runners.hostapi.handlers.tokens import tokens_count
-from runners.hostapi.handlers.tools import tool_handle
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
+from hostapi.knowledge import knowledge_search
+from hostapi.llm import llm_invoke, llm_stream
+from hostapi.rerank import rerank_invoke
+from hostapi.tokens import tokens_count
+from hostapi.tools import tool_handle
 
 
 async def model_call(call: ProxyCall) -> HandlerResult:

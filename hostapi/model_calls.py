@@ -8,7 +8,7 @@ from __future__ import annotations
 from langbot_sdk.authorization import model_kind_check
 from resources.models import Model, ModelProvider
 from resources.selectors import model_with_provider
-from runners.hostapi.handlers.base import ProxyCall, not_found
+from hostapi.base import ProxyCall, not_found
 
 
 async def model_of_kind(call: ProxyCall, kind: str) -> Model:

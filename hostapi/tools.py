@@ -34,7 +34,7 @@ from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mc
 from resources.mcp.refresh import MCPServerUnavailableError, mcp_server_connected, mcp_server_status_record
 from resources.mcp.selectors import mcp_tool_for_call
 from resources.models import MCPServer, MCPTool
-from runners.hostapi.handlers.base import HandlerResult, ProxyCall, not_found
+from hostapi.base import HandlerResult, ProxyCall, not_found
 
 logger = logging.getLogger(__name__)
 

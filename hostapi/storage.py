@@ -21,7 +21,7 @@ from langbot_sdk.protocol import (
     StorageSetResult,
     limits,
 )
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from transcripts.models import StorageEntry
 from transcripts.selectors import keys_page
 

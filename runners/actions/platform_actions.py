@@ -5,7 +5,7 @@ the ones that wait for an operator.
 The decision, from the run's frozen snapshot (`resources.platform_capabilities`): an action the
 manifest does not ask for or the binding's policy does not list is `refused`; an allowed action waits
 for an operator (`pending_approval`) when the binding sets `require_action_approval` (the default),
-and is executed at once otherwise. Execution goes through `runners.hostapi.delivery`.
+and is executed at once otherwise. Execution goes through `runners.actions.delivery`.
 
 A pending request is bounded by its run: it expires (`expired`, error `expired`) when nobody decided
 by `expires_at` — `LANGBOT_ACTION_APPROVAL_SECONDS` after it was made, and never after the run's deadline —
@@ -30,8 +30,8 @@ from django.utils import timezone
 
 from langbot_sdk.authorization import platform_action_decision, platform_action_outlive_split
 from langbot_sdk.protocol import PlatformActionStatus
-from runners.hostapi.delivery import DeliveryError, platform_action_deliver, run_surface
-from runners.hostapi.observers import actions_requested
+from runners.actions.delivery import DeliveryError, platform_action_deliver, run_surface
+from runners.actions.observers import actions_requested
 from runners.models import PlatformActionRequest, Run
 
 logger = logging.getLogger(__name__)

@@ -40,15 +40,13 @@ from foundation.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_te
 from langbot_sdk.authorization import request_parse
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode
 from langbot_sdk.wire import CallInfo, Handler
-from runners.hostapi.audit import AuditLog
-from runners.hostapi.handlers import artifacts, events, history, platform, providers, state, storage
-from runners.hostapi.handlers.base import FamilyHandler, ProxyCall, RateLimiter
-from runners.hostapi.session import RunSession
+from runners.access.audit import AuditLog
+from hostapi import artifacts, events, history, platform, providers, state, storage
+from hostapi.base import FamilyHandler, ProxyCall, RateLimiter
+from runners.access.proxy import SessionLookup
+from runners.access.session import RunSession
 
 logger = logging.getLogger(__name__)
-
-SessionLookup = Callable[[str], tuple[RunSession, float] | None]
-"""run token → (session, deadline as epoch seconds) of the active run, held by this worker, it was issued to."""
 
 FAMILIES: dict[Action, FamilyHandler] = {
     **providers.HANDLERS,

@@ -18,7 +18,7 @@ from resources.knowledge.search import FilterError, chunks_search
 from resources.knowledge.selectors import knowledge_base_for_retrieval
 from resources.providers.embeddings import query_embed
 from resources.providers.failures import ProviderCallError
-from runners.hostapi.handlers.base import HandlerResult, ProxyCall, not_found
+from hostapi.base import HandlerResult, ProxyCall, not_found
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """`state_get/set/delete/list` (docs/state-storage-artifacts.md): small JSON values per conversation, actor, subject,
-runner or binding scope, isolated per runner and binding by the scope key (`runners.hostapi.scope`).
+runner or binding scope, isolated per runner and binding by the scope key (`runners.access.scope`).
 
 The scope must be enabled by the binding's state policy (`unauthorized`); a scope the run has no
 subject for — an event without an actor has no actor state — answers `not_found`. Values are JSON
@@ -21,7 +21,7 @@ from langbot_sdk.protocol import (
     StateListResult,
     StateSetResult,
 )
-from runners.hostapi.handlers.base import FamilyHandler, HandlerResult, ProxyCall
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from transcripts.state import state_keys, state_read, state_remove, state_write
 
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from langbot_sdk.protocol import AgentResources, ContextAPICapabilities, StateScope
-from runners.hostapi.scope import RunScope
-from runners.hostapi.usage import ModelUsage
+from runners.access.scope import RunScope
+from runners.access.usage import ModelUsage
 from runners.models import Run
 
 

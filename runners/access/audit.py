@@ -6,7 +6,7 @@ and writes them with one `bulk_create` per flush: when `AUDIT_FLUSH_ROWS` entrie
 `AUDIT_FLUSH_SECONDS` after the first one. Flushes run on the worker's database executor, never on
 the call's path. A flush that fails is logged and retried once with the next batch (the rows stay
 buffered, up to `AUDIT_BUFFER_MAX`; beyond that the oldest are dropped with a warning rather than
-letting memory grow without bound). Every entry is also logged on the `runners.hostapi.audit` logger.
+letting memory grow without bound). Every entry is also logged on the `runners.access.audit` logger.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from django.utils import timezone
 from runners.metrics import PROXY_CALLS
 from runners.models import ProxyCallAudit
 
-logger = logging.getLogger("runners.hostapi.audit")
+logger = logging.getLogger("runners.access.audit")
 
 AUDIT_FLUSH_ROWS = 200
 AUDIT_FLUSH_SECONDS = 0.5

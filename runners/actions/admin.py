@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
 
 from bindings.models import Workspace
-from runners.hostapi.platform_actions import platform_action_approve, platform_action_reject, platform_actions_expire
+from runners.actions.platform_actions import platform_action_approve, platform_action_reject, platform_actions_expire
 from runners.models import PlatformActionRequest, ProxyCallAudit
 from transcripts.admin import ReadOnlyAdminMixin, ReadOnlyWorkspaceAdmin, pretty_json
 

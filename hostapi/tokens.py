@@ -9,7 +9,7 @@ from typing import Any
 from langbot_sdk.protocol import CountTokensResult
 from resources.selectors import model_with_provider
 from resources.tokens import token_count
-from runners.hostapi.handlers.base import ProxyCall, not_found
+from hostapi.base import ProxyCall, not_found
 
 
 async def tokens_count(call: ProxyCall) -> dict[str, Any]:

@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class HostapiConfig(AppConfig):
+    name = "hostapi"
+    verbose_name = "Host API"
+
+    def ready(self) -> None:
+        from hostapi.dispatch import proxy_handlers
+        from runners.access.proxy import proxy_handlers_port
+
+        # The workers serve every runtime → host call of their runs with these.
+        proxy_handlers_port.install(proxy_handlers)
