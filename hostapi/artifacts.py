@@ -19,9 +19,9 @@ from typing import IO, Any
 from artifacts.models import Artifact
 from artifacts.selectors import artifact_for_run
 from artifacts.services import artifact_open, artifact_read_range
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall, not_found
 from langbot_sdk.authorization import artifact_access
 from langbot_sdk.protocol import Action, ArtifactMetadata, ArtifactReadResult, ArtifactStreamChunk
-from hostapi.base import FamilyHandler, HandlerResult, ProxyCall, not_found
 
 
 def artifact_metadata_of(artifact: Artifact) -> ArtifactMetadata:

@@ -37,12 +37,12 @@ from django.conf import settings
 from foundation.log_context import log_context_set
 from foundation.sql import DatabaseExecutor
 from foundation.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
+from hostapi import artifacts, events, history, platform, providers, state, storage
+from hostapi.base import FamilyHandler, ProxyCall, RateLimiter
 from langbot_sdk.authorization import request_parse
 from langbot_sdk.protocol import PROXY_REQUEST_MODELS, Action, AgentAPIException, ErrorCode
 from langbot_sdk.wire import CallInfo, Handler
 from runners.access.audit import AuditLog
-from hostapi import artifacts, events, history, platform, providers, state, storage
-from hostapi.base import FamilyHandler, ProxyCall, RateLimiter
 from runners.access.proxy import SessionLookup
 from runners.access.session import RunSession
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from langbot_sdk.protocol import Action, EventPage
 from hostapi.base import (
     FamilyHandler,
     HandlerResult,
@@ -19,6 +18,7 @@ from hostapi.base import (
     page_cursors,
     require,
 )
+from langbot_sdk.protocol import Action, EventPage
 from transcripts.records import event_record
 from transcripts.selectors import event_in_conversation, event_page_rows
 

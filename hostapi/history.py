@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from langbot_sdk.protocol import Action, HistoryPage, HistorySearchHit, HistorySearchResult
 from hostapi.base import (
     FamilyHandler,
     HandlerResult,
@@ -32,6 +31,7 @@ from hostapi.base import (
     page_cursors,
     require,
 )
+from langbot_sdk.protocol import Action, HistoryPage, HistorySearchHit, HistorySearchResult
 from transcripts.records import transcript_item_record
 from transcripts.selectors import TranscriptRow, history_page_rows, history_search_rows
 

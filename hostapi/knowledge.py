@@ -13,12 +13,12 @@ import logging
 
 import numpy as np
 
+from hostapi.base import HandlerResult, ProxyCall, not_found
 from langbot_sdk.protocol import AgentAPIException, RetrieveKnowledgeBaseRequest, RetrieveKnowledgeBaseResult
 from resources.knowledge.search import FilterError, chunks_search
 from resources.knowledge.selectors import knowledge_base_for_retrieval
 from resources.providers.embeddings import query_embed
 from resources.providers.failures import ProviderCallError
-from hostapi.base import HandlerResult, ProxyCall, not_found
 
 logger = logging.getLogger(__name__)
 

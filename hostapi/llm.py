@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from hostapi.base import ProxyCall
+from hostapi.model_calls import call_timeout, model_of_kind
 from langbot_sdk.protocol import AgentAPIException, InvokeLLMRequest
 from resources.models import Model
 from resources.providers.chat import ChatChunk, chat_complete, chat_stream
-from hostapi.base import ProxyCall
-from hostapi.model_calls import call_timeout, model_of_kind
 
 # Arguments a runner may pass through to the provider; anything else (a different `model`, `stream`,
 # `n`, headers...) would change what the host bills, streams or authorizes.

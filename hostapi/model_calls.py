@@ -5,10 +5,10 @@ themselves are `resources.providers`'.
 
 from __future__ import annotations
 
+from hostapi.base import ProxyCall, not_found
 from langbot_sdk.authorization import model_kind_check
 from resources.models import Model, ModelProvider
 from resources.selectors import model_with_provider
-from hostapi.base import ProxyCall, not_found
 
 
 async def model_of_kind(call: ProxyCall, kind: str) -> Model:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from langbot_sdk.authorization import platform_action_lookup_id, platform_action_status_answer
 from langbot_sdk.protocol import (
     PLATFORM_ACTION_GET,
@@ -23,7 +24,6 @@ from langbot_sdk.protocol import (
     PlatformActionResult,
     PlatformActionStatus,
 )
-from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from runners.actions.platform_actions import platform_action_lookup, platform_action_submit
 from runners.models import PlatformActionRequest, Run
 

@@ -8,14 +8,14 @@ knowledge base's index (`knowledge`). The deadline bound comes from the dispatch
 
 from __future__ import annotations
 
-from langbot_sdk.authorization import MODEL_ACTIONS, knowledge_authorize, model_authorize, tool_authorize
-from langbot_sdk.protocol import Action
 from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from hostapi.knowledge import knowledge_search
 from hostapi.llm import llm_invoke, llm_stream
 from hostapi.rerank import rerank_invoke
 from hostapi.tokens import tokens_count
 from hostapi.tools import tool_handle
+from langbot_sdk.authorization import MODEL_ACTIONS, knowledge_authorize, model_authorize, tool_authorize
+from langbot_sdk.protocol import Action
 
 
 async def model_call(call: ProxyCall) -> HandlerResult:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hostapi.base import ProxyCall
+from hostapi.model_calls import call_timeout, model_of_kind
 from langbot_sdk.protocol import AgentAPIException, InvokeRerankRequest
 from resources.models import Model
 from resources.providers.rerank import RankedDocument, documents_rerank
-from hostapi.base import ProxyCall
-from hostapi.model_calls import call_timeout, model_of_kind
 
 # The cap of issue 16 (§3): it keeps one run's call from tying up a provider with an unbounded request.
 MAX_RERANK_DOCUMENTS = 64

@@ -13,6 +13,7 @@ needed.
 
 from __future__ import annotations
 
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from langbot_sdk.authorization import state_scope_key
 from langbot_sdk.protocol import (
     Action,
@@ -21,7 +22,6 @@ from langbot_sdk.protocol import (
     StateListResult,
     StateSetResult,
 )
-from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from transcripts.state import state_keys, state_read, state_remove, state_write
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 
+from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from langbot_sdk.authorization import storage_owner_key
 from langbot_sdk.protocol import (
     Action,
@@ -21,7 +22,6 @@ from langbot_sdk.protocol import (
     StorageSetResult,
     limits,
 )
-from hostapi.base import FamilyHandler, HandlerResult, ProxyCall
 from transcripts.models import StorageEntry
 from transcripts.selectors import keys_page
 

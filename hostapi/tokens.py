@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from hostapi.base import ProxyCall, not_found
 from langbot_sdk.protocol import CountTokensResult
 from resources.selectors import model_with_provider
 from resources.tokens import token_count
-from hostapi.base import ProxyCall, not_found
 
 
 async def tokens_count(call: ProxyCall) -> dict[str, Any]:

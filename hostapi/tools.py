@@ -28,13 +28,13 @@ from typing import Any
 from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Workspace
+from hostapi.base import HandlerResult, ProxyCall, not_found
 from langbot_sdk.authorization import tool_arguments_check
 from langbot_sdk.protocol import Action, AgentAPIException, CallToolResult, ToolDetail
 from resources.mcp.client import MCPClientError, MCPServerConfig, RemoteTool, mcp_tool_call
 from resources.mcp.refresh import MCPServerUnavailableError, mcp_server_connected, mcp_server_status_record
 from resources.mcp.selectors import mcp_tool_for_call
 from resources.models import MCPServer, MCPTool
-from hostapi.base import HandlerResult, ProxyCall, not_found
 
 logger = logging.getLogger(__name__)
 

@@ -51,9 +51,9 @@ from langbot_sdk.protocol import (
 from resources.knowledge.selectors import knowledge_bases_by_id
 from resources.mcp.selectors import tools_by_name
 from resources.selectors import models_by_id
-from runners.actions.delivery import surface_delivery
 from runners.access.scope import RunScope
 from runners.access.session import RunSession
+from runners.actions.delivery import surface_delivery
 from runners.models import Run
 from runners.orchestrator.resources import resources_build
 from transcripts.models import EventLog, TranscriptItem

@@ -38,8 +38,8 @@ from langbot_sdk.protocol import (
     RunFailureCode,
     StateUpdatedPayload,
 )
-from runners.actions.delivery import run_results_observe
 from runners.access.usage import usage_with_host
+from runners.actions.delivery import run_results_observe
 from runners.live.publish import run_end_publish_committed, run_events_publish_committed, run_status_publish_committed
 from runners.metrics import RUN_DURATION
 from runners.orchestrator.admission import ClaimedRun

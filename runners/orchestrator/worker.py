@@ -32,9 +32,9 @@ from django.db import connection
 from foundation.log_context import log_context, log_context_set
 from foundation.sql import DatabaseExecutor, LoopStatements
 from runners.access.audit import AuditLog
-from runners.actions.delivery import deliveries_drain
 from runners.access.proxy import proxy_handlers_for_worker
 from runners.access.session import RunSession
+from runners.actions.delivery import deliveries_drain
 from runners.live.cancel import CancelListener
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.execution import RunExecution

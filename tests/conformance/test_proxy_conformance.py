@@ -21,8 +21,8 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from artifacts.storage import artifact_storage
 from foundation.sql import DatabaseExecutor
-from langbot_sdk.protocol import AgentAPIException, limits
 from hostapi.dispatch import proxy_handlers
+from langbot_sdk.protocol import AgentAPIException, limits
 from runners.access.session import RunSession
 from runners.models import PlatformActionRequest, ProxyCallAudit, Run
 from tests.factories import WorkspaceFactory

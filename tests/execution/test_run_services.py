@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from foundation.sql import DatabaseExecutor
+from hostapi.dispatch import proxy_handlers
 from langbot_sdk.protocol import (
     AgentAPIException,
     AgentResources,
@@ -17,7 +18,6 @@ from langbot_sdk.protocol import (
     StorageResource,
     limits,
 )
-from hostapi.dispatch import proxy_handlers
 from runners.access.scope import RunScope
 from runners.access.session import RunSession, run_session_active
 from runners.lifecycle.services import run_cancel_request, run_create, runs_sweep

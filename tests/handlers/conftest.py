@@ -16,10 +16,10 @@ import pytest
 from django.utils import timezone
 
 from foundation.sql import DatabaseExecutor
-from langbot_sdk.protocol import AgentAPIException
-from runners.access.audit import AuditLog
 from hostapi.base import RateLimiter
 from hostapi.dispatch import proxy_handlers
+from langbot_sdk.protocol import AgentAPIException
+from runners.access.audit import AuditLog
 from runners.models import Run
 from runners.orchestrator.context import BuiltContext, context_build
 from tests.factories import (

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from hostapi.tools import TOOL_RESULT_INLINE_MAX_CHARS, TOOL_RESULT_PREVIEW_CHARS
 from langbot_sdk.protocol import CallToolResult, ToolDetail
 from resources.mcp.services import mcp_server_refresh
 from resources.models import MCPServer
-from hostapi.tools import TOOL_RESULT_INLINE_MAX_CHARS, TOOL_RESULT_PREVIEW_CHARS
 from tests.factories import WorkspaceFactory
 from tests.fakes.mcp_fixtures import HttpMCP, mcp_cleanup_fixture, mcp_http_fixture, stdio_server  # noqa: F401
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from langbot_sdk.protocol import PROXY_REQUEST_MODELS, AgentAPIException
 from hostapi.dispatch import FAMILIES
+from langbot_sdk.protocol import PROXY_REQUEST_MODELS, AgentAPIException
 from tests.handlers.conftest import host_run  # noqa: F401 - the fixture, shared with the handler tests
 from tests.security.conftest import MARKER, Mine, Theirs, snapshot
 
