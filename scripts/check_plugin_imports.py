@@ -16,30 +16,24 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-# The host's own top-level packages; `plugins`, `tests` and `bench` are host-side code too.
-HOST_PACKAGES = frozenset(
-    {
-        "langbot_host",
-        "foundation",
-        "webchat",
-        "platforms",
-        "gateway",
-        "hostapi",
-        "runners",
-        "runtimes",
-        "resources",
-        "artifacts",
-        "transcripts",
-        "bindings",
-        "plugins",
-        "tests",
-        "bench",
-    }
-)
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _host_packages() -> frozenset[str]:
+    """The host's top-level packages: those the import-linter contracts cover (pyproject's `root_packages`,
+    so a new app is refused as soon as it is listed there) but the SDK, plus the host-side code that is
+    no app: `plugins`, `tests` and `bench`."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    apps = set(config["tool"]["importlinter"]["root_packages"]) - {"langbot_sdk"}
+    return frozenset(apps | {"plugins", "tests", "bench"})
+
+
+HOST_PACKAGES = _host_packages()
 # Django and the libraries that exist only to serve the host's web/worker processes.
 HOST_FRAMEWORKS = frozenset(
     {
