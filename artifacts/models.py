@@ -56,3 +56,23 @@ class Artifact(models.Model):
             "size": self.size,
             "sha256": self.sha256,
         }
+
+
+class WorkspaceArtifactSettings(models.Model):
+    """A workspace's artifact limits, set by an operator in the admin. Without a row the host-wide defaults
+    of `settings.py` apply."""
+
+    workspace = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="artifact_settings")
+    # Null: the host's LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES (100 MiB unless set); 0 turns uploads off.
+    runner_upload_max_bytes = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Largest artifact a runner may upload (bytes). Empty: the host's default (100 MiB); 0: none.",
+    )
+
+    class Meta:
+        verbose_name = "workspace artifact settings"
+        verbose_name_plural = "workspace artifact settings"
+
+    def __str__(self) -> str:
+        return f"artifact settings of workspace {self.workspace_id}"

@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from artifacts.models import Artifact
+from artifacts.models import Artifact, WorkspaceArtifactSettings
 from bindings.models import Workspace
 
 
@@ -63,3 +64,15 @@ def artifact_for_run(
     if artifact_id in set(granted):
         return artifact
     return None
+
+
+def runner_upload_max_bytes(*, workspace_id: int) -> int:
+    """The largest artifact a run of this workspace may upload: its own setting, else the host's default."""
+    chosen = (
+        WorkspaceArtifactSettings.objects.filter(workspace_id=workspace_id)
+        .values_list("runner_upload_max_bytes", flat=True)
+        .first()
+    )
+    if chosen is not None:
+        return int(chosen)
+    return int(settings.LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES)

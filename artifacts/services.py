@@ -138,6 +138,50 @@ def artifact_create_from_chunks(
     )
 
 
+def artifact_upload_store(*, workspace_id: int, path: str) -> tuple[uuid.UUID, str]:
+    """Put a runner's finished upload (a local file, already checked for size and sha256 as it arrived) into
+    the artifact storage under a new host-generated key; returns the new artifact's id and the stored key.
+    The row is `artifact_upload_record`'s, written after this: a row never points at nothing."""
+    artifact_id = uuid.uuid4()
+    key = artifact_storage_key(workspace=Workspace(pk=workspace_id), artifact_id=artifact_id, now=timezone.now())
+    with open(path, "rb") as handle:
+        stored_key = artifact_storage().save(key, File(handle))
+    return artifact_id, stored_key
+
+
+def artifact_upload_record(
+    *,
+    artifact_id: uuid.UUID,
+    storage_key: str,
+    workspace_id: int,
+    name: str,
+    mime_type: str,
+    size: int,
+    sha256: str,
+    head: bytes,
+    conversation_id: str,
+    run_id: uuid.UUID | str,
+) -> Artifact:
+    """Record an upload `artifact_upload_store` stored, its type sniffed from `head` (`mime_type` is a hint)."""
+    return Artifact.objects.create(
+        artifact_id=artifact_id,
+        workspace_id=workspace_id,
+        conversation_id=conversation_id,
+        run_id=run_id,
+        name=name[:255],
+        mime_type=mime_type_sniff(head, mime_type),
+        size=size,
+        sha256=sha256,
+        storage_key=storage_key,
+        source=Artifact.Source.RUNNER,
+        expires_at=_expiry(Artifact.Source.RUNNER, None),
+    )
+
+
+def artifact_blob_delete(*, storage_key: str) -> None:
+    artifact_storage().delete(storage_key)
+
+
 def artifact_read_bytes(*, artifact: Artifact) -> bytes:
     with artifact_storage().open(artifact.storage_key, "rb") as handle:
         content: bytes = handle.read()

@@ -66,7 +66,9 @@ RUN_END_POLL_SECONDS = 0.2
 # operator may be meant to outlive its run.
 _CUT_AT_RUN_END = frozenset(providers.HANDLERS)
 
-_RESOURCE_FIELDS = ("model_id", "tool_name", "kb_id", "artifact_id", "area", "scope", "event_id", "action")
+_RESOURCE_FIELDS = (
+    "model_id", "tool_name", "kb_id", "artifact_id", "upload_id", "area", "scope", "event_id", "action",
+)  # fmt: skip
 
 
 def resource_of(request: Any) -> str:

@@ -157,6 +157,8 @@ ARTIFACT_STORAGE_URL = env.str("ARTIFACT_STORAGE_URL", default=f"file://{VAR_DIR
 # Largest `POST /api/v1/artifacts` upload and largest file fetched for a URL attachment.
 LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES = env.int("LANGBOT_ARTIFACT_UPLOAD_MAX_BYTES", default=1024**3)
 LANGBOT_ARTIFACT_FETCH_MAX_BYTES = env.int("LANGBOT_ARTIFACT_FETCH_MAX_BYTES", default=50 * 1024**2)
+# Largest artifact a runner uploads (`api.artifacts.upload`); a workspace's own setting (admin) wins, 0 turns it off.
+LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES = env.int("LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES", default=100 * 1024**2)
 # Knowledge-base document uploads above this answer 413 `payload_too_large` (resources/knowledge/uploads.py).
 KNOWLEDGE_DOCUMENT_MAX_BYTES = env.int("KNOWLEDGE_DOCUMENT_MAX_BYTES", default=50 * 1024**2)
 # What a document may expand to once parsed (resources/knowledge/limits.py): a DOCX's unpacked files (and any

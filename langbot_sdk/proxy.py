@@ -10,11 +10,15 @@ these checks only fail fast.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import contextvars
+import hashlib
+import os
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, BinaryIO, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +34,8 @@ from langbot_sdk.protocol import (
     ArtifactMetadata,
     ArtifactReadResult,
     ArtifactStreamChunk,
+    ArtifactUploadOpened,
+    ArtifactUploadProgress,
     CallToolResult,
     CountTokensResult,
     ErrorCode,
@@ -536,8 +542,64 @@ class EventsAPI(_Namespace):
         return await proxy._call(Action.EVENT_PAGE, fields, EventPage)
 
 
+UploadSource = (
+    str | os.PathLike[str] | bytes | bytearray | memoryview | AsyncIterable[bytes] | Iterable[bytes] | BinaryIO
+)
+"""What `api.artifacts.upload` takes: a file path, bytes, an open binary file, or a sync/async iterable of bytes."""
+
+
 class ArtifactsAPI(_Namespace):
-    """`api.artifacts`: metadata, byte-range reads (length clamped to the cap) and chunked streams."""
+    """`api.artifacts`: metadata, byte-range reads (length clamped to the cap), chunked streams and uploads."""
+
+    async def upload(
+        self,
+        source: UploadSource,
+        *,
+        name: str | None = None,
+        mime_type: str = "application/octet-stream",
+        size: int | None = None,
+        chunk_size: int = limits.ARTIFACT_UPLOAD_CHUNK_DEFAULT_BYTES,
+    ) -> ArtifactMetadata:
+        """Upload `source` as an artifact of this run and return its metadata (docs/protocol.md, "Artifact
+        uploads"). The content is sent in chunks as it is read, so memory holds one chunk whatever the size;
+        the host checks the size against the workspace's limit, verifies the sha256 computed here and sniffs
+        the type (`mime_type` is a hint). Announce it to the user with
+        `AgentRunResult.artifact_created(ctx.run_id, meta.name, meta.mime_type, artifact_id=meta.artifact_id)`.
+        On any failure the upload is aborted and nothing is kept."""
+        proxy = self._proxy
+        chunk_size = _clamp(chunk_size, limits.ARTIFACT_UPLOAD_CHUNK_MAX_BYTES)
+        if isinstance(source, str | os.PathLike):
+            path = os.fspath(source)
+            name = name or os.path.basename(path)
+            size = size if size is not None else await asyncio.to_thread(os.path.getsize, path)
+            pieces: AsyncIterator[bytes] = _file_chunks(path, chunk_size)
+        else:
+            if isinstance(source, bytes | bytearray | memoryview):
+                size = size if size is not None else len(source)
+            pieces = _chunks_of(source, chunk_size)
+        if not name:
+            raise AgentAPIException.invalid_argument("an upload needs a name", field="name")
+        fields: dict[str, Any] = {"name": name, "mime_type": mime_type}
+        if size is not None:
+            fields["size"] = size
+        opened = await proxy._call(Action.ARTIFACT_UPLOAD_OPEN, fields, ArtifactUploadOpened)
+        upload_id = opened.upload_id
+        digest = hashlib.sha256()
+        sent = 0
+        try:
+            async for piece in _rechunked(pieces, min(chunk_size, opened.chunk_max_bytes)):
+                digest.update(piece)
+                data = base64.b64encode(piece).decode("ascii")
+                chunk = {"upload_id": upload_id, "offset": sent, "data_base64": data}
+                await proxy._call(Action.ARTIFACT_UPLOAD_CHUNK, chunk, ArtifactUploadProgress)
+                sent += len(piece)
+            finish = {"upload_id": upload_id, "size": sent, "sha256": digest.hexdigest()}
+            return await proxy._call(Action.ARTIFACT_UPLOAD_FINISH, finish, ArtifactMetadata)
+        except BaseException:
+            # The host drops an upload that fails at finish, and one whose run ends; an abort frees it now.
+            with contextlib.suppress(Exception):
+                await proxy._call(Action.ARTIFACT_UPLOAD_ABORT, {"upload_id": upload_id}, ArtifactUploadProgress)
+            raise
 
     async def metadata(self, artifact_id: str) -> ArtifactMetadata:
         proxy = self._proxy
@@ -568,6 +630,48 @@ class ArtifactsAPI(_Namespace):
 
     def _max_read(self) -> int:
         return min(limits.ARTIFACT_READ_MAX_BYTES, self._proxy.ctx.resources.history.max_artifact_read_bytes)
+
+
+async def _file_chunks(path: str, chunk_size: int) -> AsyncIterator[bytes]:
+    # Reads happen in a thread: a slow disk must not stall the runtime's event loop.
+    handle = await asyncio.to_thread(open, path, "rb")
+    try:
+        while piece := await asyncio.to_thread(handle.read, chunk_size):
+            yield piece
+    finally:
+        await asyncio.to_thread(handle.close)
+
+
+async def _chunks_of(source: Any, chunk_size: int) -> AsyncIterator[bytes]:
+    if isinstance(source, bytes | bytearray | memoryview):
+        view = memoryview(source)
+        for start in range(0, len(view), chunk_size):
+            yield bytes(view[start : start + chunk_size])
+    elif hasattr(source, "read"):
+        while piece := await asyncio.to_thread(source.read, chunk_size):
+            yield bytes(piece)
+    elif isinstance(source, AsyncIterable):
+        async for piece in source:
+            yield bytes(piece)
+    elif isinstance(source, Iterable):
+        for piece in source:
+            yield bytes(piece)
+    else:
+        raise AgentAPIException.invalid_argument(
+            f"cannot upload a {type(source).__name__}: pass a path, bytes, a binary file or an iterable of bytes"
+        )
+
+
+async def _rechunked(pieces: AsyncIterator[bytes], size: int) -> AsyncIterator[bytes]:
+    """Pieces of any size in, chunks of exactly `size` out (the last one shorter)."""
+    buffer = bytearray()
+    async for piece in pieces:
+        buffer += piece
+        while len(buffer) >= size:
+            yield bytes(buffer[:size])
+            del buffer[:size]
+    if buffer:
+        yield bytes(buffer)
 
 
 class StateAPI(_Namespace):

@@ -73,8 +73,11 @@ from langbot_sdk.protocol import (
     ArtifactMetadata,
     ArtifactReadResult,
     ArtifactStreamChunk,
+    ArtifactUploadOpened,
+    ArtifactUploadProgress,
     CallToolResult,
     CountTokensResult,
+    ErrorCode,
     EventInputSummary,
     EventPage,
     HistoryPage,
@@ -101,10 +104,12 @@ from langbot_sdk.protocol import (
     StorageSetResult,
     ToolDetail,
     TranscriptItem,
+    limits,
 )
 from langbot_sdk.runner import AgentRunner
 from langbot_sdk.runtime.loader import LoadedRunner, PluginRegistry, load_plugins
 from langbot_sdk.runtime.service import RuntimeService
+from langbot_sdk.uploads import UploadReceiver, upload_open_check
 from langbot_sdk.wire import CallInfo, Connection, Handler
 from langbot_sdk.wire.memory import memory_transport_pair
 
@@ -437,8 +442,11 @@ class FakeHost:
         plugin_identity: str = "tester/plugin",
         runner_name: str = "default",
         binding_id: str = "binding-1",
+        artifact_upload_max_bytes: int = limits.ARTIFACT_UPLOAD_DEFAULT_MAX_BYTES,
     ) -> None:
         self.ctx = ctx or make_context()
+        self.artifact_upload_max_bytes = artifact_upload_max_bytes
+        """The workspace's upload limit as the host would read it (0 turns uploads off)."""
         self.plugin_identity = plugin_identity
         self.runner_id = f"plugin:{plugin_identity}/{runner_name}"
         self.binding_id = binding_id
@@ -451,6 +459,7 @@ class FakeHost:
         self._transcript: list[TranscriptItem] = []
         self._events: list[AgentEventRecord] = []
         self._artifacts: dict[str, tuple[ArtifactMetadata, bytes]] = {}
+        self._uploads: dict[str, tuple[UploadReceiver, bytearray]] = {}
         self._state: dict[tuple[str, str], Any] = {}
         self._storage: dict[tuple[str, str], bytes] = {}
 
@@ -736,6 +745,13 @@ class FakeHost:
                 return self._event_page(grant, request)
             case Action.ARTIFACT_METADATA | Action.ARTIFACT_READ | Action.ARTIFACT_STREAM:
                 return self._artifact(action, grant, request)
+            case (
+                Action.ARTIFACT_UPLOAD_OPEN
+                | Action.ARTIFACT_UPLOAD_CHUNK
+                | Action.ARTIFACT_UPLOAD_FINISH
+                | Action.ARTIFACT_UPLOAD_ABORT
+            ):
+                return self._upload(action, grant, request)
             case Action.STATE_GET | Action.STATE_SET | Action.STATE_DELETE | Action.STATE_LIST:
                 return self._state_call(action, grant, request)
             case Action.STORAGE_GET | Action.STORAGE_SET | Action.STORAGE_DELETE | Action.STORAGE_LIST:
@@ -891,6 +907,65 @@ class FakeHost:
                 ).model_dump(mode="json")
             )
         return chunks
+
+    def _upload(self, action: Action, grant: RunGrant, request: Any) -> dict[str, Any]:
+        """Uploads held in memory, under the host's rules (`langbot_sdk.uploads`). Unlike the host, the fake
+        keeps the declared MIME type as it is instead of sniffing the content."""
+        if action is Action.ARTIFACT_UPLOAD_OPEN:
+            open_uploads = sum(1 for receiver, _ in self._uploads.values() if receiver.run_id == grant.run_id)
+            max_bytes = self.artifact_upload_max_bytes
+            upload_open_check(max_bytes=max_bytes, declared_size=request.size, open_uploads=open_uploads)
+            upload_id = uuid.uuid4().hex
+            receiver = UploadReceiver(
+                upload_id=upload_id, run_id=grant.run_id, name=request.name, mime_type=request.mime_type,
+                max_bytes=max_bytes,
+            )  # fmt: skip
+            self._uploads[upload_id] = (receiver, bytearray())
+            return ArtifactUploadOpened(
+                upload_id=upload_id, max_bytes=max_bytes, chunk_max_bytes=limits.ARTIFACT_UPLOAD_CHUNK_MAX_BYTES
+            ).model_dump(mode="json")
+        held = self._uploads.get(request.upload_id)
+        if held is None or held[0].run_id != grant.run_id:
+            raise AgentAPIException.not_found(
+                f"no upload {request.upload_id!r} open for this run", upload_id=request.upload_id
+            )
+        receiver, content = held
+        if action is Action.ARTIFACT_UPLOAD_CHUNK:
+            data = base64.b64decode(request.data_base64)
+            try:
+                receiver.accept(request.offset, data)
+            except AgentAPIException as exc:
+                if exc.code == ErrorCode.PAYLOAD_TOO_LARGE:
+                    del self._uploads[request.upload_id]
+                raise
+            content += data
+            return ArtifactUploadProgress(upload_id=request.upload_id, received=receiver.received).model_dump(
+                mode="json"
+            )
+        del self._uploads[request.upload_id]
+        if action is Action.ARTIFACT_UPLOAD_ABORT:
+            return ArtifactUploadProgress(
+                upload_id=request.upload_id, received=receiver.received, aborted=True
+            ).model_dump(mode="json")
+        receiver.finish_check(size=request.size, sha256=request.sha256)
+        artifact_id = str(uuid.uuid4())
+        metadata = ArtifactMetadata(
+            artifact_id=artifact_id,
+            name=receiver.name,
+            mime_type=receiver.mime_type,
+            size=receiver.received,
+            sha256=receiver.sha256,
+            created_at=datetime.now(UTC),
+            conversation_id=grant.scope.conversation_id or None,
+            run_id=grant.run_id,
+            source="runner",
+        )
+        self._artifacts[artifact_id] = (metadata, bytes(content))
+        return metadata.model_dump(mode="json")
+
+    def artifact_content(self, artifact_id: str) -> bytes:
+        """The bytes of an artifact the host holds (seeded, created inline or uploaded by a run)."""
+        return self._artifacts[artifact_id][1]
 
     def _state_call(self, action: Action, grant: RunGrant, request: Any) -> dict[str, Any]:
         scope_key = state_scope_key(grant, request.scope)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from langbot_sdk.protocol.base import PROTOCOL_VERSION, HostModel, ProxyRequest, RunnerModel
 from langbot_sdk.protocol.invoke import (
@@ -26,6 +26,7 @@ from langbot_sdk.protocol.invoke import (
 from langbot_sdk.protocol.limits import (
     ARTIFACT_READ_DEFAULT_BYTES,
     ARTIFACT_READ_MAX_BYTES,
+    ARTIFACT_UPLOAD_CHUNK_MAX_BYTES,
     EVENT_PAGE_DEFAULT,
     EVENT_PAGE_MAX,
     HISTORY_PAGE_DEFAULT,
@@ -42,6 +43,7 @@ from langbot_sdk.protocol.state import (
     StorageGetRequest,
     StorageListRequest,
     StorageSetRequest,
+    decode_base64,
 )
 
 
@@ -66,6 +68,10 @@ class Action(StrEnum):
     ARTIFACT_METADATA = "artifact_metadata"
     ARTIFACT_READ = "artifact_read"
     ARTIFACT_STREAM = "artifact_stream"
+    ARTIFACT_UPLOAD_OPEN = "artifact_upload_open"
+    ARTIFACT_UPLOAD_CHUNK = "artifact_upload_chunk"
+    ARTIFACT_UPLOAD_FINISH = "artifact_upload_finish"
+    ARTIFACT_UPLOAD_ABORT = "artifact_upload_abort"
     STATE_GET = "state_get"
     STATE_SET = "state_set"
     STATE_DELETE = "state_delete"
@@ -152,6 +158,45 @@ class ArtifactStreamRequest(ProxyRequest):
     chunk_size: int = Field(default=ARTIFACT_READ_DEFAULT_BYTES, ge=1, le=ARTIFACT_READ_MAX_BYTES)
 
 
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+# An upload is four unary calls rather than a new kind of wire frame: `open` answers an `upload_id`, each
+# `chunk` carries the next bytes at the offset the host expects, `finish` checks size and sha256 and stores
+# the artifact, `abort` drops it. Nothing reaches the artifact storage before `finish`.
+
+
+class ArtifactUploadOpenRequest(ProxyRequest):
+    name: str = Field(min_length=1, max_length=255)
+    mime_type: str = Field(default="application/octet-stream", max_length=255)
+    """A hint: the stored type is sniffed from the content's first bytes."""
+    size: int | None = Field(default=None, ge=0)
+    """The total size when known up front, so an over-limit upload is refused before any byte is sent."""
+
+
+class ArtifactUploadChunkRequest(ProxyRequest):
+    upload_id: str = Field(min_length=1, max_length=64)
+    offset: int = Field(ge=0)
+    """Where these bytes start: the size received so far (chunks are sent in order, none skipped)."""
+    data_base64: str
+
+    @field_validator("data_base64")
+    @classmethod
+    def _chunk_fits(cls, value: str) -> str:
+        decode_base64(value, limit=ARTIFACT_UPLOAD_CHUNK_MAX_BYTES, what="upload chunk")
+        return value
+
+
+class ArtifactUploadFinishRequest(ProxyRequest):
+    upload_id: str = Field(min_length=1, max_length=64)
+    size: int = Field(ge=0)
+    sha256: str = Field(pattern=SHA256_PATTERN)
+    """Lower-case hex sha256 of the whole content, as the sender computed it."""
+
+
+class ArtifactUploadAbortRequest(ProxyRequest):
+    upload_id: str = Field(min_length=1, max_length=64)
+
+
 PROXY_REQUEST_MODELS: dict[Action, type[ProxyRequest]] = {
     Action.INVOKE_LLM: InvokeLLMRequest,
     Action.INVOKE_LLM_STREAM: InvokeLLMStreamRequest,
@@ -167,6 +212,10 @@ PROXY_REQUEST_MODELS: dict[Action, type[ProxyRequest]] = {
     Action.ARTIFACT_METADATA: ArtifactMetadataRequest,
     Action.ARTIFACT_READ: ArtifactReadRequest,
     Action.ARTIFACT_STREAM: ArtifactStreamRequest,
+    Action.ARTIFACT_UPLOAD_OPEN: ArtifactUploadOpenRequest,
+    Action.ARTIFACT_UPLOAD_CHUNK: ArtifactUploadChunkRequest,
+    Action.ARTIFACT_UPLOAD_FINISH: ArtifactUploadFinishRequest,
+    Action.ARTIFACT_UPLOAD_ABORT: ArtifactUploadAbortRequest,
     Action.STATE_GET: StateGetRequest,
     Action.STATE_SET: StateSetRequest,
     Action.STATE_DELETE: StateDeleteRequest,

@@ -32,6 +32,13 @@ ARTIFACT_INLINE_MAX_BYTES = 1 * MIB
 """Decoded size of ``artifact.created`` content sent inline as base64."""
 ARTIFACT_READ_DEFAULT_BYTES = 1 * MIB
 ARTIFACT_READ_MAX_BYTES = 10 * MIB
+ARTIFACT_UPLOAD_CHUNK_DEFAULT_BYTES = 4 * MIB
+ARTIFACT_UPLOAD_CHUNK_MAX_BYTES = 8 * MIB
+"""Decoded size of one ``artifact_upload_chunk`` (its base64 stays well inside one wire frame)."""
+ARTIFACT_UPLOAD_DEFAULT_MAX_BYTES = 100 * MIB
+"""Size of one uploaded artifact unless the workspace's setting says otherwise (the host's to decide)."""
+ARTIFACT_UPLOADS_OPEN_MAX = 4
+"""Uploads one run may have open at once."""
 
 RESULT_EVENT_MAX_BYTES = 1 * MIB
 """One ``AgentRunResult`` encoded as JSON."""

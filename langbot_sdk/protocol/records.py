@@ -131,6 +131,24 @@ class ArtifactReadResult(HostModel):
         return base64.b64decode(self.data_base64)
 
 
+class ArtifactUploadOpened(HostModel):
+    """The answer to ``artifact_upload_open``: the upload's id and the caps it is held to."""
+
+    upload_id: str
+    max_bytes: int
+    """The most this upload may hold (the workspace's setting)."""
+    chunk_max_bytes: int
+
+
+class ArtifactUploadProgress(HostModel):
+    """The answer to ``artifact_upload_chunk`` and ``artifact_upload_abort``."""
+
+    upload_id: str
+    received: int
+    """Bytes held so far: the offset of the next chunk."""
+    aborted: bool = False
+
+
 class ArtifactStreamChunk(HostModel):
     """One chunk of ``artifact_stream`` (sent as ``continue`` frames; the last has ``eof``)."""
 

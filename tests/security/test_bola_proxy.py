@@ -46,6 +46,12 @@ def _actions(ids: dict[str, str]) -> dict[str, tuple[dict[str, Any], set[str] | 
         "artifact_metadata": ({"artifact_id": ids["artifact_id"]}, REFUSED),
         "artifact_read": ({"artifact_id": ids["artifact_id"]}, REFUSED),
         "artifact_stream": ({"artifact_id": ids["artifact_id"]}, REFUSED),
+        # An upload opens in the run's own workspace; an upload id the run did not open is nobody's
+        # (another run's, of any workspace: tests/handlers/test_artifact_upload.py).
+        "artifact_upload_open": ({"name": f"{MARKER}.bin"}, ANSWERS),
+        "artifact_upload_chunk": ({"upload_id": ids["artifact_id"], "offset": 0, "data_base64": "eA=="}, REFUSED),
+        "artifact_upload_finish": ({"upload_id": ids["artifact_id"], "size": 1, "sha256": "0" * 64}, REFUSED),
+        "artifact_upload_abort": ({"upload_id": ids["artifact_id"]}, REFUSED),
         # State and storage keys live under the run's own workspace (and runner, binding, conversation).
         "state_get": (state, ANSWERS),
         "state_set": ({**state, "value": "mine"}, ANSWERS),
