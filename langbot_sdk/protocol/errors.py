@@ -20,6 +20,9 @@ class ErrorCode(StrEnum):
     RATE_LIMITED = "rate_limited"
     INVALID_ARGUMENT = "invalid_argument"
     RUNTIME_ERROR = "runtime_error"
+    # A budget of the run's workspace, bot or actor is used up until its period ends (not retryable: waiting
+    # a few seconds changes nothing).
+    QUOTA_EXCEEDED = "quota_exceeded"
 
 
 # Only a rate limit clears by itself; everything else fails the same way when retried unchanged.
@@ -36,6 +39,7 @@ class RunFailureCode(StrEnum):
     CONTEXT_INVALID = "context.invalid"
     CANCELLED = "cancelled"
     RUNNER_ERROR = "runner.error"
+    QUOTA_EXCEEDED = "quota_exceeded"
 
 
 class AgentAPIError(HostModel):
@@ -119,6 +123,10 @@ class AgentAPIException(Exception):  # noqa: N818 (name pinned by the protocol)
     @classmethod
     def invalid_argument(cls, message: str, **details: Any) -> Self:
         return cls.of(ErrorCode.INVALID_ARGUMENT, message, **details)
+
+    @classmethod
+    def quota_exceeded(cls, message: str, **details: Any) -> Self:
+        return cls.of(ErrorCode.QUOTA_EXCEEDED, message, **details)
 
     @classmethod
     def runtime_error(cls, message: str, *, retryable: bool | None = None, **details: Any) -> Self:
