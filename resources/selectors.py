@@ -34,9 +34,11 @@ def model_get(*, workspace: Workspace, model_id: str) -> Model | None:
     return Model.objects.filter(workspace=workspace, model_id=model_id).select_related("provider__workspace").first()
 
 
-def models_by_id(*, workspace_id: int, model_ids: list[str]) -> dict[str, Model]:
-    """The workspace's models among `model_ids`, keyed by model id, in one query (the run's snapshot)."""
-    rows = Model.objects.filter(workspace_id=workspace_id, model_id__in=model_ids)
+def models_by_id(*, workspace_id: int, model_ids: list[str] | None) -> dict[str, Model]:
+    """The workspace's models among `model_ids` (all of them when None: a policy allowing every model to a
+    runner with no model selector), keyed by model id, in one query (the run's snapshot)."""
+    rows = Model.objects.filter(workspace_id=workspace_id)
+    rows = rows.order_by("model_id") if model_ids is None else rows.filter(model_id__in=model_ids)
     return {row.model_id: row for row in rows}
 
 

@@ -10,9 +10,11 @@ from bindings.models import Workspace
 from resources.models import KnowledgeBase, KnowledgeDocument
 
 
-def knowledge_bases_by_id(*, workspace_id: int, kb_ids: list[str]) -> dict[str, KnowledgeBase]:
-    """The workspace's knowledge bases among `kb_ids`, keyed by id, in one query (the run's snapshot)."""
-    rows = KnowledgeBase.objects.filter(workspace_id=workspace_id, kb_id__in=kb_ids)
+def knowledge_bases_by_id(*, workspace_id: int, kb_ids: list[str] | None) -> dict[str, KnowledgeBase]:
+    """The workspace's knowledge bases among `kb_ids` (all of them when None), keyed by id, in one query (the
+    run's snapshot)."""
+    rows = KnowledgeBase.objects.filter(workspace_id=workspace_id)
+    rows = rows.order_by("kb_id") if kb_ids is None else rows.filter(kb_id__in=kb_ids)
     return {row.kb_id: row for row in rows}
 
 

@@ -34,6 +34,9 @@ class RunSession:
     available_apis: ContextAPICapabilities
     state_enabled: bool
     state_scopes: frozenset[str] = field(default_factory=frozenset)
+    # Whether the run's results will stream (the runner declares `streaming` and the delivery takes deltas):
+    # stored with the snapshot so the runs API, the chat and the platforms know whether to expect deltas.
+    streams: bool = True
     # Not part of `authorization()`: a token written to the database could be replayed by whoever reads it.
     run_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     # The model calls' token usage as the host counted it; stored with the run when it ends.
@@ -47,6 +50,7 @@ class RunSession:
             "scope": self.scope.as_dict(),
             "state_policy": {"enable_state": self.state_enabled, "state_scopes": sorted(self.state_scopes)},
             "plugin_identity": self.plugin_identity,
+            "delivery": {"streaming": self.streams},
         }
 
     @classmethod
@@ -62,6 +66,7 @@ class RunSession:
             available_apis=ContextAPICapabilities.model_validate(data.get("available_apis") or {}),
             state_enabled=bool(policy.get("enable_state")),
             state_scopes=frozenset(policy.get("state_scopes") or ()),
+            streams=bool((data.get("delivery") or {}).get("streaming", True)),
         )
 
     def state_allows(self, scope: StateScope | str) -> bool:

@@ -59,8 +59,15 @@ class SurfaceDelivery:
     capabilities: dict[str, Any] = field(default_factory=dict)
 
 
+# The web chat and the API carry out all three actions below (`_host_deliver`), so they say they can edit and
+# react. Their deltas are shown as they come (no message is edited per chunk), so a runner that picks its
+# delta cadence from `supports_edit` is told by `stream_mode` to send fragments.
 HOST_SURFACE_DELIVERY = SurfaceDelivery(
-    supports_streaming=True, actions=("message.send", "message.edit", "reaction.add")
+    supports_streaming=True,
+    supports_edit=True,
+    supports_reaction=True,
+    actions=("message.send", "message.edit", "reaction.add"),
+    capabilities={"stream_mode": "fragments"},
 )
 UNSUPPORTED_SURFACE = SurfaceDelivery()
 

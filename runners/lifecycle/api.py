@@ -137,6 +137,10 @@ class RunOut(BaseModel):
     thread_id: str | None
     event_id: str
     is_observer: bool
+    streaming: bool | None = Field(
+        description="Whether `message.delta` results will come: the runner streams and the surface takes deltas. "
+        "False for a runner that declares `streaming: false` (its reply comes whole); null until the run starts."
+    )
     cancel_requested_at: datetime | None
     created_at: datetime
     started_at: datetime | None
@@ -206,6 +210,9 @@ def run_out(run: Run) -> dict[str, Any]:
         "thread_id": run.thread_id or None,
         "event_id": run.event.event_id,
         "is_observer": run.is_observer,
+        # Whether to expect `message.delta` results: the runner streams and the delivery takes deltas (None
+        # until the run starts). A runner declaring `streaming: false` sends its reply whole.
+        "streaming": ((run.authorization or {}).get("delivery") or {}).get("streaming"),
         "cancel_requested_at": _iso(run.cancel_requested_at),
         "created_at": run.created_at.isoformat(),
         "started_at": _iso(run.started_at),

@@ -1,21 +1,28 @@
 """The context builder: the event-first `AgentRunContext` of one run (docs/protocol.md, "The run context") and the run
 session frozen beside it.
 
-Inlined: the current event, its input, conversation/actor/subject, delivery, the authorized resources,
-context handles, the enabled state scopes and the binding config. Not inlined: history. A runner whose
-context policy asks for a recent tail (`bootstrap: recent_tail`, or `ownership: host_bootstrap`) gets
-the most recent transcript items, at most `max_inline_events` of them and `max_inline_bytes` in total
-(both must be > 0 for anything to be inlined).
+Inlined: the current event, its input (as the runner's `multimodal_input` capability lets it take it:
+`runners.orchestrator.capabilities`), conversation/actor/subject with LangBot's launcher (`person` and
+the sender, or `group` and the chat), delivery, the authorized resources, context handles, the enabled
+state scopes, the binding config, and the runtime's version, locale, static refs and
+`metadata.streaming_supported`. Not inlined: history, unless the runner's context policy asks
+(docs/context-and-results.md, "What is inlined"): `bootstrap: recent_tail` (or `ownership:
+host_bootstrap`/`hybrid`) gets the most recent transcript items, at most `max_inline_events` of them and
+`max_inline_bytes` in total (both must be > 0); `summary_tail` gets a summary too: the runner's own
+checkpoint (conversation state `summary.checkpoint`) when it owns compaction, else the host's digest of
+the items before the tail. `bootstrap: none` inlines nothing and says so.
 
 Cursors: `context.latest_cursor` is the id of the newest TranscriptItem of the conversation *before*
 the current input (the user item written for this event), i.e. where a runner starts paging backwards;
-`transcript_seq` is the id of that current input item, `event_seq` the EventLog id of the event. No
-count of the conversation is taken: every query here is an indexed lookup with a LIMIT, so building a
-context costs the same for 10 or 100,000 prior items.
+`transcript_seq` is the id of that current input item, `event_seq` the EventLog id of the event. Every
+query here is an indexed lookup with a LIMIT, so building a context costs the same for 10 or 100,000
+prior items; only a runner that asks for inline history has the items before the current one counted
+(`source_total_count`), and that count stops at `SOURCE_COUNT_MAX`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -23,11 +30,14 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.utils.translation import to_locale
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.services import binding_runner_config_plain
+from bindings.triggers import chat_kind_of
+from foundation.version import HOST_VERSION
 from langbot_sdk.protocol import (
     ActorContext,
     AgentEventContext,
@@ -46,6 +56,7 @@ from langbot_sdk.protocol import (
     InlineContextPolicy,
     Message,
     RawEventRef,
+    StaticContextRef,
     SubjectContext,
 )
 from resources.knowledge.selectors import knowledge_bases_by_id
@@ -55,6 +66,7 @@ from runners.access.scope import RunScope
 from runners.access.session import RunSession
 from runners.actions.delivery import surface_delivery
 from runners.models import Run
+from runners.orchestrator.capabilities import input_for_runner, runner_streams
 from runners.orchestrator.resources import resources_build
 from transcripts.models import EventLog, TranscriptItem
 from transcripts.state import state_snapshot
@@ -65,6 +77,15 @@ TRIGGER_SOURCES = frozenset({"platform", "webui", "api", "scheduler", "system", 
 # Hard host caps on a bootstrap, whatever a manifest asks for.
 BOOTSTRAP_MAX_EVENTS = 100
 BOOTSTRAP_MAX_BYTES = 1024 * 1024
+# The items before the current one are counted up to this many (`source_total_count`); past it the count
+# is left unset rather than paid for.
+SOURCE_COUNT_MAX = 10_000
+# Where a runner that owns compaction keeps its summary (conversation state, its own runner+binding key).
+SUMMARY_CHECKPOINT_KEY = "summary.checkpoint"
+# The host's digest (`summary_tail` of a runner that does not own compaction): at most this many items
+# before the tail, each cut to `SUMMARY_ITEM_CHARS`.
+SUMMARY_MAX_ITEMS = 20
+SUMMARY_ITEM_CHARS = 200
 
 
 @dataclass
@@ -81,12 +102,22 @@ class BuiltContext:
     # Which runtime serves the runner (`runtimes.hosts`): source and connection key.
     runner_source: str = ""
     runner_source_key: str = ""
+    # `summary_tail` of a runner that owns compaction: its checkpoint comes with the state snapshot.
+    summary_from_state: bool = False
+
+
+def _checkpoint_text(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("text") or value.get("summary")
+    return value if isinstance(value, str) and value.strip() else None
 
 
 def context_state_set(built: BuiltContext, snapshot: dict[str, dict[str, Any]]) -> None:
     """Inline the state snapshot read for `built.state_keys` and produce the `run_agent` request."""
     if built.session.state_enabled:
         built.context = built.context.model_copy(update={"state": AgentRunState.model_validate(snapshot)})
+    if built.summary_from_state:
+        _summary_from_state(built, (snapshot.get("conversation") or {}).get(SUMMARY_CHECKPOINT_KEY))
     request = AgentRunRequest(
         runner_id=built.runner_id,
         runner_name=built.runner_name,
@@ -202,10 +233,138 @@ def _bootstrap(history: Any, *, max_events: int, max_bytes: int) -> tuple[Bootst
     policy = InlineContextPolicy(
         mode="recent_tail",
         delivered_count=len(kept),
+        # Every item before the current one fitted: the count is known without counting.
+        source_total_count=len(kept) if complete else None,
         messages_complete=complete,
         reason=f"runner asked for a recent tail of at most {max_events} items / {max_bytes} bytes",
     )
-    return BootstrapContext(messages=[_message(item) for item in kept]), policy
+    # Where the tail starts: a runner that wants more pages backwards from here (`before_cursor`).
+    metadata = {"oldest_cursor": str(kept[0].pk)} if kept else {}
+    return BootstrapContext(messages=[_message(item) for item in kept], metadata=metadata), policy
+
+
+def _inline_described(
+    inline: InlineContextPolicy, *, policy: Any, history: Any, bootstrap: BootstrapContext | None
+) -> InlineContextPolicy:
+    """`source_total_count` (a bounded count when the tail is not the whole history) and the ownership the
+    inline was made for."""
+    update: dict[str, Any] = {}
+    if inline.source_total_count is None and bootstrap is not None:
+        counted = history()[: SOURCE_COUNT_MAX + 1].count()
+        update["source_total_count"] = counted if counted <= SOURCE_COUNT_MAX else None
+    if policy.ownership == "hybrid":
+        update["reason"] = f"{inline.reason}; hybrid: the runner pages the history API for more"
+    elif policy.ownership == "host_bootstrap":
+        update["reason"] = f"{inline.reason}; host_bootstrap: the host's window is the runner's context"
+    return inline.model_copy(update=update) if update else inline
+
+
+def _with_host_digest(
+    bootstrap: BootstrapContext, inline: InlineContextPolicy, history: Any
+) -> tuple[BootstrapContext, InlineContextPolicy]:
+    oldest = bootstrap.metadata.get("oldest_cursor")
+    if inline.messages_complete or not oldest:
+        reason = f"{inline.reason}; nothing before the tail to summarize"
+        return bootstrap, inline.model_copy(update={"mode": "recent_tail", "reason": reason})
+    older = list(history().filter(id__lt=int(oldest)).order_by("-id")[:SUMMARY_MAX_ITEMS])
+    older.reverse()
+    total = inline.source_total_count
+    before = total - inline.delivered_count if total is not None else None
+    digest = _host_digest(older, before)
+    bootstrap = bootstrap.model_copy(
+        update={"summary": digest, "metadata": {**bootstrap.metadata, "summary_source": "host_digest"}}
+    )
+    reason = f"{inline.reason}; summary: the host's digest of the {len(older)} items before the tail"
+    return bootstrap, inline.model_copy(update={"mode": "summary_tail", "reason": reason})
+
+
+def _summary_from_state(built: BuiltContext, checkpoint: Any) -> None:
+    """The runner's own summary checkpoint as `bootstrap.summary`; without one the inline is a plain tail, and
+    says why."""
+    access = built.context.context
+    inline = access.inline_policy
+    text = _checkpoint_text(checkpoint)
+    if text is not None:
+        bootstrap = built.context.bootstrap or BootstrapContext()
+        bootstrap = bootstrap.model_copy(
+            update={"summary": text, "metadata": {**bootstrap.metadata, "summary_source": "runner_checkpoint"}}
+        )
+        inline = inline.model_copy(update={"mode": "summary_tail", "reason": f"{inline.reason}; summary: {_CKPT}"})
+        built.context = built.context.model_copy(update={"bootstrap": bootstrap})
+    else:
+        mode = "recent_tail" if inline.delivered_count else "current_event"
+        reason = f"{inline.reason}; no summary yet: the runner owns compaction and has no {_CKPT}"
+        inline = inline.model_copy(update={"mode": mode, "reason": reason})
+    built.context = built.context.model_copy(update={"context": access.model_copy(update={"inline_policy": inline})})
+
+
+_CKPT = f"conversation state {SUMMARY_CHECKPOINT_KEY!r}"
+
+
+def _host_digest(older: list[TranscriptItem], total_before: int | None) -> str:
+    """The host's summary of the items before the tail: not a semantic summary (the host makes none), an
+    abbreviated, deterministic digest — how many there are, then the last `SUMMARY_MAX_ITEMS` of them,
+    one line each, oldest first."""
+    lines = []
+    for item in older:
+        text = " ".join(item.content.split())
+        if len(text) > SUMMARY_ITEM_CHARS:
+            text = text[: SUMMARY_ITEM_CHARS - 1] + "…"
+        lines.append(f"{item.role}: {text}")
+    count = f"{total_before} earlier items" if total_before is not None else "earlier items"
+    head = f"Earlier in this conversation ({count}; the last {len(older)} before the recent messages, abbreviated):"
+    return "\n".join([head, *lines])
+
+
+def _launcher(event: EventLog) -> tuple[str | None, str | None]:
+    """LangBot's launcher of the conversation: `group` and the chat id in a group chat, else `person` and
+    the sender (so a runner names users and groups as LangBot does)."""
+    data = event.data if isinstance(event.data, dict) else {}
+    chat_id = data.get("chat_id")
+    if chat_kind_of(data.get("chat_type")) == "group" and isinstance(chat_id, str | int) and str(chat_id):
+        return "group", str(chat_id)
+    actor = event.actor if isinstance(event.actor, dict) else {}
+    if actor.get("actor_id"):
+        return "person", str(actor["actor_id"])
+    return None, None
+
+
+def _locale(event: EventLog) -> str:
+    """The event's locale (`data.locale`, or the sender's language a platform reported), else the host's
+    language, in LangBot's spelling (`en_US`, `zh_Hans`), the keys of a manifest's i18n texts."""
+    data = event.data if isinstance(event.data, dict) else {}
+    actor = event.actor if isinstance(event.actor, dict) else {}
+    metadata = actor.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
+    for value in (data.get("locale"), metadata.get("language_code")):
+        if isinstance(value, str) and 0 < len(value) <= 35:
+            return to_locale(value.replace("_", "-"))
+    return to_locale(settings.LANGUAGE_CODE)
+
+
+def _static_ref(ref: str, content: Any, version: str | None = None) -> StaticContextRef:
+    encoded = json.dumps(content, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str).encode()
+    return StaticContextRef(
+        ref=ref, version=version, hash=f"sha256:{hashlib.sha256(encoded).hexdigest()}", size=len(encoded)
+    )
+
+
+def _static_refs(
+    descriptor: RunnerDescriptor, manifest: AgentRunnerManifest, config: dict[str, Any], resources: Any
+) -> dict[str, StaticContextRef]:
+    """Refs with a hash and size for what stays the same from run to run (`wants_static_context_refs`), so a
+    runner can keep its prompt prefix (and a model's KV cache) while the hash does not change."""
+    plugin = manifest.metadata.get("plugin") if isinstance(manifest.metadata.get("plugin"), dict) else {}
+    version = str(plugin.get("version")) if plugin and plugin.get("version") else None
+    return {
+        "runner_manifest": _static_ref(f"runner:{descriptor.runner_id}", descriptor.manifest, version),
+        "binding_config": _static_ref("binding:config", config),
+        "resources": _static_ref("run:resources", resources.model_dump(mode="json")),
+        "tool_schemas": _static_ref(
+            "run:tools", [t.model_dump(mode="json", include={"tool_name", "parameters"}) for t in resources.tools]
+        ),
+    }
 
 
 def context_build(
@@ -274,7 +433,12 @@ def context_build(
     current_item = None
     latest_cursor = None
     bootstrap: BootstrapContext | None = None
-    inline = InlineContextPolicy(mode="current_event")
+    policy = manifest.context
+    summary_from_state = False
+    if policy.bootstrap == "none":
+        inline = InlineContextPolicy(mode="none", reason="the runner asked for no inline context (bootstrap: none)")
+    else:
+        inline = InlineContextPolicy(mode="current_event", reason="only the current event is inlined")
     if run.conversation_id:
         if handles is None:
             current_item = (
@@ -295,13 +459,24 @@ def context_build(
         latest_cursor = (
             handles[1] if handles is not None else history().order_by("-id").values_list("id", flat=True).first()
         )
-        policy = manifest.context
+        # `host_bootstrap` and `hybrid` both get a tail unless they asked for none; `hybrid` keeps its pull
+        # APIs for more (its context says so), `host_bootstrap` is meant to be served by the tail alone.
         wants_tail = policy.bootstrap in ("recent_tail", "summary_tail") or (
-            policy.ownership == "host_bootstrap" and policy.bootstrap != "none"
+            policy.ownership in ("host_bootstrap", "hybrid") and policy.bootstrap != "none"
         )
         if wants_tail and latest_cursor is not None:
             bootstrap, inline = _bootstrap(
                 history(), max_events=policy.max_inline_events, max_bytes=policy.max_inline_bytes
+            )
+            inline = _inline_described(inline, policy=policy, history=history, bootstrap=bootstrap)
+            if bootstrap is not None and policy.bootstrap == "summary_tail":
+                if policy.owns_compaction:
+                    summary_from_state = True
+                else:
+                    bootstrap, inline = _with_host_digest(bootstrap, inline, history)
+        elif wants_tail:
+            inline = InlineContextPolicy(
+                mode="current_event", messages_complete=True, source_total_count=0, reason="no history yet"
             )
 
     keys: dict[str, str] = {}
@@ -326,6 +501,9 @@ def context_build(
         max_message_size=min(sizes) if sizes else None,
         platform_capabilities={"reply": replies, **surfaced.capabilities},
     )
+    launcher_type, launcher_id = _launcher(event)
+    static_refs = _static_refs(descriptor, manifest, config, resources) if policy.wants_static_context_refs else {}
+    session.streams = runner_streams(manifest) and delivery.supports_streaming
     context = AgentRunContext(
         run_id=run_id,
         trigger=AgentTrigger(
@@ -337,12 +515,14 @@ def context_build(
         conversation=ConversationContext(
             conversation_id=run.conversation_id or None,
             thread_id=run.thread_id or None,
+            launcher_type=launcher_type,
+            launcher_id=launcher_id,
             bot_id=scope.bot_id or None,
             workspace_id=workspace.slug,
         ),
         actor=_lenient(ActorContext, event.actor),
         subject=_lenient(SubjectContext, event.subject),
-        input=_input(event),
+        input=input_for_runner(_input(event), manifest),
         delivery=delivery,
         resources=resources,
         context=ContextAccess(
@@ -357,9 +537,14 @@ def context_build(
         ),
         state=AgentRunState(),
         runtime=AgentRuntimeContext(
+            langbot_version=HOST_VERSION,
             trace_id=run_id,
             deadline_at=deadline_at.timestamp(),
+            locale=_locale(event),
             timezone=settings.TIME_ZONE,
+            static_refs=static_refs,
+            # LangBot's runners read this to choose between streaming and one reply.
+            metadata={"streaming_supported": delivery.supports_streaming},
         ),
         config=config,
         bootstrap=bootstrap,
@@ -374,6 +559,7 @@ def context_build(
         runner_name=descriptor.runner_name,
         runner_source=descriptor.source,
         runner_source_key=descriptor.source_key,
+        summary_from_state=summary_from_state,
     )
     if read_state:
         context_state_set(built, state_snapshot(workspace_id=run.workspace_id, scope_keys=keys))

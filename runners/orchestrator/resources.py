@@ -1,12 +1,16 @@
-"""The resource builder: what one run may use = manifest permissions ∩ binding resource policy ∩ the
-runner config's selections (docs/security.md, "Runner code"), as `AgentResources` plus the context APIs it opens.
+"""The resource builder: what one run may use (docs/context-and-results.md, "The resource snapshot"), as
+`AgentResources` plus the context APIs it opens.
 
-A resource appears only when the runner's config selects it (model / knowledge-base selector fields) or
-the policy names it (tools — there is no tool selector; `*` allows every tool of the workspace), the
-policy allows it and the manifest asks for that kind of access. Each must also exist in the run's
-workspace: the `*_read` callables are handed the allowed ids (called only when there are any, so a runner
-selecting nothing costs no query; `tools_read(None)` means every tool) and return their rows, whose kind,
-abilities, descriptions and schemas are what the runner sees.
+The rule, per kind of resource (model, knowledge base, tool): the manifest must ask for that kind of
+access, and the binding's resource policy must allow the resource. Then
+- where the runner's config schema has a selector for the kind (a model selector, a knowledge-base
+  selector), the config's selection narrows it: only what is selected *and* allowed is in the snapshot;
+- where it has none (tools always: there is no tool selector), the snapshot is everything the policy
+  allows (`*`: every one of the workspace), so a runner with no model field can still use the models
+  the binding allows.
+Each must also exist in the run's workspace: the `*_read` callables are handed the allowed ids (called
+only when there are any, so a runner selecting nothing costs no query; `None` means every one of the
+workspace) and return their rows, whose kind, abilities, descriptions and schemas are what the runner sees.
 """
 
 from __future__ import annotations
@@ -86,18 +90,23 @@ def resources_build(
     config: dict[str, Any],
     resource_policy: ResourcePolicy,
     state_policy: StatePolicy,
-    models_read: Callable[[list[str]], Mapping[str, Model]],
+    models_read: Callable[[list[str] | None], Mapping[str, Model]],
     tools_read: Callable[[list[str] | None], Mapping[str, MCPTool]],
-    knowledge_bases_read: Callable[[list[str]], Mapping[str, KnowledgeBase]],
+    knowledge_bases_read: Callable[[list[str] | None], Mapping[str, KnowledgeBase]],
 ) -> tuple[AgentResources, ContextAPICapabilities]:
     selected_models, selected_kbs = config_selections(schema, config)
+    model_selector = any(item.type is DynamicFormItemType.MODEL_SELECTOR for item in schema)
+    kb_selector = any(item.type is DynamicFormItemType.KNOWLEDGE_BASE_SELECTOR for item in schema)
 
     models: list[ModelResource] = []
-    allowed = [model_id for model_id, _ in selected_models if resource_policy.allows_model(model_id)]
+    if model_selector:
+        allowed = list(dict.fromkeys(m for m, _ in selected_models if resource_policy.allows_model(m)))
+    else:
+        allowed = list(dict.fromkeys(resource_policy.allowed_model_ids))
     if permissions.models and allowed:
-        rows = models_read(list(dict.fromkeys(allowed)))
-        for model_id in dict.fromkeys(allowed):
-            row = rows.get(model_id)
+        model_rows = models_read(None if WILDCARD in allowed else allowed)
+        for model_id in model_rows if WILDCARD in allowed else allowed:
+            row = model_rows.get(model_id)
             if row is not None:
                 models.append(_model_resource(row, operations=list(permissions.models)))
 
@@ -111,10 +120,13 @@ def resources_build(
                 tools.append(_tool_resource(tool, operations=list(permissions.tools)))
 
     kbs: list[KnowledgeBaseResource] = []
-    allowed_kbs = [kb_id for kb_id in selected_kbs if resource_policy.allows_kb(kb_id)]
+    if kb_selector:
+        allowed_kbs = [kb_id for kb_id in selected_kbs if resource_policy.allows_kb(kb_id)]
+    else:
+        allowed_kbs = list(dict.fromkeys(resource_policy.allowed_kb_ids))
     if permissions.knowledge_bases and allowed_kbs:
-        kb_rows = knowledge_bases_read(allowed_kbs)
-        for kb_id in allowed_kbs:
+        kb_rows = knowledge_bases_read(None if WILDCARD in allowed_kbs else allowed_kbs)
+        for kb_id in kb_rows if WILDCARD in allowed_kbs else allowed_kbs:
             kb = kb_rows.get(kb_id)
             if kb is not None:
                 kbs.append(
