@@ -154,7 +154,8 @@ def test_summary_tail_of_a_host_compacted_runner_carries_the_hosts_digest(worker
     assert ctx["context"]["inline_policy"]["mode"] == "summary_tail"
     summary = ctx["bootstrap"]["summary"]
     assert summary.startswith("Earlier in this conversation (4 earlier items")
-    assert "user: earlier message 0" in summary and "assistant: earlier message 3" in summary
+    assert "user: earlier message 0" in summary
+    assert "assistant: earlier message 3" in summary
     assert "earlier message 4" not in summary  # in the tail, not the summary
     assert ctx["bootstrap"]["metadata"]["summary_source"] == "host_digest"
 
