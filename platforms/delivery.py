@@ -221,7 +221,8 @@ class ReplyStream:
                 self.streamed.append(delta_text(event.data))
             elif event.type == "message.completed":
                 self.final = _message_text(event.data)
-            elif event.type == "artifact.created":
+            elif event.type == "artifact.created" and event.data.get("artifact_id"):
+                # Without an id the host refused the artifact the run named (runners.orchestrator.ledger).
                 self.files.append(event.data)
         self.ended = self.ended or ended
         self.wake.set()

@@ -288,9 +288,12 @@ class RunExecution:
             return
         if isinstance(payload, ArtifactCreatedPayload):
             artifact_id = payload.artifact_id or str(uuid.uuid4())
-            batch.artifacts.append(ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, artifact_id))
             # The run event names the stored artifact; inline bytes stay out of the ledger.
-            batch.events.append((accepted.type, artifact_event_data(payload, artifact_id)))
+            data = artifact_event_data(payload, artifact_id)
+            batch.artifacts.append(
+                ArtifactOutput(payload.name, payload.mime_type, payload.content_base64, artifact_id, event_data=data)
+            )
+            batch.events.append((accepted.type, data))
             return
         if accepted.type == ResultType.MESSAGE_COMPLETED.value:
             self._completed = message_of(accepted)

@@ -57,6 +57,8 @@ class ArtifactOutput:
     mime_type: str
     content_base64: str | None
     artifact_id: str | None
+    event_data: dict[str, Any] | None = None
+    """The run event that announces it: an existing artifact's stored facts are written into it."""
 
 
 def artifact_event_data(payload: ArtifactCreatedPayload, artifact_id: str) -> dict[str, Any]:
@@ -101,7 +103,7 @@ def _side_effects(run: Run, batch: Batch) -> None:
 
 def _artifact_store(run: Run, artifact: ArtifactOutput) -> None:
     if artifact.content_base64 is None:
-        logger.info("run %s announced existing artifact %s (%s)", run.run_id, artifact.artifact_id, artifact.name)
+        _artifact_announce(run, artifact)
         return
     try:
         from artifacts.services import artifact_create_from_bytes
@@ -120,6 +122,29 @@ def _artifact_store(run: Run, artifact: ArtifactOutput) -> None:
         run_id=run.run_id,
     )
     logger.info("run %s stored artifact %s (%s, %d bytes)", run.run_id, stored.artifact_id, stored.name, stored.size)
+
+
+def _artifact_announce(run: Run, artifact: ArtifactOutput) -> None:
+    """A result naming an existing artifact (one the run uploaded, or one of its conversation): its event then
+    carries the stored type, size and sha256, not the runner's word for them, and the chat and platform
+    delivery show it like an inline one. An artifact the run may not read is not shown: the event loses its
+    `artifact_id` and says why, so no run can show a user another conversation's or workspace's file."""
+    from artifacts.selectors import artifact_for_run
+
+    found = artifact_for_run(
+        workspace_id=run.workspace_id,
+        artifact_id=artifact.artifact_id or "",
+        run_id=str(run.run_id),
+        conversation_id=run.conversation_id,
+    )
+    data = artifact.event_data if artifact.event_data is not None else {}
+    if found is None:
+        logger.warning("run %s named artifact %s, which it may not read: not shown", run.run_id, artifact.artifact_id)
+        data.pop("artifact_id", None)
+        data["error"] = {"code": "not_found", "message": "no such artifact in this run's scope"}
+        return
+    data.update(mime_type=found.mime_type, size=found.size, sha256=found.sha256)
+    logger.info("run %s announced its artifact %s (%s)", run.run_id, found.artifact_id, artifact.name)
 
 
 def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]]]) -> list[RunEvent]:

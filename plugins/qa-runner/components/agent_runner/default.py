@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -19,7 +20,7 @@ from langbot_sdk.runner import AgentRunner
 BEHAVIOURS = frozenset(
     {
         "ok", "stream", "type", "tools", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state",
-        "proxy", "artifact", "nul",
+        "proxy", "artifact", "nul", "upload", "announce",
     }
 )  # fmt: skip
 # `type` writes this reply word by word at about TYPE_SECONDS in all, so a person sees it grow.
@@ -31,6 +32,10 @@ TYPE_SECONDS = 3.0
 STATE_KEY = "qa.counter"
 STREAMING_ACTIONS = frozenset({"artifact_stream", "invoke_llm_stream"})
 SUMMARY_TEXT_CHARS = 200
+# `upload` makes a PNG of this many MiB unless its argument says otherwise, a MiB at a time.
+UPLOAD_DEFAULT_MIB = 1.0
+MIB = 1024 * 1024
+PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 
 class QARunnerError(RuntimeError):
@@ -104,6 +109,14 @@ class QARunner(AgentRunner):
             content = f"QA_ARTIFACT:{text}".encode()
             yield AgentRunResult.artifact_created(ctx.run_id, "qa-artifact.txt", "text/plain", content=content)
             yield AgentRunResult.message_completed(ctx.run_id, f"QA_ARTIFACT:{len(content)}")
+        elif behaviour == "upload":
+            async for result in self._upload(ctx, _number(argument, ctx.config.get("upload_mib"), UPLOAD_DEFAULT_MIB)):
+                yield result
+        elif behaviour == "announce":
+            # Names an artifact the runner did not make (the argument or the text): the host decides if it is shown.
+            artifact_id = argument or text.strip()
+            yield AgentRunResult.artifact_created(ctx.run_id, "announced.bin", artifact_id=artifact_id)
+            yield AgentRunResult.message_completed(ctx.run_id, f"QA_ANNOUNCE:{artifact_id}")
         elif behaviour == "proxy":
             raw_calls = ctx.config.get("proxy_calls")
             if isinstance(raw_calls, list) and raw_calls:
@@ -132,6 +145,29 @@ class QARunner(AgentRunner):
         result = {"answer": f"QA_TOOL:{text}", "source": "qa-runner"}
         yield AgentRunResult.tool_call_completed(ctx.run_id, call_id, "qa_lookup", result)
         yield AgentRunResult.message_completed(ctx.run_id, f"The qa_lookup tool answered QA_TOOL:{text}")
+
+    async def _upload(self, ctx: AgentRunContext, mib: float) -> AsyncIterator[AgentRunResult]:
+        """Upload a generated PNG of `mib` MiB through `api.artifacts.upload`, made and sent a MiB at a time
+        (the runner never holds the whole image), then announce it by id."""
+        size = max(len(PNG_HEAD), int(mib * MIB))
+        digest = hashlib.sha256()
+
+        async def image() -> AsyncIterator[bytes]:
+            sent = 0
+            while sent < size:
+                piece = _image_piece(sent, min(MIB, size - sent))
+                digest.update(piece)
+                sent += len(piece)
+                yield piece
+
+        api = self.run_api(ctx)
+        meta = await api.artifacts.upload(image(), name="qa-image.png", mime_type="image/png", size=size)
+        yield AgentRunResult.artifact_created(
+            ctx.run_id, meta.name, meta.mime_type, artifact_id=meta.artifact_id, size=meta.size, sha256=meta.sha256
+        )
+        yield AgentRunResult.message_completed(
+            ctx.run_id, f"QA_UPLOAD:{meta.artifact_id}:{meta.size}:{digest.hexdigest()}:{meta.mime_type}"
+        )
 
     async def _bump_counter(self, ctx: AgentRunContext) -> AsyncIterator[AgentRunResult]:
         api = self.run_api(ctx)
@@ -218,6 +254,16 @@ class QARunner(AgentRunner):
             else:
                 report[name] = {"ok": True, "code": None, "result": result}
         return report
+
+
+def _image_piece(offset: int, length: int) -> bytes:
+    """Bytes `offset..offset+length` of the `upload` image: the PNG signature, then a repeating pattern."""
+    pattern = bytes(range(256)) * (length // 256 + 2)
+    piece = bytearray(pattern[offset % 256 : offset % 256 + length])
+    if offset < len(PNG_HEAD):
+        head = PNG_HEAD[offset : offset + length]
+        piece[: len(head)] = head
+    return bytes(piece)
 
 
 def _expand(value: Any) -> Any:
