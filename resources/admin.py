@@ -56,7 +56,17 @@ class ModelProviderAdmin(WorkspaceScopedAdmin[ModelProvider]):
 @admin.register(Model)
 class ModelAdmin(WorkspaceScopedAdmin[Model]):
     form = ModelAdminForm
-    list_display = ["model_id", "workspace", "provider", "name", "kind", "supports_tools", "supports_vision"]
+    list_display = [
+        "model_id",
+        "workspace",
+        "provider",
+        "name",
+        "kind",
+        "supports_tools",
+        "supports_vision",
+        "input_price_per_million",
+        "output_price_per_million",
+    ]
     list_filter = ["kind", "workspace"]
     search_fields = ["model_id", "name"]
     readonly_fields = ["created_at", "updated_at"]

@@ -12,6 +12,7 @@ that bindings use does; nothing is deleted in cascade.
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -78,6 +79,14 @@ class ModelOut(BaseModel):
     supports_vision: bool
     context_window: int | None
     max_output_tokens: int | None
+    input_price_per_million: str | None = Field(
+        description=(
+            "Price of one million input tokens in the host's cost currency, as a decimal string; null: not priced."
+        )
+    )
+    output_price_per_million: str | None = Field(
+        description="Price of one million output tokens, as a decimal string; null: not priced."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -102,10 +111,18 @@ def model_provider_out(provider: ModelProvider) -> dict[str, Any]:
     }
 
 
+def _decimal_text(value: Decimal | None) -> str | None:
+    # A string, not a JSON number: a float would turn 0.15 into 0.15000000000000002 somewhere downstream.
+    return None if value is None else format(value.normalize(), "f")
+
+
 def model_out(model: Model) -> dict[str, Any]:
+    fields = model_fields(model)
     return {
         "model_id": model.model_id,
-        **model_fields(model),
+        **fields,
+        "input_price_per_million": _decimal_text(fields["input_price_per_million"]),
+        "output_price_per_million": _decimal_text(fields["output_price_per_million"]),
         "created_at": model.created_at.isoformat(),
         "updated_at": model.updated_at.isoformat(),
     }

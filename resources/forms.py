@@ -118,6 +118,8 @@ class ModelAdminForm(forms.ModelForm[Model]):
             "supports_vision",
             "context_window",
             "max_output_tokens",
+            "input_price_per_million",
+            "output_price_per_million",
         ]
 
     def clean(self) -> dict[str, Any] | None:

@@ -60,6 +60,23 @@ class Model(models.Model):
     supports_vision = models.BooleanField(default=False)
     context_window = models.PositiveIntegerField(null=True, blank=True)
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    # What the provider charges, in the host's cost currency (settings.LANGBOT_COST_CURRENCY) per million
+    # tokens. Read at each model call, so a run's cost is what the prices were when it called; a model
+    # without a price costs nothing and counts towards no budget.
+    input_price_per_million = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Price of one million input (prompt) tokens, in the host's cost currency; empty: not priced.",
+    )
+    output_price_per_million = models.DecimalField(
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Price of one million output (completion) tokens, in the host's cost currency; empty: not priced.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -166,6 +166,8 @@ def _model_apply(model: Model, spec: ModelIn) -> Model:
     model.supports_vision = spec.supports_vision
     model.context_window = spec.context_window
     model.max_output_tokens = spec.max_output_tokens
+    model.input_price_per_million = spec.input_price_per_million
+    model.output_price_per_million = spec.output_price_per_million
     _save(model, id_field="model_id")
     return model
 
@@ -191,12 +193,19 @@ def model_fields(model: Model) -> dict[str, Any]:
         "supports_vision": model.supports_vision,
         "context_window": model.context_window,
         "max_output_tokens": model.max_output_tokens,
+        "input_price_per_million": model.input_price_per_million,
+        "output_price_per_million": model.output_price_per_million,
     }
 
 
 @transaction.atomic
 def model_update(*, model: Model, patch: ModelPatchIn) -> Model:
-    _refuse_nulls(patch, nullable=frozenset({"context_window", "max_output_tokens"}))
+    _refuse_nulls(
+        patch,
+        nullable=frozenset(
+            {"context_window", "max_output_tokens", "input_price_per_million", "output_price_per_million"}
+        ),
+    )
     if patch.model_id is not None and patch.model_id != model.model_id:
         raise ResourceValidationError({"model_id": "A model's id cannot be changed."})
     spec = _merged(ModelIn, model_fields(model), patch.model_copy(update={"model_id": None}))

@@ -4,6 +4,7 @@ by the API and the admin. Unknown keys are errors; `bindings.specs.field_errors`
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
@@ -18,6 +19,8 @@ HEADERS_LIMIT = 50
 TOKENS_LIMIT = 100_000_000
 # RFC 9110 `token`: what an HTTP header name may be.
 HeaderName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
+# Prices per million tokens: what `Model`'s columns hold (14 digits, 6 after the point).
+Price = Annotated[Decimal, Field(ge=0, max_digits=14, decimal_places=6)]
 _HEADER_VALUE = re.compile(r"^[^\r\n\x00]*$")
 
 
@@ -94,10 +97,16 @@ class ModelIn(_Input):
     supports_vision: bool = False
     context_window: int | None = Field(default=None, ge=1, le=TOKENS_LIMIT)
     max_output_tokens: int | None = Field(default=None, ge=1, le=TOKENS_LIMIT)
+    input_price_per_million: Price | None = None
+    """What one million input tokens cost, in the host's cost currency (a decimal string or number); null:
+    not priced."""
+    output_price_per_million: Price | None = None
+    """What one million output tokens cost; null: not priced."""
 
 
 class ModelPatchIn(_Input):
-    """Any subset of `ModelIn`'s keys; `context_window` and `max_output_tokens` may be set to null."""
+    """Any subset of `ModelIn`'s keys; `context_window`, `max_output_tokens` and the prices may be set to
+    null."""
 
     model_id: Slug | None = None
     provider_id: Slug | None = None
@@ -107,3 +116,5 @@ class ModelPatchIn(_Input):
     supports_vision: bool | None = None
     context_window: int | None = Field(default=None, ge=1, le=TOKENS_LIMIT)
     max_output_tokens: int | None = Field(default=None, ge=1, le=TOKENS_LIMIT)
+    input_price_per_million: Price | None = None
+    output_price_per_million: Price | None = None
