@@ -1,4 +1,5 @@
-"""The inbound webhook of every chat platform: `POST /platforms/<platform>/<workspace slug>/<bot_id>/webhook`.
+"""The inbound webhook of every chat platform: `POST /platforms/<platform>/<workspace slug>/<bot_id>/webhook`
+(and `GET` for the adapters that take it, `accepts_get`: WeCom checks its callback URL so).
 
 Let the bot's adapter verify the request (on its raw bytes where the platform signs them) and read it,
 hand each update to `platforms.inbound`, answer what the adapter says (Slack's and Lark's handshakes) or
@@ -16,9 +17,9 @@ hand each update to `platforms.inbound`, answer what the adapter says (Slack's a
 from __future__ import annotations
 
 from django.conf import settings
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from foundation.api_errors import error_body
 from foundation.limits import declared_length
@@ -29,12 +30,14 @@ from platforms.selectors import bot_for_webhook
 
 
 @csrf_exempt
-@require_POST
-def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, bot_id: str) -> JsonResponse:
+@require_http_methods(["GET", "POST"])
+def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, bot_id: str) -> HttpResponse:
     bot = bot_for_webhook(platform=platform, workspace_slug=workspace_slug, bot_id=bot_id)
     adapter = adapter_for_bot(bot) if bot is not None else None
     if bot is None or adapter is None:
         return JsonResponse(error_body("not_found", "No such bot webhook."), status=404)
+    if request.method == "GET" and not adapter.accepts_get:
+        return HttpResponseNotAllowed(["POST"])
     max_bytes = int(settings.LANGBOT_API_BODY_MAX_BYTES)
     if (declared_length(request) or 0) > max_bytes:
         message = f"The request body exceeds {max_bytes} bytes."
@@ -44,6 +47,7 @@ def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, b
         body=request.body,
         query=request.GET.dict(),
         remote_addr=str(request.META.get("REMOTE_ADDR") or ""),
+        method=str(request.method),
     )
     try:
         adapter.verify(inbound)
@@ -67,4 +71,6 @@ def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, b
         return response
     for update in batch.updates:
         platform_update_accept(bot=bot, update=update, bot_current=True)
+    if batch.text_response is not None:
+        return HttpResponse(batch.text_response, content_type="text/plain; charset=utf-8")
     return JsonResponse(batch.response if batch.response is not None else {"ok": True})

@@ -9,6 +9,8 @@ class PlatformsConfig(AppConfig):
 
     def ready(self) -> None:
         # `runners` reaches the adapters only through this port (docs/architecture.md, "The apps and their layers").
+        from bindings.services import bot_credential_schemas
+        from platforms.credentials import AdapterCredentialSchemas
         from platforms.delivery import PlatformDeliveryPort
         from platforms.inbound import inbound_refusals_purge
         from platforms.registry import adapter_classes
@@ -18,6 +20,8 @@ class PlatformsConfig(AppConfig):
 
         adapter_classes()  # an adapter that cannot be imported fails start-up, not the first message
         delivery_port_install(PlatformDeliveryPort())
+        # `bindings` checks a bot's credentials against its adapter's schema through this port.
+        bot_credential_schemas.install(AdapterCredentialSchemas())
         # The retention sweep lives in `runners`, which cannot import this app's rows.
         retention_purge_install(
             kind=RetentionPurge.Kind.INBOUND_REFUSALS,

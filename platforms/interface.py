@@ -8,7 +8,10 @@ Implementing a platform (see `platforms/adapters/telegram.py` for a complete one
 1. Subclass `PlatformAdapter` in `platforms/adapters/<platform>.py`; set `platform` (the `Bot.platform`
    value), `capabilities` (a `PlatformCapabilities`: what the platform can do and its limits — this is what
    a runner sees as `ctx.delivery.supports_edit` / `supports_reaction` / `max_message_size`) and
-   `credential_keys` (the platform's own names; `api_base_url` is always accepted too).
+   `credential_keys` (the platform's own names; `api_base_url` is always accepted too). An adapter that
+   sets `credential_schema` (`CredentialField`s: name, required, secret, where the platform issues it)
+   has a bot's credentials checked against it when the bot is saved, over REST and in the admin
+   (`credentials_problems`), and the admin's bot form shows it.
 2. Instances are made from the bot's decrypted credentials: `Adapter(bot_id=..., credentials=...)`. The
    webhook view, the file-fetching task and platform actions make short-lived ones (then `aclose()`); the
    reply delivery keeps one per bot on the worker's loop until the bot's credentials change and shares it
@@ -54,6 +57,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 import httpx
+import jsonschema
 from django.conf import settings
 
 from foundation.limits import json_too_deep
@@ -89,6 +93,20 @@ class PlatformCapabilities:
 
 
 @dataclass(frozen=True)
+class CredentialField:
+    """One credential of a platform's bots, as the admin's bot form shows it and a save checks it."""
+
+    name: str
+    required: bool = False
+    secret: bool = False
+    """Shown masked (every stored credential is masked anyway; this says which ones matter)."""
+    help: str = ""
+    """What it is and where the platform issues it."""
+    types: tuple[str, ...] = ("string",)
+    """JSON Schema types the value may have (an id some consoles show as a number: `("string", "integer")`)."""
+
+
+@dataclass(frozen=True)
 class InboundRequest:
     """An inbound webhook call as the adapter sees it: header names lower-cased, the raw body bytes."""
 
@@ -96,6 +114,8 @@ class InboundRequest:
     body: bytes
     query: Mapping[str, str] = field(default_factory=dict)
     remote_addr: str = ""
+    method: str = "POST"
+    """`GET` only for adapters with `accepts_get` (a platform's URL check, WeCom's `echostr`)."""
 
     def header(self, name: str) -> str:
         return self.headers.get(name.lower(), "")
@@ -182,6 +202,8 @@ class InboundBatch:
 
     updates: list[InboundUpdate] = field(default_factory=list)
     response: dict[str, Any] | None = None
+    text_response: str | None = None
+    """Answered as `text/plain` instead of JSON (WeCom wants its decrypted `echostr`, or an empty body)."""
 
 
 @dataclass(frozen=True)
@@ -305,7 +327,11 @@ class PlatformAdapter(abc.ABC):
     platform: ClassVar[str]
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities()
     credential_keys: ClassVar[tuple[str, ...]] = ()
+    credential_schema: ClassVar[tuple[CredentialField, ...]] = ()
+    """Empty: the bot's credentials are not checked on save (adapters written before the schema)."""
     connector_class: ClassVar[type[PlatformConnector] | None] = None
+    accepts_get: ClassVar[bool] = False
+    """The webhook route takes GET requests too (else it answers them 405)."""
 
     def __init__(self, *, bot_id: str, credentials: Mapping[str, Any], allow_private: bool | None = None) -> None:
         self.bot_id = bot_id
@@ -313,6 +339,51 @@ class PlatformAdapter(abc.ABC):
         # Whether the bot's outbound connections may reach private addresses (the outbound address guard,
         # foundation.outbound): its workspace's flag or the host's switch (the default here).
         self.allow_private = host_private_allowed() if allow_private is None else allow_private
+
+    @classmethod
+    def credentials_json_schema(cls) -> dict[str, Any] | None:
+        """`credential_schema` as a JSON Schema (None when the adapter declares none): the declared keys
+        and `api_base_url` only, the required ones present and not empty."""
+        if not cls.credential_schema:
+            return None
+        properties: dict[str, Any] = {"api_base_url": {"type": "string"}}
+        for item in cls.credential_schema:
+            allowed: dict[str, Any] = {"type": list(item.types) if len(item.types) > 1 else item.types[0]}
+            if item.required:
+                allowed["minLength"] = 1
+            properties[item.name] = allowed
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": [item.name for item in cls.credential_schema if item.required],
+            "additionalProperties": False,
+        }
+
+    @classmethod
+    def credentials_problems(cls, credentials: Mapping[str, Any]) -> dict[str, str]:
+        """What is wrong with a bot's credentials against `credential_schema`, as `{"credentials.<key>":
+        message}` (empty when nothing is, or when the adapter declares no schema)."""
+        schema = cls.credentials_json_schema()
+        if schema is None:
+            return {}
+        problems: dict[str, str] = {}
+        for error in jsonschema.Draft202012Validator(schema).iter_errors(dict(credentials)):
+            if error.validator == "required":
+                for name in schema["required"]:
+                    if name not in credentials:
+                        problems.setdefault(f"credentials.{name}", f"Required for a {cls.platform} bot.")
+            elif error.validator == "additionalProperties":
+                known = ", ".join(sorted(schema["properties"]))
+                for name in credentials:
+                    if name not in schema["properties"]:
+                        problems.setdefault(f"credentials.{name}", f"Not a {cls.platform} credential (known: {known}).")
+            else:
+                name = str(error.absolute_path[0]) if error.absolute_path else ""
+                expected = schema["properties"].get(name, {}).get("type")
+                kinds = " or ".join(expected) if isinstance(expected, list) else expected
+                message = "May not be empty." if error.validator == "minLength" else f"Must be a {kinds}."
+                problems.setdefault(f"credentials.{name}", message)
+        return problems
 
     @staticmethod
     def text_length(text: str) -> int:

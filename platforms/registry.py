@@ -18,6 +18,8 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.lark.LarkAdapter",
     "platforms.adapters.discord.DiscordAdapter",
     "platforms.adapters.onebot.OneBotAdapter",
+    "platforms.adapters.dingtalk.DingTalkAdapter",
+    "platforms.adapters.wecom.WeComAdapter",
 )
 
 
