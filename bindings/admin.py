@@ -181,7 +181,7 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
             ("State policy", {"fields": policy_field_names("state_policy")}),
             ("Delivery policy", {"fields": policy_field_names("delivery_policy")}),
             ("Trigger filter", {"fields": policy_field_names("trigger_policy")}),
-            ("Run policies", {"fields": ["concurrency_policy", "timeout_seconds"]}),
+            ("Run policies", {"fields": ["concurrency_policy", "merge_window_seconds", "timeout_seconds"]}),
         ]
         if obj is not None:
             fieldsets.append(("Record", {"fields": self.readonly_fields}))

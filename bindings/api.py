@@ -75,6 +75,9 @@ class BindingOut(BaseModel):
     delivery_policy: DeliveryPolicy
     trigger_policy: TriggerPolicy
     concurrency_policy: ConcurrencyPolicy
+    merge_window_seconds: float = Field(
+        description="Under `merge`: seconds of quiet after a message before the merged run starts."
+    )
     timeout_seconds: int
     priority: int
     enabled: bool
@@ -116,6 +119,7 @@ def binding_out(binding: AgentBinding) -> dict[str, Any]:
         "delivery_policy": DeliveryPolicy.model_validate(binding.delivery_policy).model_dump(mode="json"),
         "trigger_policy": TriggerPolicy.model_validate(binding.trigger_policy).model_dump(mode="json"),
         "concurrency_policy": binding.concurrency_policy,
+        "merge_window_seconds": binding.merge_window_seconds,
         "timeout_seconds": binding.timeout_seconds,
         "priority": binding.priority,
         "enabled": binding.enabled,

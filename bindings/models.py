@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import models
 from django.db.models import Q
 
-from bindings.policies import ConcurrencyPolicy
+from bindings.policies import MERGE_WINDOW_DEFAULT, MERGE_WINDOW_MAX, ConcurrencyPolicy
 from foundation.crypto import EncryptedJSONField
 
 
@@ -158,6 +158,8 @@ class AgentBinding(models.Model):
         choices=[(p.value, p.value) for p in ConcurrencyPolicy],
         default=ConcurrencyPolicy.QUEUE.value,
     )
+    # Under `merge`: the quiet time after a message before its run starts (bindings.policies).
+    merge_window_seconds = models.FloatField(default=MERGE_WINDOW_DEFAULT)
     timeout_seconds = models.PositiveIntegerField(default=300)
     priority = models.IntegerField(default=0)
     enabled = models.BooleanField(default=True)
@@ -181,6 +183,10 @@ class AgentBinding(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(timeout_seconds__gte=1) & Q(timeout_seconds__lte=3600), name="binding_timeout_range"
+            ),
+            models.CheckConstraint(
+                condition=Q(merge_window_seconds__gt=0) & Q(merge_window_seconds__lte=MERGE_WINDOW_MAX),
+                name="binding_merge_window_range",
             ),
         ]
 

@@ -91,9 +91,23 @@ class DeliveryPolicy(_Policy):
 
 
 class ConcurrencyPolicy(StrEnum):
-    """What a message does when a run of the same conversation and binding is still active."""
+    """What a message does when a run of the same conversation and binding is still active (`merge` also
+    when one is merely about to start). `runners.lifecycle.services.run_create` carries them out."""
 
     QUEUE = "queue"
     INTERRUPT = "interrupt"
     REJECT = "reject"
     PARALLEL = "parallel"
+    MERGE = "merge"
+    """Debounce: messages that arrive within `merge_window_seconds` of each other become one run's input."""
+    STEER = "steer"
+    """A message is handed to the running run as more input when its runner declares `steering`; else `queue`."""
+
+
+MERGE_WINDOW_DEFAULT = 1.5
+MERGE_WINDOW_MAX = 60.0
+"""The longest quiet window a binding may set (seconds)."""
+MERGE_SPAN_FACTOR = 4
+"""A merged run starts at the latest this many windows after its first message, however the user keeps typing."""
+MERGE_MAX_MESSAGES = 20
+"""The most messages one merged run takes; the next one starts a run of its own."""

@@ -9,7 +9,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from bindings.policies import ConcurrencyPolicy, DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.policies import (
+    MERGE_WINDOW_DEFAULT,
+    MERGE_WINDOW_MAX,
+    ConcurrencyPolicy,
+    DeliveryPolicy,
+    ResourcePolicy,
+    StatePolicy,
+)
 from bindings.triggers import TriggerPolicy
 from langbot_sdk.protocol import RunnerId
 
@@ -50,6 +57,8 @@ class BindingIn(_Input):
     """Which events of its scope and event types the binding answers (chat type, mention, prefixes,
     patterns, ignore rules, access lists); the default answers every one."""
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.QUEUE
+    merge_window_seconds: float = Field(default=MERGE_WINDOW_DEFAULT, gt=0, le=MERGE_WINDOW_MAX)
+    """Under `merge`: how long the host waits after a message for the next one before the run starts."""
     timeout_seconds: int = Field(default=300, ge=1, le=TIMEOUT_MAX_SECONDS)
     priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     """Among replying bindings of the same scope level, the highest priority answers."""
@@ -81,6 +90,7 @@ class BindingPatchIn(_Input):
     delivery_policy: DeliveryPolicy | None = None
     trigger_policy: TriggerPolicy | None = None
     concurrency_policy: ConcurrencyPolicy | None = None
+    merge_window_seconds: float | None = None
     timeout_seconds: int | None = None
     priority: int | None = None
     enabled: bool | None = None

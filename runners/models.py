@@ -60,6 +60,12 @@ class Run(models.Model):
     last_seq = models.PositiveIntegerField(default=0)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     cancel_reason = models.CharField(max_length=200, blank=True)
+    # Chat bursts (the `merge` and `steer` concurrency policies): a queued run is not claimed before
+    # `not_before` (the quiet window after its latest message), and `input_events` are the ids of the later
+    # events whose messages it takes as input, in order — folded in before it started, or handed to it
+    # while it ran. Both live here, not in a process, so a restart loses neither.
+    not_before = models.DateTimeField(null=True, blank=True)
+    input_events = models.JSONField(default=list, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

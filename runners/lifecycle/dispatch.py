@@ -24,9 +24,11 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from celery import current_app
+from django.utils import timezone
 
 from foundation.compat.kombu import channel_client_keep
 
@@ -149,3 +151,18 @@ def runs_dispatch(*, run_ids: Iterable[str]) -> None:
 def run_dispatch(*, run_id: str) -> None:
     """Wake a worker for a queued run. A lost message is not fatal: `runs_sweep` re-sends stale runs."""
     runs_dispatch(run_ids=[run_id])
+
+
+def run_dispatch_at(*, run_id: str, eta: datetime) -> None:
+    """Wake a worker for a queued run at `eta` (a run that must not start before then: the `merge` policy's
+    window). A message of its own, delayed by the broker's countdown, outside the batcher (whose kept
+    producer belongs to its sending thread); the worker that gets it early sends it again for the run's
+    current time. Lost, it is re-sent by `runs_sweep` like any other."""
+    delay = max(0.0, (eta - timezone.now()).total_seconds())
+    if delay <= 0:
+        run_dispatch(run_id=run_id)
+        return
+    try:
+        current_app.send_task(RUN_EXECUTE_TASK, args=[run_id], countdown=delay)
+    except Exception:
+        logger.warning("could not send run %s to the broker; the sweeper will re-send it", run_id, exc_info=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -20,14 +20,15 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from bindings.models import AgentBinding
-from bindings.policies import ConcurrencyPolicy
+from bindings.models import AgentBinding, RunnerDescriptor
+from bindings.policies import MERGE_MAX_MESSAGES, MERGE_SPAN_FACTOR, ConcurrencyPolicy
 from foundation.db import connections_release, read_released
 from foundation.sql import insert
-from runners.lifecycle.dispatch import run_dispatch, runs_dispatch
+from runners.lifecycle.dispatch import run_dispatch, run_dispatch_at, runs_dispatch
 from runners.lifecycle.observers import runs_ended
 from runners.live.cancel import cancel_notify
 from runners.live.publish import RUN_EVENT, RUN_STATUS, run_group, run_status_publish_on_commit
+from runners.live.steer import steer_notify
 from runners.models import Run
 from runners.sql import conversation_lock
 from transcripts.models import EventLog
@@ -39,6 +40,11 @@ logger = logging.getLogger(__name__)
 
 INTERRUPT_REASON = "interrupted by a newer message"
 REJECT_REASON = "rejected"
+# Why a run that its binding's policy would have handled otherwise waits its turn instead (`Run.status_reason`
+# of the queued run, shown by the runs API and the admin; the claim overwrites nothing of it).
+QUEUED_NO_INTERRUPT = "queued: the runner does not support interrupt"
+QUEUED_NO_STEERING = "queued: the runner does not take input while running"
+QUEUED_STEER_BEHIND = "queued: an earlier message is already waiting"
 _TERMINAL = frozenset(Run.TERMINAL_STATUSES)
 _TERMINAL_RESULTS = frozenset({"run.completed", "run.failed"})
 
@@ -80,11 +86,71 @@ def run_build(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run:
     )
 
 
+_CHECKED_POLICIES = frozenset(
+    {ConcurrencyPolicy.REJECT, ConcurrencyPolicy.INTERRUPT, ConcurrencyPolicy.MERGE, ConcurrencyPolicy.STEER}
+)
+
+
 def run_create_checks(*, event: EventLog, binding: AgentBinding) -> bool:
-    """Whether creating the run must look at the conversation's active runs (`reject`, `interrupt`)
-    under a lock; otherwise the run is a plain insert, which the gateway writes with the event."""
+    """Whether creating the run must look at the conversation's active runs (`reject`, `interrupt`, `merge`,
+    `steer`) under a lock; otherwise the run is a plain insert, which the gateway writes with the event."""
     policy = ConcurrencyPolicy(binding.concurrency_policy)
-    return bool(event.conversation_id) and policy in (ConcurrencyPolicy.REJECT, ConcurrencyPolicy.INTERRUPT)
+    return bool(event.conversation_id) and policy in _CHECKED_POLICIES
+
+
+def runner_capability(*, runner_id: str, name: str) -> bool | None:
+    """Whether the runner's manifest, as last synced, declares capability `name`; None when the runner is
+    not in the catalog (a run of an unknown runner fails at its claim anyway)."""
+    capabilities = RunnerDescriptor.objects.filter(runner_id=runner_id).values_list("capabilities", flat=True).first()
+    if not isinstance(capabilities, dict):
+        return None
+    return capabilities.get(name) is True
+
+
+def _merge_into(*, active: QuerySet[Run], event: EventLog, binding: AgentBinding, now: datetime) -> Run | None:
+    """Fold `event` into the conversation's merging run, if one still takes messages: the newest active run
+    is queued under `merge` (it has a `not_before`), holds fewer than `MERGE_MAX_MESSAGES` messages, and its
+    window is still open — or it waits behind an earlier run anyway. Each message restarts the window, up to
+    `MERGE_SPAN_FACTOR` windows after the first. Returns the run folded into, else None."""
+    target = active.order_by("-id").first()
+    if target is None or target.status != Run.Status.QUEUED or target.not_before is None:
+        return None
+    folded = list(target.input_events or [])
+    if len(folded) + 1 >= MERGE_MAX_MESSAGES:
+        return None
+    waiting_behind = active.filter(id__lt=target.pk).exists()
+    if target.not_before <= now and not waiting_behind:
+        return None  # Its window has closed: it is about to start (or starting) with what it has.
+    window = timedelta(seconds=binding.merge_window_seconds)
+    not_before = min(now + window, target.created_at + MERGE_SPAN_FACTOR * window)
+    folded.append(event.pk)
+    # The claim flips `queued` in one update, so a run claimed meanwhile takes nothing more: a message that
+    # comes too late for it gets a run of its own.
+    if not Run.objects.filter(pk=target.pk, status=Run.Status.QUEUED).update(
+        not_before=not_before, input_events=folded
+    ):
+        return None
+    target.not_before, target.input_events = not_before, folded
+    return target
+
+
+def _steer_into(*, active: QuerySet[Run], event: EventLog) -> Run | None:
+    """Hand `event` to the conversation's running run as more input: recorded on the run (`input_events`)
+    and sent to the worker that holds it once this transaction commits. Only when that run is the only
+    active one (a message already queued behind it keeps its place in line)."""
+    runs = list(active.order_by("id")[:2])
+    if len(runs) != 1 or runs[0].status != Run.Status.RUNNING or runs[0].cancel_requested_at is not None:
+        return None
+    target = runs[0]
+    folded = [*(target.input_events or []), event.pk]
+    if not Run.objects.filter(pk=target.pk, status=Run.Status.RUNNING, cancel_requested_at__isnull=True).update(
+        input_events=folded
+    ):
+        return None
+    target.input_events = folded
+    run_id, event_pk = str(target.run_id), event.pk
+    transaction.on_commit(lambda: steer_notify(run_id=run_id, event_pk=event_pk))
+    return target
 
 
 def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run:
@@ -96,19 +162,40 @@ def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run
     - `interrupt`: earlier active runs get a cancel request ("interrupted by a newer message");
     - `reject`: while an earlier run is active, the new run is created already `failed`
       (`status_reason` "rejected", error `conversation.busy`) and never runs;
-    - `parallel`: no check.
+    - `parallel`: no check;
+    - `merge`: the run waits `merge_window_seconds` (`not_before`) and messages that arrive meanwhile are
+      folded into it (`input_events`) instead of getting runs of their own: the returned run is then that
+      earlier run. It queues behind earlier active runs like `queue`, and keeps taking messages while it
+      waits;
+    - `steer`: while a run is running and its runner declares the `steering` capability, the message is
+      handed to that run (returned) as more input; otherwise the run queues, saying why in `status_reason`.
 
-    Events without a conversation have nothing to collide with and always run. The worker is woken
-    once the transaction commits.
+    A runner that does not declare `interrupt` is not interrupted: under `interrupt` the new run queues
+    instead (`status_reason` says so). Events without a conversation have nothing to collide with and
+    always run. The worker is woken once the transaction commits.
     """
     conversation_id = event.conversation_id or ""
     policy = ConcurrencyPolicy(binding.concurrency_policy)
     run = run_build(event=event, binding=binding, observer=observer)
+    if policy is ConcurrencyPolicy.MERGE and conversation_id:
+        run.not_before = timezone.now() + timedelta(seconds=binding.merge_window_seconds)
     if run_create_checks(event=event, binding=binding):
         _conversation_lock(binding=binding, conversation_id=conversation_id)
         active = _same_conversation_active(
             workspace_id=event.workspace_id, binding_id=binding.pk, conversation_id=conversation_id
         )
+        if policy is ConcurrencyPolicy.MERGE:
+            merged = _merge_into(active=active, event=event, binding=binding, now=timezone.now())
+            if merged is not None:
+                return merged
+        if policy is ConcurrencyPolicy.STEER and active.exists():
+            if runner_capability(runner_id=binding.runner_id, name="steering") is not True:
+                run.status_reason = QUEUED_NO_STEERING
+            else:
+                steered = _steer_into(active=active, event=event)
+                if steered is not None:
+                    return steered
+                run.status_reason = QUEUED_STEER_BEHIND
         if policy is ConcurrencyPolicy.REJECT and active.exists():
             now = timezone.now()
             run.status = Run.Status.FAILED
@@ -124,12 +211,32 @@ def run_create(*, event: EventLog, binding: AgentBinding, observer: bool) -> Run
             run_status_publish_on_commit(run=run)
             runs_ended(runs=[run])
             return run
-        if policy is ConcurrencyPolicy.INTERRUPT:
-            for earlier in active.order_by("id"):
-                run_cancel_request(run=earlier, reason=INTERRUPT_REASON)
+        if policy is ConcurrencyPolicy.INTERRUPT and active.exists():
+            # Only a runner known to refuse it is spared; an unknown runner's run fails at its claim.
+            if runner_capability(runner_id=binding.runner_id, name="interrupt") is not False:
+                for earlier in active.order_by("id"):
+                    run_cancel_request(run=earlier, reason=INTERRUPT_REASON)
+            else:
+                run.status_reason = QUEUED_NO_INTERRUPT
     insert(run)
-    run_dispatch_on_commit(run_id=str(run.run_id))
+    if run.not_before is not None:
+        run_id, eta = str(run.run_id), run.not_before
+        transaction.on_commit(lambda: run_dispatch_at(run_id=run_id, eta=eta))
+    else:
+        run_dispatch_on_commit(run_id=str(run.run_id))
     return run
+
+
+def run_waits_its_turn(*, run: Run, binding: AgentBinding, interruptible: bool) -> bool:
+    """Whether claiming `run` must wait until no earlier run of its binding and conversation is active:
+    under `queue`, `merge` and `steer` (a steering message that became a run of its own queues), and
+    under `interrupt` when the runner cannot be interrupted (the earlier run was left running)."""
+    if not run.conversation_id:
+        return False
+    policy = ConcurrencyPolicy(binding.concurrency_policy)
+    if policy is ConcurrencyPolicy.INTERRUPT:
+        return not interruptible
+    return policy in (ConcurrencyPolicy.QUEUE, ConcurrencyPolicy.MERGE, ConcurrencyPolicy.STEER)
 
 
 def run_cancel_request(*, run: Run, reason: str) -> Run:

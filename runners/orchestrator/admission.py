@@ -26,18 +26,21 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
+from pydantic import ValidationError
 
 from bindings.models import RunnerDescriptor
 from bindings.policies import ConcurrencyPolicy
-from langbot_sdk.protocol import RunFailureCode
+from langbot_sdk.protocol import AgentInput, RunFailureCode
+from runners.lifecycle.dispatch import run_dispatch_at
 from runners.lifecycle.observers import runs_ended
-from runners.lifecycle.services import run_dispatch_next_on_commit
+from runners.lifecycle.services import run_dispatch_next_on_commit, run_waits_its_turn
 from runners.live.publish import run_status_publish_on_commit
 from runners.metrics import RUN_QUEUE_WAIT
 from runners.models import Run
-from runners.orchestrator.context import BuiltContext, context_build, context_state_set
+from runners.orchestrator.context import BuiltContext, context_build, context_state_set, descriptor_manifest
 from runners.sql import RUN_LOAD_PARTS, Claim, run_claim_with_state, run_load
 from runners.sql import run_claim as run_claim_statement
+from transcripts.models import EventLog
 from transcripts.sql import state_snapshot as state_snapshot_statement
 from transcripts.state import state_snapshot, state_snapshot_fold
 
@@ -115,6 +118,46 @@ def _claim(claim: Claim, *, built: BuiltContext) -> bool:
     return True
 
 
+def merged_input(events: list[EventLog]) -> AgentInput:
+    """One input made of several messages, in order: their texts joined by newlines, their content parts
+    and attachments one after another (the first message's platform chain kept)."""
+    inputs = [_event_input(event) for event in events]
+    texts = [item.text for item in inputs if item.text]
+    return AgentInput(
+        text="\n".join(texts) if texts else None,
+        contents=[part for item in inputs for part in item.contents],
+        attachments=[ref for item in inputs for ref in item.attachments],
+        message_chain=inputs[0].message_chain if inputs else None,
+    )
+
+
+def _event_input(event: EventLog) -> AgentInput:
+    try:
+        return AgentInput.model_validate(event.input or {})
+    except ValidationError:
+        text = (event.input or {}).get("text") if isinstance(event.input, dict) else None
+        return AgentInput(text=text if isinstance(text, str) else None)
+
+
+def _merged_input_set(run: Run, built: BuiltContext) -> None:
+    """Give a claimed `merge` run the input of every message folded into it. Read after the claim: a
+    message is folded only into a queued run, so what is stored now is all the run will ever take."""
+    folded = Run.objects.filter(pk=run.pk).values_list("input_events", flat=True).first() or []
+    run.input_events = list(folded)
+    if not folded:
+        return
+    by_pk = EventLog.objects.in_bulk([pk for pk in folded if isinstance(pk, int)])
+    later = [by_pk[pk] for pk in folded if pk in by_pk]
+    context = built.context.model_copy(
+        update={
+            "input": merged_input([run.event, *later]),
+            "metadata": {**built.context.metadata, "merged_event_ids": [e.event_id for e in [run.event, *later]]},
+        }
+    )
+    built.context = context
+    built.request = {**built.request, "context": context.model_dump(mode="json")}
+
+
 def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | None:
     """Claim the run for this worker, or return None when there is nothing to do (already claimed or
     finished, waiting behind an earlier run, unknown id, or failed here before starting)."""
@@ -151,6 +194,11 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
         return None
 
     now = timezone.now()
+    if run.not_before is not None and run.not_before > now:
+        # A `merge` run whose window is still open (this message came early, or a later message moved the
+        # window on): sent again for the time it may start.
+        run_dispatch_at(run_id=str(run.run_id), eta=run.not_before)
+        return None
     deadline_at = now + timedelta(seconds=run.timeout_seconds)
     try:
         built = context_build(
@@ -169,7 +217,9 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
         return None
 
     token = uuid.uuid4()
-    queue_policy = bool(run.conversation_id) and binding.concurrency_policy == ConcurrencyPolicy.QUEUE.value
+    queue_policy = run_waits_its_turn(
+        run=run, binding=binding, interruptible=descriptor_manifest(descriptor).capabilities.interrupt
+    )
     authorization = built.session.authorization()
     lease_owner = owner[:200]
     claim = Claim(
@@ -184,6 +234,8 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     )
     if not _claim(claim, built=built):
         return None
+    if binding.concurrency_policy == ConcurrencyPolicy.MERGE.value:
+        _merged_input_set(run, built)
     RUN_QUEUE_WAIT.labels(run.runner_id).observe(max(0.0, (now - run.created_at).total_seconds()))
     run.status = Run.Status.RUNNING
     run.lease_owner, run.lease_token = lease_owner, token
