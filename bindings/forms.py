@@ -43,7 +43,14 @@ from bindings.selectors import (
     runner_descriptors_visible,
     workspaces_of_member,
 )
-from bindings.services import BindingValidationError, binding_prepare, bot_api_base_url_check, credentials_merge
+from bindings.services import (
+    BindingValidationError,
+    binding_prepare,
+    bot_api_base_url_check,
+    bot_credential_schemas,
+    bot_credentials_check,
+    credentials_merge,
+)
 from bindings.specs import BindingIn
 from bindings.triggers import TriggerPolicy
 from foundation.api_errors import field_errors
@@ -788,6 +795,10 @@ class BotAdminForm(forms.ModelForm[Bot]):
         self.credentials: dict[str, Any] = {}
         if self.instance.pk:
             self.initial["credentials_input"] = bot_credentials_masked(self.instance)
+        schemas = bot_credential_schemas.installed
+        if schemas is not None and schemas.help_text():
+            field = self.fields["credentials_input"]
+            field.help_text = f"{field.help_text} {schemas.help_text()}"
 
     def clean_credentials_input(self) -> Any:
         value = self.cleaned_data.get("credentials_input")
@@ -813,4 +824,10 @@ class BotAdminForm(forms.ModelForm[Bot]):
                 bot_api_base_url_check(workspace=workspace, credentials=self.credentials, stored=stored)
             except URLRefusedError as exc:
                 self.add_error("credentials_input", list(exc.fields.values()))
+        platform = cleaned.get("platform") or self.instance.platform
+        if platform and "credentials_input" not in self.errors:
+            try:
+                bot_credentials_check(platform=str(platform), credentials=self.credentials)
+            except BindingValidationError as exc:
+                self.add_error("credentials_input", [f"{k}: {v}" for k, v in exc.fields.items()])
         return cleaned

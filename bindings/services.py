@@ -4,7 +4,7 @@ shared by the REST API, admin and management commands."""
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, Protocol
 
 from django.apps import apps
 from django.contrib.auth.models import AbstractBaseUser
@@ -26,6 +26,7 @@ from foundation.api_errors import FieldsRefusedError, field_errors
 from foundation.crypto import SECRET_MASK, EncryptedJSONField
 from foundation.ids import free_slug
 from foundation.outbound import url_checked
+from foundation.ports import Port
 
 
 def workspace_get_or_create(*, slug: str, name: str | None = None) -> Workspace:
@@ -81,6 +82,28 @@ def credentials_merge(*, given: dict[str, Any], stored: dict[str, Any]) -> dict[
     return merged
 
 
+class BotCredentialSchemas(Protocol):
+    """What the platforms app (above this one) says about a platform's bot credentials."""
+
+    def problems(self, platform: str, credentials: dict[str, Any]) -> dict[str, str]:
+        """`{"credentials.<key>": message}` for what the platform's schema refuses (empty: nothing)."""
+
+    def help_text(self) -> str:
+        """The schemas, for people: each platform's credentials, which are required and where to get them."""
+
+
+bot_credential_schemas: Port[BotCredentialSchemas] = Port("bot credential schemas")
+
+
+def bot_credentials_check(*, platform: str, credentials: dict[str, Any]) -> None:
+    """A bot's credentials against its platform's declared schema, when the platform has one and the
+    platforms app installed it (`BindingValidationError` naming each key)."""
+    schemas = bot_credential_schemas.installed
+    problems = schemas.problems(platform, credentials) if schemas is not None else {}
+    if problems:
+        raise BindingValidationError(problems)
+
+
 def bot_api_base_url_check(*, workspace: Workspace, credentials: dict[str, Any], stored: dict[str, Any]) -> None:
     """A bot's `api_base_url`, when set or changed, passes the outbound address guard: public addresses
     only, unless the operator allowed private ones for the workspace or the host (`URLRefusedError`, 400
@@ -101,6 +124,7 @@ def bot_create(*, workspace: Workspace, spec: BotIn) -> Bot:
         raise BindingValidationError({"bot_id": f"A bot {spec.bot_id!r} already exists in this workspace."})
     bot_id = spec.bot_id or free_slug(base=spec.name, taken=taken, fallback="bot")
     credentials = credentials_merge(given=spec.credentials, stored={})
+    bot_credentials_check(platform=spec.platform, credentials=credentials)
     bot_api_base_url_check(workspace=workspace, credentials=credentials, stored={})
     return Bot.objects.create(
         workspace=workspace,
@@ -130,6 +154,8 @@ def bot_update(*, bot: Bot, patch: BotPatchIn) -> Bot:
         stored = bot.credentials or {}
         bot.credentials = credentials_merge(given=patch.credentials, stored=stored)
         bot_api_base_url_check(workspace=bot.workspace, credentials=bot.credentials, stored=stored)
+    if patch.credentials is not None or patch.platform is not None:
+        bot_credentials_check(platform=bot.platform, credentials=bot.credentials or {})
     bot.save()
     return bot
 
