@@ -26,7 +26,7 @@ FUZZ_FACTOR ?= 10
 FUZZ_TESTS := tests/host/test_api_fuzz.py tests/streaming/test_chat_socket_fuzz.py tests/handlers/test_proxy_fuzz.py
 CELERY_LOGLEVEL ?= INFO
 
-.PHONY: help venv lbp-venv run test fuzz chaos peers lint docs bench web worker migrate static clean
+.PHONY: help venv lbp-venv run test fuzz chaos peers lint docs bench web worker migrate static messages clean
 
 help:
 	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
@@ -40,6 +40,7 @@ help:
 	@echo "make web      daphne (HTTP + WebSocket) on 0.0.0.0:\$$PORT (default 8000)"
 	@echo "make worker   a Celery worker with its beat schedule and its own plugin runtime, and the connector process"
 	@echo "make migrate  apply database migrations"
+	@echo "make messages gather the translatable strings into locale/*.po and compile them (needs GNU gettext)"
 	@echo "make venv     create .venv and install requirements-dev.txt when it changed"
 	@echo "make lbp-venv LangBot's plugin runtime (lbp rt) into var/langbot-plugin-venv (requirements-langbot-plugin.txt)"
 	@echo "make clean    remove caches and collected static files (keeps var/db.sqlite3 and .venv)"
@@ -129,6 +130,11 @@ migrate: venv
 
 static: venv
 	$(PY) manage.py collectstatic --noinput --verbosity 0
+
+# The catalogues (locale/<language>/LC_MESSAGES/django.po, djangojs.po) and their compiled .mo, both committed:
+# a checkout serves Chinese without gettext; tests/host/test_i18n.py fails while they are out of step.
+messages: venv
+	$(PY) scripts/messages.py
 
 web: venv static
 	$(PY) -m langbot_host.web -b 0.0.0.0 -p $(PORT) langbot_host.asgi:application

@@ -59,6 +59,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The language of a page: the switch's cookie (Django's set_language view), else Accept-Language.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "foundation.api_input.StorableTextMiddleware",
     "foundation.limits.RequestLimitsMiddleware",
@@ -142,6 +144,10 @@ AUTH_PASSWORD_VALIDATORS = [
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
+# The languages the admin and the chat are translated to (locale/, docs/operations.md, "Languages"); runner
+# manifests' `zh_Hans` labels are shown when Simplified Chinese is active (bindings.forms.manifest_locale).
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_TZ = True
 
 STATIC_URL = "static/"

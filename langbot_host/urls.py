@@ -1,10 +1,12 @@
 """Top-level URL map: admin (and its usage report), the versioned REST API, its OpenAPI schema and docs,
-/healthz and /metrics."""
+/healthz and /metrics, the language switch (`/i18n/setlang/`) and the chat's JavaScript catalogue (`/jsi18n/`)."""
 
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
+from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
@@ -37,6 +39,10 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
     path("chat/", include(chat_urlpatterns)),
+    # The language switch of the admin and the chat (Django's set_language: a cookie, then back to `next`).
+    path("i18n/", include("django.conf.urls.i18n")),
+    # The chat's strings in the active language (locale/*/LC_MESSAGES/djangojs.po), as gettext() for chat.js.
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["webchat"]), name="javascript-catalog"),
     # Chat platforms' inbound webhooks (outside /api/v1/: the platforms call them, with their own auth).
     path("platforms/", include("platforms.urls")),
 ]
@@ -46,4 +52,4 @@ handler404 = "foundation.api_errors.page_not_found"
 handler500 = "foundation.api_errors.server_error"
 
 admin.site.site_header = "LangBot Host"
-admin.site.site_title = "LangBot Host admin"
+admin.site.site_title = _("LangBot Host admin")

@@ -116,14 +116,14 @@ def test_the_events_list_shows_short_ids_with_the_full_ones_in_tooltips(admin_cl
 
 
 def test_runner_labels_follow_the_admins_language(admin_client):
-    from django.utils import translation
-
     runner = RunnerDescriptorFactory.create(
         label={"en_US": "QA Runner", "zh_Hans": "QA 测试运行器"}, config_schema=SCHEMA
     )
 
-    with translation.override("zh-hans"):
-        page = admin_client.get(f"/admin/bindings/runnerdescriptor/{runner.pk}/change/").content.decode()
+    # The browser's language (LocaleMiddleware): tests/bindings/test_manifest_labels_i18n.py has the switch.
+    page = admin_client.get(
+        f"/admin/bindings/runnerdescriptor/{runner.pk}/change/", HTTP_ACCEPT_LANGUAGE="zh-Hans"
+    ).content.decode()
 
     assert "QA 测试运行器" in page
     assert "<td>行为</td>" in page  # the config item's label too

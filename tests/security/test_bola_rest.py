@@ -130,6 +130,9 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     # The home page (links to chat, admin, docs) and the favicon redirect: nothing of any workspace.
     "": {"GET": (OWN | {302}, None)},
     "favicon.ico": {method: ({301, 302}, None) for method in ("GET", "POST", "PUT", "PATCH", "DELETE")},
+    # The language switch (a cookie of the caller's own) and the chat's translated strings.
+    "i18n/setlang/": {"POST": ({204, 302}, None)},
+    "jsi18n/": {"GET": (OWN, None)},
     # Their bot under my workspace's slug is no bot of mine.
     "platforms/<str:platform>/<slug:workspace_slug>/<slug:bot_id>/webhook": {"POST": (GONE, None)},
 }

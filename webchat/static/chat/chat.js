@@ -16,6 +16,19 @@
   };
   const ACTIVE = new Set(["queued", "running"]);
   const PING_SECONDS = 20;
+  // The page's words in the active language: Django's JavaScript catalogue (/jsi18n/, from
+  // locale/*/LC_MESSAGES/djangojs.po) defines gettext and interpolate; without it the English stands.
+  const _ = window.gettext || ((text) => text);
+  const fmt = (template, values) => template.replace(/%\((\w+)\)s/g, (whole, key) => String(values[key]));
+  // A run's or tool call's status as shown; the class keeps the status itself.
+  const STATUS_LABELS = {
+    queued: _("queued"), running: _("running"), completed: _("completed"), failed: _("failed"),
+    cancelled: _("cancelled"), timeout: _("timeout"), done: _("done"), error: _("error"),
+  };
+  const statusLabel = (status) => STATUS_LABELS[status] || status;
+  const RUN_INFO_LABELS = {
+    run: _("run"), status: _("status"), error: _("error"), reason: _("reason"), binding: _("binding"), runner: _("runner"),
+  };
 
   let ws = null;
   let retry = 0;
@@ -80,7 +93,7 @@
   }
   function titleOf(text) {
     const words = String(text || "").trim().split(/\s+/).filter(Boolean);
-    if (!words.length) return "(no text)";
+    if (!words.length) return _("(no text)");
     const head = words.slice(0, 6).join(" ");
     return head.length > 48 ? head.slice(0, 47) + "…" : head + (words.length > 6 ? "…" : "");
   }
@@ -99,7 +112,7 @@
     ws = new WebSocket(proto + location.host + config.ws_path + "?" + wsParam());
     ws.onopen = () => {
       retry = 0;
-      setConn("ok", "connected");
+      setConn("ok", _("connected"));
       if (conversationId) { resumed = lastId !== null && !needTranscript; subscribe(); }
       armWatchdog();
     };
@@ -113,12 +126,12 @@
       clearTimeout(watchdog);
       ws = null;
       if (event.code === 4401) {
-        setConn("bad", "signed out");
+        setConn("bad", _("signed out"));
         location.href = "/chat/login/?next=/chat/";
         return;
       }
-      if (event.code === 4403) { setConn("bad", "no workspace"); return; }
-      setConn("wait", "reconnecting…");
+      if (event.code === 4403) { setConn("bad", _("no workspace")); return; }
+      setConn("wait", _("reconnecting…"));
       const delay = Math.min(10000, 500 * 2 ** retry++) + Math.random() * 250;
       retryTimer = setTimeout(connect, delay);
     };
@@ -176,12 +189,12 @@
     const bubble = h("div", { class: "bubble" });
     const tools = h("div", { class: "tools" });
     const files = h("div", { class: "files" });
-    const status = h("span", { class: "status queued", text: "queued" });
-    const thinking = h("div", { class: "thinking", role: "status", "aria-label": "thinking" },
+    const status = h("span", { class: "status queued", text: statusLabel("queued") });
+    const thinking = h("div", { class: "thinking", role: "status", "aria-label": _("thinking") },
       h("span", { class: "dot" }), h("span", { class: "dot" }), h("span", { class: "dot" }),
-      h("span", { class: "thinking-text", text: "thinking…" }));
+      h("span", { class: "thinking-text", text: _("thinking…") }));
     // On a phone the side panel is a drawer: the reply itself offers Cancel while its run is active.
-    const cancel = h("button", { type: "button", class: "btn ghost small cancel-run", text: "Cancel",
+    const cancel = h("button", { type: "button", class: "btn ghost small cancel-run", text: _("Cancel"),
       onclick: () => send({ type: "cancel", run_id: runId }) });
     const when = h("span", { class: "when", text: timeLabel(null) });
     const meta = h("div", { class: "meta" }, when, status, h("span", { class: "mono run-id", title: runId, text: shortId(runId) }), cancel);
@@ -257,7 +270,7 @@
     const id = `${binding}|${data.scope}:${data.key}`;
     const item = h("li", { "data-state-key": `${data.scope}:${data.key}` },
       h("span", { class: "k", text: `${data.scope}:${data.key}` }),
-      h("div", { class: "muted tiny state-by", text: `${binding ? "by " + binding + " · " : ""}run ${shortId(runId)}` }),
+      h("div", { class: "muted tiny state-by", text: (binding ? fmt(_("by %(binding)s · "), { binding }) : "") + fmt(_("run %(run)s"), { run: shortId(runId) }) }),
       h("pre", { text: pretty(data.value) }));
     const old = stateItems.get(id);
     if (old) old.remove();
@@ -268,7 +281,7 @@
   function toolCard(view, type, data) {
     let card = view.toolCards.get(data.tool_call_id);
     if (!card) {
-      const state = h("span", { class: "status running tool-state", text: "running" });
+      const state = h("span", { class: "status running tool-state", text: statusLabel("running") });
       const body = h("div", {});
       const el = h("details", { class: "tool-card", "data-tool-call-id": data.tool_call_id },
         h("summary", {}, h("span", { class: "tool-name", text: data.tool_name }), state),
@@ -278,12 +291,12 @@
       view.toolCards.set(data.tool_call_id, card);
     }
     if (type === "tool.call.started") {
-      card.body.append(h("span", { class: "tool-label", text: "parameters" }), h("pre", { text: pretty(data.parameters || {}) }));
+      card.body.append(h("span", { class: "tool-label", text: _("parameters") }), h("pre", { text: pretty(data.parameters || {}) }));
     } else {
       const failed = !!data.error;
       card.state.className = "status tool-state " + (failed ? "failed" : "completed");
-      card.state.textContent = failed ? "error" : "done";
-      card.body.append(h("span", { class: "tool-label", text: failed ? "error" : "result" }),
+      card.state.textContent = statusLabel(failed ? "error" : "done");
+      card.body.append(h("span", { class: "tool-label", text: failed ? _("error") : _("result") }),
         h("pre", { text: pretty(failed ? data.error : data.result) }));
     }
   }
@@ -337,7 +350,7 @@
     const view = runView(runId);
     view.state = status;
     view.status.className = "status " + status;
-    view.status.textContent = status;
+    view.status.textContent = statusLabel(status);
     if (!ACTIVE.has(status)) view.el.classList.remove("streaming");
     if (message && message.runner_id) view.runner = message.runner_id;
     if (message && message.binding_id) view.binding = message.binding_id;
@@ -351,7 +364,7 @@
   function renderRunInfo() {
     const view = currentRun && runs.get(currentRun);
     if (!view) {
-      els.runInfo.textContent = "No run yet.";
+      els.runInfo.textContent = _("No run yet.");
       els.cancel.hidden = true;
       return;
     }
@@ -363,8 +376,8 @@
     const dl = h("dl", {});
     for (const [k, v] of rows) {
       const dd = h("dd", { class: k === "status" ? "" : "mono", text: k === "status" ? "" : v });
-      if (k === "status") dd.append(h("span", { class: "status " + v, text: v }));
-      dl.append(h("dt", { text: k }), dd);
+      if (k === "status") dd.append(h("span", { class: "status " + v, text: statusLabel(v) }));
+      dl.append(h("dt", { text: RUN_INFO_LABELS[k] || k }), dd);
     }
     els.runInfo.replaceChildren(dl);
     els.runInfo.classList.remove("muted");
@@ -389,7 +402,7 @@
     const meta = h("div", { class: "meta" }, h("span", { text: when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) }));
     if (role === "assistant" && !item.run_id && item.runner_id) {
       // An extra message a runner sent (platform action `message.send`), not a run's reply.
-      meta.append(h("span", { class: "via", text: "sent by " + item.runner_id.replace(/^plugin:/, "") }));
+      meta.append(h("span", { class: "via", text: fmt(_("sent by %(runner)s"), { runner: item.runner_id.replace(/^plugin:/, "") }) }));
     }
     const attrs = { class: `msg ${role} done`, "data-transcript-id": String(item.id ?? item.message_id) };
     if (item.run_id) attrs["data-run-id"] = item.run_id;
@@ -437,7 +450,7 @@
     bubble.textContent = text;
     bubble.hidden = !text;
     const meta = el.querySelector(".meta");
-    if (meta && !meta.querySelector(".edited")) meta.append(h("span", { class: "edited", text: "edited" }));
+    if (meta && !meta.querySelector(".edited")) meta.append(h("span", { class: "edited", text: _("edited") }));
   }
 
   function addReaction(el, reaction) {
@@ -580,7 +593,7 @@
     if (text && text !== view.text) { view.text = text; view.bubble.textContent = text; }
     const reactions = replaced.querySelector(".reactions");
     if (reactions) view.el.insertBefore(reactions, view.el.querySelector(".meta"));
-    if (replaced.querySelector(".edited")) view.el.querySelector(".meta").append(h("span", { class: "edited", text: "edited" }));
+    if (replaced.querySelector(".edited")) view.el.querySelector(".meta").append(h("span", { class: "edited", text: _("edited") }));
   }
 
   // --- conversations ------------------------------------------------------------------------------------
@@ -588,8 +601,8 @@
   function setConversation(id, load) {
     conversationId = id;
     const known = id && els.conversations.querySelector(`[data-id="${CSS.escape(id)}"]`);
-    els.title.textContent = known ? known.dataset.title : id ? "Conversation" : "New conversation";
-    els.subtitle.textContent = id || "Say something to start one.";
+    els.title.textContent = known ? known.dataset.title : id ? _("Conversation") : _("New conversation");
+    els.subtitle.textContent = id || _("Say something to start one.");
     for (const b of els.conversations.querySelectorAll("button")) b.classList.toggle("active", b.dataset.id === id);
     if (id) history.replaceState(null, "", "#c=" + encodeURIComponent(id));
     else history.replaceState(null, "", location.pathname);
@@ -615,7 +628,7 @@
     els.loadEarlier.hidden = true;
     els.empty.hidden = false;
     stateItems = new Map();
-    for (const list of [els.state, els.actions, els.artifacts]) list.innerHTML = '<li class="muted small">None.</li>';
+    for (const list of [els.state, els.actions, els.artifacts]) list.replaceChildren(h("li", { class: "muted small", text: _("None.") }));
     renderRunInfo();
   }
 
@@ -638,23 +651,23 @@
 
   // Who answers a target, as the resolver would choose now: "demo-qa · qa-runner/default".
   function answeredBy(target) {
-    if (target.conflict && target.conflict.length) return `conflict: ${target.conflict.join(", ")}`;
-    if (!target.replying) return "no binding answers";
+    if (target.conflict && target.conflict.length) return fmt(_("conflict: %(bindings)s"), { bindings: target.conflict.join(", ") });
+    if (!target.replying) return _("no binding answers");
     return `${target.replying.binding_id} · ${runnerName(target.replying.runner_id)}`;
   }
 
   function fillTargets(targets) {
     const chosen = els.target.value || localStorage.getItem("langbot.chat.target." + config.workspace) || "";
-    const options = [h("option", { value: "", "data-detail": answeredBy(targets.default), text: `Workspace default → ${answeredBy(targets.default)}` })];
+    const options = [h("option", { value: "", "data-detail": answeredBy(targets.default), text: `${_("Workspace default")} → ${answeredBy(targets.default)}` })];
     if (targets.bots.length) {
-      const group = h("optgroup", { label: "Bots" });
+      const group = h("optgroup", { label: _("Bots") });
       for (const b of targets.bots) group.append(h("option", { value: "bot:" + b.bot_id, "data-detail": answeredBy(b), text: `${b.name} → ${answeredBy(b)}` }));
       options.push(group);
     }
     if (targets.bindings.length) {
-      const group = h("optgroup", { label: "Bindings" });
+      const group = h("optgroup", { label: _("Bindings") });
       for (const b of targets.bindings) {
-        const detail = `${runnerName(b.runner_id)}${b.replies ? "" : " (observer)"}`;
+        const detail = `${runnerName(b.runner_id)}${b.replies ? "" : " " + _("(observer)")}`;
         group.append(h("option", { value: "binding:" + b.binding_id, "data-detail": detail, "data-runner": b.runner_id, text: `${b.name} — ${detail}` }));
       }
       options.push(group);
@@ -670,8 +683,8 @@
   function showTarget() {
     const option = els.target.selectedOptions[0];
     if (!option) return;
-    const name = option.value ? option.textContent.split(/ → | — /)[0] : "Workspace default";
-    els.targetDetail.textContent = `Send to: ${name} → ${option.dataset.detail || ""}`;
+    const name = option.value ? option.textContent.split(/ → | — /)[0] : _("Workspace default");
+    els.targetDetail.textContent = `${_("Send to:")} ${name} → ${option.dataset.detail || ""}`;
     els.target.title = option.textContent;
   }
 
@@ -702,7 +715,7 @@
     if (target.startsWith("bot:")) message.bot_id = target.slice(4);
     if (target.startsWith("binding:")) message.binding_id = target.slice(8);
     if (ready.length) message.attachments = ready.map((a) => ({ artifact_id: a.artifact_id }));
-    if (!send(message)) { systemLine("Not connected — the message was not sent. Reconnecting…"); return; }
+    if (!send(message)) { systemLine(_("Not connected — the message was not sent. Reconnecting…")); return; }
     els.empty.hidden = true;
     const files = h("div", { class: "files" });
     for (const a of ready) files.append(fileLink(a));
@@ -730,8 +743,8 @@
       if (body && body.error && body.error.message) return body.error.message;
       if (body && body.detail) return String(body.detail);
     } catch (e) { /* not JSON: a proxy's page, say */ }
-    if (xhr.status === 413) return "The file is too large.";
-    return xhr.status ? `Upload failed (HTTP ${xhr.status}).` : "Upload failed: no connection.";
+    if (xhr.status === 413) return _("The file is too large.");
+    return xhr.status ? fmt(_("Upload failed (HTTP %(status)s)."), { status: xhr.status }) : _("Upload failed: no connection.");
   }
 
   function upload(fileList) {
@@ -756,7 +769,7 @@
             entry.status = "ready";
           } catch (e) {
             entry.status = "error";
-            entry.error = "The server's answer was not understood.";
+            entry.error = _("The server's answer was not understood.");
           }
         } else {
           entry.status = "error";
@@ -787,7 +800,7 @@
         u.note = h("span", { class: "chip-note" });
         u.chip = h("div", { class: "chip upload", "data-upload": String(u.id), title: u.file.name }, thumb,
           h("span", { class: "chip-body" }, h("span", { class: "chip-name", text: u.file.name }), u.bar, u.note),
-          h("button", { type: "button", class: "chip-x", "aria-label": `Remove ${u.file.name}`, text: "×", onclick: () => removeUpload(u) }));
+          h("button", { type: "button", class: "chip-x", "aria-label": fmt(_("Remove %(file)s"), { file: u.file.name }), text: "×", onclick: () => removeUpload(u) }));
       }
       updateChip(u);
       return u.chip;
@@ -802,7 +815,7 @@
     u.bar.firstChild.style.width = `${Math.round((u.status === "uploading" ? u.progress : 1) * 100)}%`;
     u.bar.hidden = u.status !== "uploading";
     if (u.status === "uploading") u.note.textContent = `${Math.round(u.progress * 100)}%`;
-    else if (u.status === "ready") u.note.textContent = fileSize(u.artifact.size) || "ready";
+    else if (u.status === "ready") u.note.textContent = fileSize(u.artifact.size) || _("ready");
     else u.note.textContent = u.error;
     u.note.setAttribute("role", u.status === "error" ? "alert" : "status");
   }
@@ -810,7 +823,7 @@
   function updateSend() {
     const busy = uploads.some((u) => u.status === "uploading");
     els.send.disabled = busy;
-    els.send.title = busy ? "Waiting for uploads to finish" : "";
+    els.send.title = busy ? _("Waiting for uploads to finish") : "";
   }
 
   function autosize() {
@@ -874,6 +887,6 @@
     lastId = null;
     needTranscript = true;
   }
-  setConn("wait", "connecting…");
+  setConn("wait", _("connecting…"));
   connect();
 })();
