@@ -32,7 +32,12 @@ from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.dingtalk_server import CLIENT_ID, CLIENT_SECRET, FakeDingTalk, sign_headers
 from tests.fakes.platform_http import serving
 from tests.fuzzing import fuzz_settings
-from tests.platforms.test_delivery_policy import _completed, _deliver, fast_pace  # noqa: F401
+from tests.platforms.test_delivery_policy import (  # noqa: F401 (autouse fixtures)
+    _close_thread_connections,
+    _completed,
+    _deliver,
+    fast_pace,
+)
 from transcripts.models import EventLog
 
 

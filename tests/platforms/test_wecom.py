@@ -39,7 +39,12 @@ from tests.fakes.wecom_server import (
     signed_query,
 )
 from tests.fuzzing import fuzz_settings
-from tests.platforms.test_delivery_policy import _completed, _deliver, fast_pace  # noqa: F401
+from tests.platforms.test_delivery_policy import (  # noqa: F401 (autouse fixtures)
+    _close_thread_connections,
+    _completed,
+    _deliver,
+    fast_pace,
+)
 from transcripts.models import EventLog
 
 
