@@ -6,6 +6,7 @@ event, knowledge and tool calls the host bridge forwards — with the authorizat
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import importlib
 import secrets
@@ -19,6 +20,7 @@ from typing import Any
 from langbot_sdk.protocol import (
     AgentAPIException,
     AgentEventRecord,
+    ArtifactReadResult,
     CallToolResult,
     HistoryPage,
     HistorySearchHit,
@@ -42,6 +44,9 @@ if str(HARNESS_PLUGIN_DIR) not in sys.path:
     sys.path.insert(0, str(HARNESS_PLUGIN_DIR))
 
 stream_json: Any = importlib.import_module("langbot_harness_agent.stream_json")
+ATTACHMENT_ID = "artifact-notes"
+ATTACHMENT = b"release notes draft: faster deploys"
+"""The one attachment the harness host holds; the bridge's `langbot_artifact_read` reads it."""
 FAKE_CLI = REPO_ROOT / "tests" / "fakes" / "fake_harness_cli.py"
 FAKE_COMMAND = f"{sys.executable} {FAKE_CLI} -p --output-format stream-json --verbose"
 
@@ -102,6 +107,7 @@ class HarnessHost(ScriptedHost):
             "event_get": self._event_get,
             "retrieve_knowledge_base": self._retrieve,
             "call_tool": self._call_tool,
+            "artifact_read": self._artifact_read,
         }
 
     def _authorize(self, action: str, data: dict[str, Any]) -> None:
@@ -147,6 +153,21 @@ class HarnessHost(ScriptedHost):
             raise AgentAPIException.unauthorized(f"knowledge base {data['kb_id']!r} is not authorized")
         entry = KnowledgeEntry(id="chunk-1", content=f"Deploy with `make deploy` ({data['query_text']})", score=0.9)
         return RetrieveKnowledgeBaseResult(entries=[entry]).model_dump(mode="json")
+
+    async def _artifact_read(self, data: dict[str, Any], info: CallInfo) -> dict[str, Any]:
+        self._authorize("artifact_read", data)
+        if data["artifact_id"] != ATTACHMENT_ID:
+            raise AgentAPIException.not_found(f"no artifact {data['artifact_id']!r} in this run's scope")
+        offset = int(data.get("offset") or 0)
+        piece = ATTACHMENT[offset : offset + int(data.get("length") or len(ATTACHMENT))]
+        return ArtifactReadResult(
+            artifact_id=ATTACHMENT_ID,
+            offset=offset,
+            length=len(piece),
+            data_base64=base64.b64encode(piece).decode("ascii"),
+            eof=offset + len(piece) >= len(ATTACHMENT),
+            total_size=len(ATTACHMENT),
+        ).model_dump(mode="json")
 
     async def _call_tool(self, data: dict[str, Any], info: CallInfo) -> dict[str, Any]:
         self._authorize("call_tool", data)

@@ -149,13 +149,22 @@ async def test_a_turn_projects_the_context_and_answers_through_the_bridge(harnes
     # the bridge answered through the host's proxy handlers, authorized by the host
     bridge = report["bridge"]
     assert bridge["tools"] == [
+        "langbot_artifact_metadata",
+        "langbot_artifact_read",
         "langbot_call_tool",
         "langbot_current_event",
+        "langbot_event_get",
         "langbot_history_page",
         "langbot_history_search",
         "langbot_knowledge_retrieve",
         "langbot_list_tools",
+        "langbot_state_get",
+        "langbot_state_list",
     ]
+    # attachments are readable, as the harness's LANGBOT_CONTEXT.md promises; others' are not
+    assert bridge["artifact_read"]["text"] == "release notes draft: faster deploys"
+    assert bridge["artifact_read"]["eof"] is True
+    assert "not_found: no artifact 'someone-elses'" in bridge["artifact_denied"]["error"]
     assert bridge["current_event"]["event"]["event_id"] == ctx["event"]["event_id"]
     assert bridge["current_event"]["input"]["text"] == "summarize the deploy thread"
     assert bridge["current_event"]["record"]["event_id"] == ctx["event"]["event_id"]

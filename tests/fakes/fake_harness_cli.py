@@ -63,6 +63,9 @@ async def call_bridge(config: dict[str, Any]) -> dict[str, Any]:
         if "langbot_knowledge_retrieve" in answers["tools"]:
             answers["knowledge"] = await call("langbot_knowledge_retrieve", {"kb_id": "kb-docs", "query": "deploy"})
             answers["knowledge_denied"] = await call("langbot_knowledge_retrieve", {"kb_id": "kb-secret", "query": "x"})
+        if "langbot_artifact_read" in answers["tools"]:
+            answers["artifact_read"] = await call("langbot_artifact_read", {"artifact_id": "artifact-notes"})
+            answers["artifact_denied"] = await call("langbot_artifact_read", {"artifact_id": "someone-elses"})
         if "langbot_call_tool" in answers["tools"]:
             answers["tool"] = await call("langbot_call_tool", {"tool_name": "weather", "arguments": {"city": "Paris"}})
     # A request without the token is refused.

@@ -45,6 +45,8 @@ BRIDGE_SERVER_NAME = "langbot"
 MCP_PATH = "/mcp"
 RESULT_MAX_CHARS = 256 * 1024
 """Longest JSON text one bridge tool answers with (larger answers are cut and marked)."""
+ARTIFACT_READ_MAX_BYTES = 128 * 1024
+"""Most bytes `langbot_artifact_read` returns per call (base64 or text, well inside `RESULT_MAX_CHARS`)."""
 _STARTUP_TIMEOUT = 10.0
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
@@ -62,6 +64,17 @@ def bridge_tool_names(ctx: AgentRunContext) -> list[str]:
         names.append("langbot_knowledge_retrieve")
     if any(not tool.operations or "call" in tool.operations for tool in resources.tools):
         names += ["langbot_list_tools", "langbot_call_tool"]
+    if apis.event_get or resources.history.event_get:
+        names.append("langbot_event_get")
+    if apis.event_page or resources.history.event_page:
+        names.append("langbot_event_page")
+    # Attachments are readable when the run may pull artifacts, or when some are granted to it by id.
+    if apis.artifact_metadata or any(not a.operations or "metadata" in a.operations for a in resources.artifacts):
+        names.append("langbot_artifact_metadata")
+    if apis.artifact_read or any(not a.operations or "read" in a.operations for a in resources.artifacts):
+        names.append("langbot_artifact_read")
+    if apis.state or resources.state.enabled:
+        names += ["langbot_state_get", "langbot_state_list"]
     return names
 
 
@@ -134,8 +147,9 @@ class HostBridge:
         server = MCPServer(
             "langbot-host-bridge",
             instructions=(
-                "LangBot host bridge for this run: the current IM event, the conversation's history, "
-                "authorized knowledge bases and tools. Every call is authorized and audited by the host."
+                "LangBot host bridge for this run: the current IM event, the conversation's history and "
+                "events, its attachments and artifacts, state, authorized knowledge bases and tools. Every "
+                "call is authorized and audited by the host."
             ),
             log_level="WARNING",
         )
@@ -161,6 +175,25 @@ class HostBridge:
                 self._call_tool,
                 "Call an authorized LangBot tool by name with its arguments (an object matching its parameters).",
             ),
+            "langbot_event_get": (self._event_get, "One event of this conversation by its event_id."),
+            "langbot_event_page": (
+                self._event_page,
+                "A page of this conversation's events, newest first; pass next_cursor back as before_cursor.",
+            ),
+            "langbot_artifact_metadata": (
+                self._artifact_metadata,
+                "Name, MIME type, size and sha256 of an attachment or artifact (artifact_id from the context).",
+            ),
+            "langbot_artifact_read": (
+                self._artifact_read,
+                "Read bytes of an attachment or artifact from offset (at most 128 KiB a call): UTF-8 text as "
+                "`text`, anything else as `data_base64`; `eof` says whether the end was reached.",
+            ),
+            "langbot_state_get": (
+                self._state_get,
+                "A value LangBot keeps for this run's scope (conversation, actor, subject, runner, binding).",
+            ),
+            "langbot_state_list": (self._state_list, "The keys LangBot keeps for a state scope."),
         }
         for name, (fn, description) in tools.items():
             if name in available:
@@ -231,6 +264,44 @@ class HostBridge:
 
     async def _call_tool(self, tool_name: str, arguments: dict[str, Any] | None = None) -> str:
         return await self._forward("langbot_call_tool", lambda: self.api.tools.call(tool_name, arguments or {}))
+
+    async def _event_get(self, event_id: str) -> str:
+        return await self._forward("langbot_event_get", lambda: self.api.events.get(event_id))
+
+    async def _event_page(self, before_cursor: str | None = None, limit: int = 20) -> str:
+        return await self._forward(
+            "langbot_event_page", lambda: self.api.events.page(before_cursor=before_cursor, limit=limit)
+        )
+
+    async def _artifact_metadata(self, artifact_id: str) -> str:
+        return await self._forward("langbot_artifact_metadata", lambda: self.api.artifacts.metadata(artifact_id))
+
+    async def _artifact_read(self, artifact_id: str, offset: int = 0, length: int = ARTIFACT_READ_MAX_BYTES) -> str:
+        async def answer() -> dict[str, Any]:
+            read = await self.api.artifacts.read_range(
+                artifact_id, offset=max(0, offset), length=max(1, min(length, ARTIFACT_READ_MAX_BYTES))
+            )
+            data = read.data()
+            answer: dict[str, Any] = {
+                "artifact_id": read.artifact_id,
+                "offset": read.offset,
+                "length": read.length,
+                "eof": read.eof,
+                "total_size": read.total_size,
+            }
+            try:
+                answer["text"] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                answer["data_base64"] = read.data_base64
+            return answer
+
+        return await self._forward("langbot_artifact_read", answer)
+
+    async def _state_get(self, scope: str, key: str) -> str:
+        return await self._forward("langbot_state_get", lambda: self.api.state.get(scope, key))
+
+    async def _state_list(self, scope: str, prefix: str | None = None) -> str:
+        return await self._forward("langbot_state_list", lambda: self.api.state.list(scope, prefix=prefix))
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

@@ -149,7 +149,7 @@ def context_markdown(document: Mapping[str, Any]) -> str:
     lines += ["```text", text, "```"] if text else ["(no text)"]
     attachments = user_input.get("attachments") or []
     if attachments:
-        lines += ["", "Attachments (artifact ids, readable through the host):"]
+        lines += ["", "Attachments (artifact ids; read them with the `langbot_artifact_read` tool):"]
         lines += [
             f"- `{a.get('artifact_id')}` {a.get('name') or ''} {a.get('mime_type') or ''}".rstrip() for a in attachments
         ]
