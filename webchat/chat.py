@@ -18,6 +18,7 @@ from django.db.models import Max, Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import Resolver404, path, resolve, reverse, reverse_lazy
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import ensure_csrf_cookie
 from pydantic import ValidationError
 
@@ -73,7 +74,7 @@ class ChatSubmission:
 def _binding_of(workspace: Workspace, binding_id: str) -> AgentBinding:
     binding = bindings_visible(workspace=workspace).filter(binding_id=binding_id).order_by("workspace_id").first()
     if binding is None:
-        raise ChatRefusedError("not_found", f"No binding {binding_id!r} in this workspace.")
+        raise ChatRefusedError("not_found", _("No binding %(id)r in this workspace.") % {"id": binding_id})
     return binding
 
 
@@ -127,11 +128,12 @@ def chat_message_submit(
         )
     except ValidationError as exc:
         fields = field_errors(exc)
-        raise ChatRefusedError("invalid_argument", "The message has invalid fields.", fields=fields) from None
+        raise ChatRefusedError("invalid_argument", _("The message has invalid fields."), fields=fields) from None
     try:
         result = event_ingest(workspace=workspace, envelope=envelope, resolution=resolution)
     except EventRefusedError as exc:
-        raise ChatRefusedError("invalid_argument", str(exc), fields=exc.fields) from None
+        # `input.unsupported` and the like keep their own code, for the chat to show.
+        raise ChatRefusedError(exc.code, str(exc), fields=exc.fields) from None
     event = result.event
     submission = ChatSubmission(event_id=event.event_id, conversation_id=event.conversation_id)
     for run in result.runs:
@@ -147,7 +149,7 @@ def chat_message_submit(
             }
         )
     if event.status == EventLog.Status.NO_BINDING:
-        submission.error = {"code": "no_binding", "message": "No binding handles this message; nothing ran."}
+        submission.error = {"code": "no_binding", "message": _("No binding handles this message; nothing ran.")}
     elif event.error:
         submission.error = {"code": event.error.get("code", "error"), "message": event.error.get("message", "")}
     return submission
@@ -158,9 +160,11 @@ def chat_run_cancel(*, caller: ChatCaller, run_id: str) -> dict[str, Any]:
     workspace = Workspace.objects.get(pk=caller.workspace_id)
     run = run_get(workspace=workspace, run_id=run_id)
     if run is None:
-        raise ChatRefusedError("not_found", f"No run {run_id!r} in this workspace.")
+        raise ChatRefusedError("not_found", _("No run %(id)r in this workspace.") % {"id": run_id})
     if run.is_terminal:
-        raise ChatRefusedError("run.finished", f"The run already ended ({run.status}).", status=run.status)
+        raise ChatRefusedError(
+            "run.finished", _("The run already ended (%(status)s).") % {"status": run.status}, status=run.status
+        )
     return run_status_message(run_cancel_request(run=run, reason=CANCEL_REASON))
 
 

@@ -45,6 +45,9 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.http import HttpRequest
+from django.utils import translation
+from django.utils.translation import gettext as _
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from bindings.models import Workspace
@@ -92,6 +95,17 @@ class _CallerRefusedError(Exception):
     def __init__(self, code: int):
         super().__init__(code)
         self.code = code
+
+
+def scope_language(scope: dict[str, Any]) -> str:
+    """The language of the page that opened the socket, chosen as LocaleMiddleware chooses a page's: the
+    language switch's cookie, else the browser's Accept-Language, else the default."""
+    request = HttpRequest()
+    request.COOKIES = dict(scope.get("cookies") or {})
+    for name, value in scope.get("headers") or []:
+        if name == b"accept-language":
+            request.META["HTTP_ACCEPT_LANGUAGE"] = value.decode("latin-1")
+    return translation.get_language_from_request(request)
 
 
 def caller_from_scope(scope: dict[str, Any]) -> ChatCaller:
@@ -172,6 +186,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         # Accept first: a close before accepting becomes an HTTP 403 without the documented close code.
         await self.accept()
+        self.language = scope_language(self.scope)
         try:
             self.caller = await database_sync_to_async(caller_from_scope)(self.scope)
         except _CallerRefusedError as refused:
@@ -194,18 +209,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         kind = content.get("type") if isinstance(content, dict) else None
         model = INBOUND.get(kind) if isinstance(kind, str) else None
         if model is None:
-            self._error("invalid_argument", "Unknown message type; expected subscribe, message or cancel.")
+            self._error("invalid_argument", _("Unknown message type; expected subscribe, message or cancel."))
             return
         try:
             parsed = model.model_validate(content)
         except ValidationError as exc:
-            self._error("invalid_argument", "The message has invalid fields.", fields=field_errors(exc))
+            self._error("invalid_argument", _("The message has invalid fields."), fields=field_errors(exc))
             return
         unstorable = unstorable_text_path(content)
         if unstorable is not None:
             # Refused here: the database would fail the submission, and with it this socket.
             fields = {unstorable or "(message)": UNSTORABLE_MESSAGE}
-            self._error("invalid_argument", "The message has invalid fields.", fields=fields)
+            self._error("invalid_argument", _("The message has invalid fields."), fields=fields)
             return
         if isinstance(parsed, SubscribeIn):
             await self._on_subscribe(parsed)
@@ -215,17 +230,22 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._on_cancel(parsed)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        # The error messages a chat user reads are in the page's language (the handlers' threads inherit it).
+        with translation.override(getattr(self, "language", None)):
+            await self._receive(text_data, **kwargs)
+
+    async def _receive(self, text_data: str | None, **kwargs: Any) -> None:
         if self.caller is None or self._closing:
             return
         if text_data is None:
-            self._error("invalid_argument", "Binary frames are not accepted; send each message as JSON text.")
+            self._error("invalid_argument", _("Binary frames are not accepted; send each message as JSON text."))
             return
         max_depth = settings.LANGBOT_API_JSON_MAX_DEPTH
         where = json_too_deep(text_data.encode(), max_depth)
         if where is not None:
             # Refused before parsing: the parser and the models would recurse past Python's limit.
             fields = {"(message)" if where == "(body)" else where: too_deep_message(max_depth)}
-            self._error("invalid_argument", "The message has invalid fields.", fields=fields)
+            self._error("invalid_argument", _("The message has invalid fields."), fields=fields)
             return
         await super().receive(text_data=text_data, **kwargs)
 
@@ -242,7 +262,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         )
         if not exists:
             # The same answer for a conversation of another workspace as for one that does not exist.
-            self._error("not_found", f"No conversation {request.conversation_id!r} in this workspace.")
+            self._error("not_found", _("No conversation %(id)r in this workspace.") % {"id": request.conversation_id})
             return
         await self._join(request.conversation_id, request.after_id)
 
