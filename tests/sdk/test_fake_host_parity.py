@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,9 @@ from tests.handlers.conftest import FULL_PERMISSIONS, HostRun, fake, host_run, m
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("mcp_cleanup")]
 
 # Values a database assigns; everything else must match.
-VOLATILE = {"item_id", "cursor", "created_at", "event_id", "artifact_id", "time", "expires_at", "request_id"}
+VOLATILE = {
+    "item_id", "cursor", "created_at", "event_id", "artifact_id", "time", "expires_at", "request_id", "upload_id",
+}  # fmt: skip
 Call = tuple[str, dict[str, Any]]
 
 
@@ -198,6 +201,41 @@ def _artifacts(request: pytest.FixtureRequest) -> tuple[list[Any], list[Any]]:
     return real, fake_answers
 
 
+def _uploads(request: pytest.FixtureRequest) -> tuple[list[Any], list[Any]]:
+    pair = Pair(request.getfixturevalue("host_run")(conversation_id="conv-a"))
+    data = b"uploaded text\n" * 100
+    digest = hashlib.sha256(data).hexdigest()
+
+    def steps(answer: Callable[[str, dict[str, Any]], Any], raw: Callable[[str, dict[str, Any]], Any]) -> list[Any]:
+        """One upload that works, then the refusals; the ids each host assigned are threaded through."""
+        answers = []
+        opened = raw("artifact_upload_open", {"name": "notes.txt", "mime_type": "text/plain", "size": len(data)})
+        answers.append(stable(opened))
+        upload_id = opened["upload_id"]
+        for call in [
+            ("artifact_upload_chunk", {"upload_id": upload_id, "offset": 0, "data_base64": b64(data[:1000])}),
+            ("artifact_upload_chunk", {"upload_id": upload_id, "offset": 5, "data_base64": b64(b"x")}),  # out of order
+            ("artifact_upload_chunk", {"upload_id": upload_id, "offset": 1000, "data_base64": b64(data[1000:])}),
+            ("artifact_upload_finish", {"upload_id": upload_id, "size": len(data), "sha256": digest}),
+            ("artifact_upload_chunk", {"upload_id": upload_id, "offset": 0, "data_base64": b64(b"x")}),  # finished
+            ("artifact_upload_open", {"name": "big.bin", "size": 100 * 1024 * 1024 + 1}),  # over the limit
+            ("artifact_upload_abort", {"upload_id": "no-such-upload"}),
+        ]:
+            answers.append(answer(*call))
+        second = raw("artifact_upload_open", {"name": "bad.bin"})["upload_id"]
+        answers.append(answer("artifact_upload_chunk", {"upload_id": second, "offset": 0, "data_base64": b64(b"ab")}))
+        answers.append(answer("artifact_upload_finish", {"upload_id": second, "size": 2, "sha256": "0" * 64}))
+        return answers
+
+    real = steps(pair._real, lambda a, d: pair.real.call(a, **d))
+    fake_answers = steps(pair._fake, lambda a, d: asyncio.run(pair.fake.proxy_call(a, d)))
+    return real, fake_answers
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
 def _models(request: pytest.FixtureRequest) -> tuple[list[Any], list[Any]]:
     provider: FakeOpenAI = request.getfixturevalue("fake")
     pair = Pair(request.getfixturevalue("model_run")())
@@ -303,7 +341,7 @@ def _snapshot(request: pytest.FixtureRequest) -> tuple[list[Any], list[Any]]:
 
 # Grouped so that each test pays the database flush once (a transactional test's teardown is most of its cost).
 SCENARIOS: dict[str, list[Scenario]] = {
-    "history, events and artifacts": [_history, _history_not_granted, _artifacts],
+    "history, events and artifacts": [_history, _history_not_granted, _artifacts, _uploads],
     "state, storage and the deadline": [_state, _storage, _deadline, _snapshot],
     "models, tools and platform actions": [_models, _tools, _platform],
 }
