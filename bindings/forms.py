@@ -34,7 +34,14 @@ from django.utils.translation import get_language
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
-from bindings.policies import MERGE_WINDOW_DEFAULT, WILDCARD, DeliveryPolicy, ResourcePolicy, StatePolicy
+from bindings.policies import (
+    MERGE_WINDOW_DEFAULT,
+    WILDCARD,
+    DeliveryPolicy,
+    NonTextInput,
+    ResourcePolicy,
+    StatePolicy,
+)
 from bindings.resource_catalog import CatalogEntry, ResourceKind, resource_catalog_source
 from bindings.runner_config import config_schema_items
 from bindings.selectors import (
@@ -262,9 +269,11 @@ POLICY_CONTROLLED_KEYS: dict[str, tuple[str, ...]] = {
         "storage_areas",
         "platform_actions",
         "require_action_approval",
+        "history_conversations",
+        "history_same_actor",
     ),
     "state_policy": ("enable_state", "state_scopes"),
-    "delivery_policy": ("enable_streaming", "enable_reply", "max_message_size"),
+    "delivery_policy": ("enable_streaming", "enable_reply", "max_message_size", "non_text_input"),
     "trigger_policy": (
         "chat_types",
         "group_mention",
@@ -378,6 +387,17 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         required=False,
         help_text="Platform actions wait for an operator's approval.",
     )
+    resource_policy__history_conversations = LinesField(
+        label="History of other conversations",
+        required=False,
+        help_text="Conversation ids of this workspace whose history runs may also read, one per line; "
+        f"`{WILDCARD}` any of them. Empty: only the run's own conversation.",
+    )
+    resource_policy__history_same_actor = forms.BooleanField(
+        label="History of the sender's conversations",
+        required=False,
+        help_text="Runs may also read the conversations of this workspace the sender wrote in through the same bot.",
+    )
     resource_policy__other = _other_keys_field()
     # State policy.
     state_policy__enable_state = forms.BooleanField(label="Enable state", required=False)
@@ -399,6 +419,15 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         label="Max message size",
         required=False,
         help_text="Longest reply (characters) delivered to the platform; empty leaves it to the platform.",
+    )
+    delivery_policy__non_text_input = forms.ChoiceField(
+        label="Non-text input to a text-only runner",
+        choices=[
+            (NonTextInput.NOTE.value, "note: the runner reads a text note naming each image or file"),
+            (NonTextInput.REFUSE.value, "refuse: the message is refused (input.unsupported), nothing runs"),
+        ],
+        required=False,
+        help_text="For a runner that declares it reads text only (multimodal_input: false).",
     )
     delivery_policy__other = _other_keys_field()
     # Trigger filter (bindings.triggers).
@@ -659,6 +688,10 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         for key in POLICY_CONTROLLED_KEYS[policy]:
             value[key] = self.cleaned_data.get(policy_field_name(policy, key))
         return value
+
+    def clean_delivery_policy__non_text_input(self) -> str:
+        # A form posted before the control existed leaves it out: the default applies.
+        return self.cleaned_data.get("delivery_policy__non_text_input") or NonTextInput.NOTE.value
 
     def clean_resource_policy__other(self) -> Any:
         return self._clean_other("resource_policy")

@@ -40,6 +40,11 @@ class ResourcePolicy(_Policy):
     platform_actions: list[ResourceName] = Field(default_factory=list)
     require_action_approval: bool = True
     """Platform actions a runner requests wait for an operator's approval unless this is false."""
+    history_conversations: list[ResourceName] = Field(default_factory=list)
+    """Other conversations of the workspace whose history (page and search) runs may read, by id; `*` any
+    of them. A run always reads its own; the manifest must still ask for `history`."""
+    history_same_actor: bool = False
+    """Runs may also read the history of any conversation of the workspace the run's actor took part in."""
 
     def allows_model(self, model_id: str) -> bool:
         return _allows(self.allowed_model_ids, model_id)
@@ -52,6 +57,10 @@ class ResourcePolicy(_Policy):
 
     def allows_platform_action(self, action: str) -> bool:
         return _allows(self.platform_actions, action)
+
+    @property
+    def grants_cross_conversation(self) -> bool:
+        return bool(self.history_conversations) or self.history_same_actor
 
 
 class StatePolicy(_Policy):
@@ -70,6 +79,11 @@ class RetryPolicy(_Policy):
     backoff_seconds: float = Field(default=2.0, ge=0, le=300)
 
 
+class NonTextInput(StrEnum):
+    NOTE = "note"
+    REFUSE = "refuse"
+
+
 class DeliveryPolicy(_Policy):
     """How results reach the user. `enable_reply: false` makes the binding an observer (docs/architecture.md, "Runs").
     `retry` (opt-in, absent by default) retries runs lost to a host-side fault, so the user still gets an
@@ -80,6 +94,10 @@ class DeliveryPolicy(_Policy):
     max_message_size: int | None = Field(default=None, ge=1, le=1024 * 1024)
     """Longest reply text (characters) delivered to the platform; None leaves it to the platform adapter."""
     retry: RetryPolicy | None = None
+    non_text_input: NonTextInput = NonTextInput.NOTE
+    """What a message with images, files or other non-text parts does when the runner declares
+    `multimodal_input: false`: `note` (each part reaches it as a text note naming it) or `refuse` (the
+    event is refused with `input.unsupported`, no run starts)."""
 
     @model_serializer(mode="wrap")
     def _without_unset_retry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

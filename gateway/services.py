@@ -8,6 +8,7 @@ resolution and one queued run per chosen binding. Runs are sent to workers once 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -15,19 +16,24 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from pydantic import ValidationError
 
 from artifacts.attachments import AttachmentRefusedError, attachment_register
 from artifacts.models import Artifact
 from artifacts.selectors import artifacts_by_id
 from artifacts.services import artifact_create_from_bytes, artifacts_bind_to_conversation
-from bindings.models import Bot, Workspace
+from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
+from bindings.policies import DeliveryPolicy, NonTextInput
 from bindings.selectors import BindingResolution, binding_resolve_for_event, bot_get
 from bindings.triggers import TriggerContext, chat_kind_of, text_without_prefix
 from foundation.api_errors import FieldsRefusedError
 from foundation.sql import insert_with_children
 from gateway.envelope import ContentIn, EventEnvelopeIn
+from langbot_sdk.protocol import AgentInput, ArtifactRef, ContentElement
 from runners.lifecycle import services as run_services
 from runners.models import Run
+from runners.orchestrator.capabilities import NON_TEXT_REFUSED_CODE, input_refusal
+from runners.orchestrator.context import descriptor_manifest
 from transcripts.models import EventLog, TranscriptItem
 
 SUMMARY_TEXT_CHARS = 200
@@ -37,6 +43,13 @@ CONVERSATION_ID_MAX = 255
 class EventRefusedError(FieldsRefusedError):
     """The envelope is well-formed but refers to things the workspace does not have; `fields` maps the
     dotted field to the message, like the API's `details.fields`."""
+
+
+class InputUnsupportedError(EventRefusedError):
+    """The replying binding refuses non-text input for its text-only runner (`delivery_policy.non_text_input:
+    "refuse"`): the event is not recorded and no run starts; the API answers 400 `input.unsupported`."""
+
+    code = NON_TEXT_REFUSED_CODE
 
 
 @dataclass
@@ -147,7 +160,6 @@ def event_ingest(
         earlier = EventLog.objects.filter(workspace=workspace, event_id=event_id).first()
         if earlier is not None:
             return EventIngestResult(event=earlier, runs=list(earlier.runs.order_by("id")), duplicate=True)
-    attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
     if resolution is None:
         resolution = binding_resolve_for_event(
             workspace=workspace,
@@ -155,6 +167,8 @@ def event_ingest(
             bot_id=bot.bot_id if bot else None,
             trigger=trigger_context_of(envelope),
         )
+    resolution = _non_text_refusals(workspace, event_id, envelope, resolution)
+    attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
     if resolution.strip_prefix:
         envelope = _prefix_stripped(envelope, resolution.strip_prefix)
     data = dict(envelope.data)
@@ -252,6 +266,51 @@ def event_ingest(
                 run_services.run_dispatch_on_commit(run_id=str(run.run_id))
             runs.append(run)
     return EventIngestResult(event=event, runs=runs)
+
+
+def _refuses_non_text(binding: AgentBinding) -> bool:
+    try:
+        return DeliveryPolicy.model_validate(binding.delivery_policy or {}).non_text_input is NonTextInput.REFUSE
+    except ValidationError:  # an invalid stored policy fails the run with `context.invalid`, as before
+        return False
+
+
+def _non_text_refusals(
+    workspace: Workspace, event_id: str, envelope: EventEnvelopeIn, resolution: BindingResolution
+) -> BindingResolution:
+    """Apply the bindings' `non_text_input: "refuse"` to an input with non-text parts sent to a runner that
+    reads text only (runners.orchestrator.capabilities): the replying binding refusing it refuses the
+    event (`InputUnsupportedError`, before anything is stored); an observer refusing it just does not run.
+    A redelivery of an event already recorded is answered as a duplicate, never refused afterwards."""
+    refusing = [b for b in resolution.to_run if _refuses_non_text(b)]
+    if not refusing or not (envelope.input.attachments or any(c.type != "text" for c in envelope.input.contents)):
+        return resolution
+    agent_input = AgentInput(
+        text=envelope.input.text,
+        contents=[ContentElement.model_validate(c.model_dump(mode="json")) for c in envelope.input.contents],
+        attachments=[
+            ArtifactRef(artifact_id=a.artifact_id or "", name=a.name, mime_type=a.mime_type, size=a.size)
+            for a in envelope.input.attachments
+        ],
+    )
+    descriptors = {
+        d.runner_id: d for d in RunnerDescriptor.objects.filter(runner_id__in={b.runner_id for b in refusing})
+    }
+    refused: dict[int, str] = {}
+    for binding in refusing:
+        descriptor = descriptors.get(binding.runner_id)
+        try:
+            manifest = descriptor_manifest(descriptor) if descriptor is not None else None
+        except ValidationError:  # the run fails with `context.invalid`, as for any input
+            manifest = None
+        reason = input_refusal(agent_input, manifest, policy="refuse") if manifest is not None else None
+        if reason is not None:
+            refused[binding.pk] = reason
+    if resolution.replying is not None and resolution.replying.pk in refused:
+        if EventLog.objects.filter(workspace=workspace, event_id=event_id).exists():
+            return resolution  # the earlier delivery's runs are answered below
+        raise InputUnsupportedError({"input": refused[resolution.replying.pk]})
+    return dataclasses.replace(resolution, observers=[b for b in resolution.observers if b.pk not in refused])
 
 
 def _routing_outcome(resolution: BindingResolution) -> tuple[str, dict[str, Any] | None]:

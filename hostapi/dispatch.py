@@ -77,7 +77,11 @@ def resource_of(request: Any) -> str:
         if value is not None:
             key = getattr(request, "key", None)
             return f"{name}={value}" + (f" key={key}" if isinstance(key, str) else "")
-    return ""
+    # A history read names the conversation it reads (another one needs the binding's grant), so the audit
+    # shows which conversation each read reached or was refused.
+    filters = getattr(request, "filters", None)
+    conversation_id = getattr(request, "conversation_id", None) or getattr(filters, "conversation_id", None)
+    return f"conversation_id={conversation_id}" if isinstance(conversation_id, str) else ""
 
 
 def _scope_of(session: RunSession | None) -> str:

@@ -13,27 +13,54 @@ current input (and whatever was appended since) is `after_cursor=latest_cursor`;
 own cursor is `str(ctx.context.transcript_seq)`, and `before_cursor=str(transcript_seq)` reads all of
 the history before it, `latest_cursor`'s item first among the newest.
 
-Search runs in the run's conversation whatever `filters.conversation_id` says (another conversation
-answers `not_found`); `top_k` is clamped to 50.
+A run reads its own conversation. Another one of its workspace — named by `conversation_id` (page) or
+`filters.conversation_id` (search) — only under the binding's grant frozen in the run session
+(`HistoryGrant`: listed ids or `*`, or conversations its actor took part in through the same bot); any
+other answers `not_found`, as an object outside the run's scope, and never reaches another workspace's
+rows (every read filters on the run's workspace). `top_k` is clamped to 50.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from bindings.policies import WILDCARD
 from hostapi.base import (
     FamilyHandler,
     HandlerResult,
     ProxyCall,
     cursor_value,
+    not_found,
     own_conversation,
     own_thread,
     page_cursors,
     require,
 )
 from langbot_sdk.protocol import Action, HistoryPage, HistorySearchHit, HistorySearchResult
+from runners.access.session import RunSession
 from transcripts.records import transcript_item_record
-from transcripts.selectors import TranscriptRow, history_page_rows, history_search_rows
+from transcripts.selectors import TranscriptRow, actor_took_part, history_page_rows, history_search_rows
+
+
+async def _readable(call: ProxyCall, requested: str | None, requested_thread: str | None) -> tuple[str, str | None]:
+    """The conversation and thread filter a history read may use: the run's own (its thread rules apply),
+    or another one the binding's grant opens (then any thread of it may be named)."""
+    session = call.session
+    own = session.scope.conversation_id
+    if requested is None or requested == own or not session.history_grant:
+        return own_conversation(session, requested), own_thread(session, requested_thread)
+    if await call.db(_granted, session=session, conversation_id=requested):
+        return requested, requested_thread
+    raise not_found(f"no conversation {requested!r} in this run's scope")
+
+
+def _granted(*, session: RunSession, conversation_id: str) -> bool:
+    grant, scope = session.history_grant, session.scope
+    if WILDCARD in grant.conversations or conversation_id in grant.conversations:
+        return True
+    return grant.same_actor and actor_took_part(
+        workspace_id=scope.workspace_id, conversation_id=conversation_id, actor=scope.actor_id, bot_id=scope.bot_id
+    )
 
 
 def _page(
@@ -65,8 +92,7 @@ def _page(
 async def history_page(call: ProxyCall) -> HandlerResult:
     session, request = call.session, call.request
     require(session.available_apis.history_page, "history.page")
-    conversation_id = own_conversation(session, request.conversation_id)
-    thread_id = own_thread(session, request.thread_id)
+    conversation_id, thread_id = await _readable(call, request.conversation_id, request.thread_id)
     before = cursor_value(request.before_cursor, name="before_cursor")
     after = cursor_value(request.after_cursor, name="after_cursor")
     return await call.db(
@@ -116,8 +142,9 @@ async def history_search(call: ProxyCall) -> HandlerResult:
     session, request = call.session, call.request
     require(session.available_apis.history_search, "history.search")
     filters = request.filters
-    conversation_id = own_conversation(session, filters.conversation_id if filters else None)
-    thread_id = own_thread(session, filters.thread_id if filters else None)
+    conversation_id, thread_id = await _readable(
+        call, filters.conversation_id if filters else None, filters.thread_id if filters else None
+    )
     return await call.db(
         _search,
         workspace_id=session.scope.workspace_id,

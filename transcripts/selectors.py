@@ -264,3 +264,17 @@ def event_page_rows(
     if event_types:
         queryset = queryset.filter(event_type__in=event_types)
     return _walk(queryset, before=before, after=after, forward=forward, limit=limit)
+
+
+def actor_took_part(*, workspace_id: int, conversation_id: str, actor: str, bot_id: str) -> bool:
+    """Whether `actor` (`actor_type:actor_id`, as a run's scope names it) sent an event to `conversation_id`
+    through the same bot (`bot_id`, "" for none): the `history_same_actor` grant. The bot is part of the
+    check because actor ids are a platform's own, and the same id on two platforms is two people."""
+    actor_type, _, actor_id = actor.partition(":")
+    if not actor_id:
+        return False
+    rows = EventLog.objects.filter(workspace_id=workspace_id, conversation_id=conversation_id, actor__actor_id=actor_id)
+    if actor_type != "unknown":
+        rows = rows.filter(actor__actor_type=actor_type)
+    rows = rows.filter(bot__bot_id=bot_id) if bot_id else rows.filter(bot__isnull=True)
+    return rows.exists()

@@ -23,6 +23,27 @@ from runners.access.usage import ModelUsage
 from runners.models import Run
 
 
+@dataclass(frozen=True)
+class HistoryGrant:
+    """The other conversations of its workspace whose history a run may read (the binding's
+    `ResourcePolicy.history_conversations` / `history_same_actor`, frozen at start): by id (`*`: any), or
+    any in which the run's actor took part. Empty: only its own conversation."""
+
+    conversations: frozenset[str] = frozenset()
+    same_actor: bool = False
+
+    def __bool__(self) -> bool:
+        return bool(self.conversations) or self.same_actor
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"conversations": sorted(self.conversations), "same_actor": self.same_actor}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> HistoryGrant:
+        data = data or {}
+        return cls(conversations=frozenset(data.get("conversations") or ()), same_actor=bool(data.get("same_actor")))
+
+
 @dataclass
 class RunSession:
     run_id: str
@@ -37,6 +58,7 @@ class RunSession:
     # Whether the run's results will stream (the runner declares `streaming` and the delivery takes deltas):
     # stored with the snapshot so the runs API, the chat and the platforms know whether to expect deltas.
     streams: bool = True
+    history_grant: HistoryGrant = field(default_factory=HistoryGrant)
     # Not part of `authorization()`: a token written to the database could be replayed by whoever reads it.
     run_token: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
     # The model calls' token usage as the host counted it; stored with the run when it ends.
@@ -51,6 +73,7 @@ class RunSession:
             "state_policy": {"enable_state": self.state_enabled, "state_scopes": sorted(self.state_scopes)},
             "plugin_identity": self.plugin_identity,
             "delivery": {"streaming": self.streams},
+            "history_grant": self.history_grant.as_dict(),
         }
 
     @classmethod
@@ -67,6 +90,7 @@ class RunSession:
             state_enabled=bool(policy.get("enable_state")),
             state_scopes=frozenset(policy.get("state_scopes") or ()),
             streams=bool((data.get("delivery") or {}).get("streaming", True)),
+            history_grant=HistoryGrant.from_dict(data.get("history_grant")),
         )
 
     def state_allows(self, scope: StateScope | str) -> bool:

@@ -63,7 +63,7 @@ from resources.knowledge.selectors import knowledge_bases_by_id
 from resources.mcp.selectors import tools_by_name
 from resources.selectors import models_by_id
 from runners.access.scope import RunScope
-from runners.access.session import RunSession
+from runners.access.session import HistoryGrant, RunSession
 from runners.actions.delivery import surface_delivery
 from runners.models import Run
 from runners.orchestrator.capabilities import input_for_runner, runner_streams
@@ -427,6 +427,14 @@ def context_build(
         available_apis=apis,
         state_enabled=resources.state.enabled,
         state_scopes=frozenset(str(s) for s in resources.state.scopes),
+        history_grant=(
+            HistoryGrant(
+                conversations=frozenset(resource_policy.history_conversations),
+                same_actor=resource_policy.history_same_actor,
+            )
+            if resources.history.cross_conversation
+            else HistoryGrant()
+        ),
     )
 
     # Context handles: the current input's transcript item and the newest item before it.

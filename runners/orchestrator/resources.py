@@ -148,6 +148,13 @@ def resources_build(
         search="search" in permissions.history and context_policy.supports_history_search,
         event_get="get" in permissions.events,
         event_page="page" in permissions.events,
+        # The binding's grant (`ResourcePolicy.history_conversations` / `history_same_actor`): which other
+        # conversations is the run session's `history_grant`, checked by the host on every read.
+        cross_conversation=resource_policy.grants_cross_conversation
+        and (
+            ("page" in permissions.history and context_policy.supports_history_pull)
+            or ("search" in permissions.history and context_policy.supports_history_search)
+        ),
     )
     platform_actions = [a for a in permissions.platform_api if resource_policy.allows_platform_action(a)]
     platform: dict[str, Any] = {}

@@ -272,3 +272,25 @@ def test_the_trigger_filter_is_edited_with_controls_and_checked_like_the_api(adm
         ["g-1"],
     )
     assert policy["chat_types"] == ["private", "group"]
+
+
+def test_the_history_grant_and_the_non_text_choice_are_set_in_the_admin(admin_client, workspace, runner):
+    response = admin_client.post(
+        ADD_URL,
+        form_data(
+            workspace,
+            runner,
+            resource_policy__history_conversations="support-42\nsupport-43\n",
+            resource_policy__history_same_actor="on",
+            delivery_policy__non_text_input="refuse",
+        ),
+    )
+
+    assert response.status_code == 302, _errors(response)
+    binding = AgentBinding.objects.get(binding_id="from-admin")
+    assert binding.resource_policy["history_conversations"] == ["support-42", "support-43"]
+    assert binding.resource_policy["history_same_actor"] is True
+    assert binding.delivery_policy["non_text_input"] == "refuse"
+    form = admin_client.get(f"/admin/bindings/agentbinding/{binding.pk}/change/").context["adminform"].form
+    assert form.initial["delivery_policy__non_text_input"] == "refuse"
+    assert form.initial["resource_policy__history_conversations"] == ["support-42", "support-43"]

@@ -217,9 +217,16 @@ def test_policies_are_stored_and_returned(api_client, runner):
             "storage_areas": ["workspace"],
             "platform_actions": ["reply"],
             "require_action_approval": False,
+            "history_conversations": ["support-42"],
+            "history_same_actor": True,
         },
         "state_policy": {"enable_state": False, "state_scopes": ["conversation"]},
-        "delivery_policy": {"enable_streaming": False, "enable_reply": False, "max_message_size": 2000},
+        "delivery_policy": {
+            "enable_streaming": False,
+            "enable_reply": False,
+            "max_message_size": 2000,
+            "non_text_input": "refuse",
+        },
     }
 
     created = api_client.post("/api/v1/bindings", body(runner, **policies), format="json").json()
