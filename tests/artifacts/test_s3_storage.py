@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
+import boto3  # type: ignore[import-untyped]  # no stubs installed; the test only makes a bucket
 import pytest
 from moto.server import ThreadedMotoServer
 
