@@ -3,8 +3,9 @@ made through `resources.providers.chat` within what the run has left, its usage 
 (or each chunk, as it arrives) in the protocol's shapes.
 
 The caller has already checked the snapshot; here the model is read from the workspace (it may have been
-deleted since the run started: `not_found`). A stream is closed at the provider as soon as its consumer
-stops — a cancelled run or a passed deadline closes this generator, which closes the provider's.
+deleted since the run started: `not_found`) and the run's budgets are checked (past them:
+`quota_exceeded`). A stream is closed at the provider as soon as its consumer stops — a cancelled run or a
+passed deadline closes this generator, which closes the provider's.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from hostapi.base import ProxyCall
-from hostapi.model_calls import call_timeout, model_of_kind
+from hostapi.model_calls import call_timeout, model_of_kind, usage_count
 from langbot_sdk.protocol import AgentAPIException, InvokeLLMRequest
 from resources.models import Model
 from resources.providers.chat import ChatChunk, chat_complete, chat_stream
@@ -56,7 +57,7 @@ async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
         options=allowed_options(request),
         timeout=call_timeout(call, model.provider),
     )
-    call.session.usage.record(request.model_id, answer.usage)
+    await usage_count(call, model, answer.usage)
     return {"message": answer.message, "usage": answer.usage, "finish_reason": answer.finish_reason}
 
 
@@ -71,10 +72,12 @@ async def llm_stream(call: ProxyCall) -> AsyncIterator[dict[str, Any]]:
         options=allowed_options(request),
         timeout=call_timeout(call, model.provider),
     )
-    return _frames(call, chunks)
+    return _frames(call, model, chunks)
 
 
-async def _frames(call: ProxyCall, chunks: AsyncGenerator[ChatChunk, None]) -> AsyncIterator[dict[str, Any]]:
+async def _frames(
+    call: ProxyCall, model: Model, chunks: AsyncGenerator[ChatChunk, None]
+) -> AsyncIterator[dict[str, Any]]:
     last_usage: dict[str, Any] | None = None
     ended = False
     try:
@@ -85,5 +88,7 @@ async def _frames(call: ProxyCall, chunks: AsyncGenerator[ChatChunk, None]) -> A
         ended = True
     finally:
         # Counted here so a stream its consumer stopped (or that broke) still records what arrived.
-        call.session.usage.record(call.request.model_id, last_usage, partial=not ended or last_usage is None)
-        await chunks.aclose()
+        try:
+            await chunks.aclose()
+        finally:
+            await usage_count(call, model, last_usage, partial=not ended or last_usage is None)

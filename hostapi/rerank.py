@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hostapi.base import ProxyCall
-from hostapi.model_calls import call_timeout, model_of_kind
+from hostapi.model_calls import call_timeout, model_of_kind, usage_count
 from langbot_sdk.protocol import AgentAPIException, InvokeRerankRequest
 from resources.models import Model
 from resources.providers.rerank import RankedDocument, documents_rerank
@@ -34,7 +34,7 @@ async def rerank_invoke(call: ProxyCall) -> dict[str, Any]:
         timeout=call_timeout(call, model.provider),
     )
     if answer.usage is not None:
-        call.session.usage.record(request.model_id, answer.usage)
+        await usage_count(call, model, answer.usage)
     return {"results": [_result(item) for item in answer.ranked]}
 
 

@@ -186,6 +186,9 @@ LANGBOT_ALLOW_PRIVATE_ADDRESSES = env.bool("LANGBOT_ALLOW_PRIVATE_ADDRESSES", de
 LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE = env.bool("LANGBOT_ARTIFACT_FETCH_ALLOW_PRIVATE", default=False)
 # Default lifetime of artifacts runners create (0 = kept until deleted); uploads may set their own.
 LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS = env.int("LANGBOT_ARTIFACT_RUNNER_TTL_SECONDS", default=0)
+# The currency models' prices and budgets are written in, the same for every workspace of the host (an ISO
+# 4217 code, shown beside every amount; nothing is converted). Budget periods are UTC days and months.
+LANGBOT_COST_CURRENCY = env.str("LANGBOT_COST_CURRENCY", default="USD")
 # Host API calls a single run may make: a token bucket of this rate (calls/s) and burst.
 LANGBOT_PROXY_RATE_PER_RUN = env.float("LANGBOT_PROXY_RATE_PER_RUN", default=200.0)
 LANGBOT_PROXY_BURST_PER_RUN = env.float("LANGBOT_PROXY_BURST_PER_RUN", default=400.0)

@@ -361,26 +361,33 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     def usage_display(self, obj: Run) -> SafeString:
         return pretty_json(obj.usage)
 
-    @admin.display(description="model usage (counted by the host)")
+    @admin.display(description="model usage and cost (counted by the host)")
     def host_usage_display(self, obj: Run) -> SafeString | str:
         host = (obj.usage or {}).get("host") if isinstance(obj.usage, dict) else None
-        if not isinstance(host, dict) or not host.get("models"):
+        if not isinstance(host, dict) or not (host.get("models") or host.get("quota_exceeded")):
             return "no model calls"
+        currency = host.get("currency", "")
         rows = format_html_join(
             "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (model_id, t.get("calls"), t.get("prompt_tokens"), t.get("completion_tokens"), t.get("total_tokens"),
-                 "partial" if t.get("partial") else "")
-                for model_id, t in sorted(host["models"].items())
+                 f"{t['cost']} {currency}" if "cost" in t else "not priced", "partial" if t.get("partial") else "")
+                for model_id, t in sorted((host.get("models") or {}).items())
             ),
         )  # fmt: skip
-        return format_html(
+        total = f"{host['cost']} {currency}" if "cost" in host else ""
+        table = format_html(
             "<table><thead><tr><th>model</th><th>calls</th><th>prompt</th><th>completion</th><th>total</th>"
-            "<th></th></tr></thead><tbody>{}<tr><th>all models</th><td></td><td>{}</td><td>{}</td><td>{}</td>"
-            "<td></td></tr></tbody></table>",
-            rows, host.get("prompt_tokens"), host.get("completion_tokens"), host.get("total_tokens"),
+            "<th>cost</th><th></th></tr></thead><tbody>{}<tr><th>all models</th><td></td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td>{}</td><td></td></tr></tbody></table>",
+            rows, host.get("prompt_tokens"), host.get("completion_tokens"), host.get("total_tokens"), total,
         )  # fmt: skip
+        refused = host.get("quota_exceeded")
+        if isinstance(refused, dict):
+            # A model call refused for a budget: the runner was told; the operator sees it here.
+            return format_html("{}<p><strong>quota_exceeded</strong>: {}</p>", table, refused.get("message", ""))
+        return table
 
     @admin.action(description="Cancel selected runs")
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
@@ -396,5 +403,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         messages.success(request, "Runs: " + ", ".join(parts) + ".")
 
 
-# The host API records (proxy call audit, platform action requests) have their own admin module.
+# The host API records (proxy call audit, platform action requests) have their own admin module, and so
+# have budgets and daily spend (runners/costs.py).
+from runners import costs_admin  # noqa: E402, F401
 from runners.actions import admin as actions_admin  # noqa: E402, F401

@@ -222,3 +222,80 @@ class PlatformActionRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} ({self.status})"
+
+
+class Budget(models.Model):
+    """A spending limit on model calls: of a whole workspace, of one bot, or of one actor (or each actor,
+    when `actor_id` is empty), per UTC day or month, in the host's cost currency. While what was spent in
+    the current period has reached `amount`, runs it applies to do not start and their model calls are
+    refused (`quota_exceeded`); the next period starts from nothing (runners/access/budgets.py)."""
+
+    class Scope(models.TextChoices):
+        WORKSPACE = "workspace", "the whole workspace"
+        BOT = "bot", "one bot"
+        ACTOR = "actor", "one actor (or each actor)"
+
+    class Period(models.TextChoices):
+        DAY = "day", "per UTC day"
+        MONTH = "month", "per UTC month"
+
+    budget_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="budgets")
+    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.WORKSPACE)
+    bot = models.ForeignKey(
+        Bot, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets", help_text="For a bot budget."
+    )
+    actor_id = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="For an actor budget: `type:id` as runs name actors (e.g. user:42); empty: each actor alike.",
+    )
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
+    amount = models.DecimalField(max_digits=14, decimal_places=6, help_text="In the host's cost currency.")
+    enabled = models.BooleanField(default=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["workspace", "scope", "id"]
+        indexes = [models.Index(fields=["workspace", "enabled"], name="budget_workspace_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(scope="bot") & Q(bot__isnull=False)) | (~Q(scope="bot") & Q(bot__isnull=True)),
+                name="budget_bot_iff_bot_scope",
+            ),
+            models.CheckConstraint(condition=Q(scope="actor") | Q(actor_id=""), name="budget_actor_only_actor_scope"),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="budget_amount_not_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"{self.scope} budget {self.amount}/{self.period}"
+
+
+class DailySpend(models.Model):
+    """What model calls cost, per workspace, UTC day, bot and actor (`""` for none): raised by each call as
+    it ends, so a budget sees what running runs have spent too. Keys are the names a run had (the bot's
+    `bot_id`, the actor's `type:id`), kept when the bot is deleted. Tokens of unpriced models are counted
+    here as well; their cost is zero."""
+
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="daily_spend")
+    day = models.DateField()
+    bot_key = models.CharField(max_length=64, blank=True)
+    actor_key = models.CharField(max_length=255, blank=True)
+    cost = models.DecimalField(max_digits=24, decimal_places=12, default=0)
+    prompt_tokens = models.BigIntegerField(default=0)
+    completion_tokens = models.BigIntegerField(default=0)
+    calls = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "workspace", "bot_key", "actor_key"]
+        verbose_name_plural = "daily spend"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workspace", "day", "bot_key", "actor_key"], name="uniq_daily_spend_per_key"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workspace_id} {self.day} {self.bot_key or '-'} {self.actor_key or '-'}: {self.cost}"

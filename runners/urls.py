@@ -1,5 +1,6 @@
 """Routes of the runners app under `/api/v1/`: runners, runs and their streams, platform action requests and
-their approval. (Events in are the gateway's, `gateway.urls`; WebSocket tickets the chat's, `webchat.urls`.)
+their approval, budgets and costs. (Events in are the gateway's, `gateway.urls`; WebSocket tickets the
+chat's, `webchat.urls`.)
 
 Run ids are matched as plain strings and parsed in the view, so a malformed id answers the API's JSON 404
 rather than the URL resolver's HTML one.
@@ -8,6 +9,7 @@ rather than the URL resolver's HTML one.
 from django.urls import path
 
 from runners.actions.api import ActionApproveApi, ActionDetailApi, ActionListApi, ActionRejectApi
+from runners.costs_api import BudgetDetailApi, BudgetListApi, CostListApi
 from runners.lifecycle.api import (
     RunCancelApi,
     RunDetailApi,
@@ -26,6 +28,9 @@ urlpatterns = [
     path("runs/<str:run_id>/events", RunEventListApi.as_view(), name="run-event-list"),
     path("runs/<str:run_id>/cancel", RunCancelApi.as_view(), name="run-cancel"),
     path("runs/<str:run_id>/stream", run_stream, name="run-stream"),
+    path("budgets", BudgetListApi.as_view(), name="budget-list"),
+    path("budgets/<str:budget_id>", BudgetDetailApi.as_view(), name="budget-detail"),
+    path("costs", CostListApi.as_view(), name="cost-list"),
     path("actions", ActionListApi.as_view(), name="action-list"),
     path("actions/<str:action_id>", ActionDetailApi.as_view(), name="action-detail"),
     path("actions/<str:action_id>/approve", ActionApproveApi.as_view(), name="action-approve"),

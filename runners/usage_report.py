@@ -1,7 +1,9 @@
 """The admin's usage report (`/admin/usage/`): model tokens per workspace, binding and day, read from
 `Run.usage["host"]` — the figures the host counted itself on the model proxy (runners/access/usage.py),
 which a runner cannot forge; what a runner reports of its own (an external agent's model) is shown on each
-run, not added up here. Cost is not computed: models carry no prices yet (`resources.Model`).
+run, not added up here. Cost is each run's `Run.usage["host"]["cost"]`: its calls at the model's prices of
+the time (runners/access/usage.py). Spend per bot and actor per day, which budgets read, is `DailySpend`'s
+(its admin, and `GET /api/v1/costs`).
 
 A superuser sees every workspace, a staff member only the workspaces they belong to (as everywhere in admin).
 """
@@ -10,10 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date, timedelta
+from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
-from django.db.models import BigIntegerField, Count, Q, QuerySet, Sum
+from django.db.models import BigIntegerField, Count, DecimalField, Q, QuerySet, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce, TruncDate
 from django.http import HttpRequest, HttpResponse
@@ -22,6 +26,7 @@ from django.utils import timezone
 
 from bindings.models import Workspace
 from bindings.selectors import workspaces_of_member
+from runners.access.usage import decimal_text
 from runners.models import Run
 
 DEFAULT_DAYS = 30
@@ -38,6 +43,7 @@ class UsageRow:
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    cost: str = "0"
 
 
 def _tokens(name: str) -> Any:
@@ -59,6 +65,9 @@ def usage_by_workspace_binding_day(*, workspaces: QuerySet[Workspace] | None, si
             prompt=_tokens("prompt_tokens"),
             completion=_tokens("completion_tokens"),
             total=_tokens("total_tokens"),
+            cost=Coalesce(
+                Sum(Cast(KT("usage__host__cost"), DecimalField(max_digits=24, decimal_places=12))), Decimal(0)
+            ),
         )
         .order_by("-day", "workspace__slug", "binding_key")
     )
@@ -72,6 +81,7 @@ def usage_by_workspace_binding_day(*, workspaces: QuerySet[Workspace] | None, si
             prompt_tokens=row["prompt"],
             completion_tokens=row["completion"],
             total_tokens=row["total"],
+            cost=decimal_text(Decimal(row["cost"])),
         )
         for row in rows
     ]
@@ -98,5 +108,6 @@ def usage_report_view(request: HttpRequest) -> HttpResponse:
         "rows": rows,
         "days": days,
         "since": since,
+        "currency": settings.LANGBOT_COST_CURRENCY,
     }
     return TemplateResponse(request, "admin/runners/usage.html", context)

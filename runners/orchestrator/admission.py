@@ -12,7 +12,8 @@ prepared statement too. Both are hand-written because building ORM queries cost 
 
 A run whose runner or binding has gone (or whose context cannot be built) is not handed to the runtime:
 the same conditional update ends it `failed` with `runner.not_found` / `binding.not_found` /
-`context.invalid`.
+`context.invalid`. A run past a budget of its workspace, bot or actor (runners/access/budgets.py) ends
+the same way with `quota_exceeded`, and a `run.failed` result saying which budget and when it resets.
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ from pydantic import ValidationError
 from bindings.models import RunnerDescriptor
 from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import AgentInput, RunFailureCode
+from runners.access.budgets import BudgetExceeded, budget_exceeded
 from runners.lifecycle.dispatch import run_dispatch_at
 from runners.lifecycle.observers import runs_ended
 from runners.lifecycle.services import run_dispatch_next_on_commit, run_waits_its_turn
-from runners.live.publish import run_status_publish_on_commit
+from runners.live.publish import run_event_publish_on_commit, run_status_publish_on_commit
 from runners.metrics import RUN_QUEUE_WAIT
-from runners.models import Run
+from runners.models import Run, RunEvent
 from runners.orchestrator.context import BuiltContext, context_build, context_state_set, descriptor_manifest
-from runners.sql import RUN_LOAD_PARTS, Claim, run_claim_with_state, run_load
+from runners.sql import RUN_LOAD_PARTS, Claim, conversation_positions_take, run_claim_with_state, run_load
 from runners.sql import run_claim as run_claim_statement
 from transcripts.models import EventLog
 from transcripts.sql import state_snapshot as state_snapshot_statement
@@ -73,6 +75,28 @@ def _fail_unstarted(run: Run, *, code: str, message: str, details: dict[str, Any
             runs_ended(runs=[run])
             run_dispatch_next_on_commit(run=run)
             logger.warning("run %s failed before starting: %s", run.run_id, message)
+
+
+def _refuse_over_budget(run: Run, exceeded: BudgetExceeded) -> None:
+    """End a run that would start past a budget, as `_fail_unstarted` does, with its `run.failed` result
+    too: the chat shows that result's message as it arrives, and every client replays it."""
+    code = RunFailureCode.QUOTA_EXCEEDED.value
+    details = exceeded.details()
+    with transaction.atomic():
+        _fail_unstarted(run, code=code, message=exceeded.message, details=details)
+        if run.status != Run.Status.FAILED:
+            return  # not queued any more: claimed or ended elsewhere
+        position = None
+        if run.conversation_id:
+            taken = conversation_positions_take(
+                workspace_id=run.workspace_id, conversation_id=run.conversation_id, count=1
+            ).fetchone()
+            position = int(taken[0]) + 1 if taken is not None else None
+        data = {"code": code, "message": exceeded.message, "retryable": False, "details": details}
+        event = RunEvent.objects.create(run_id=run.pk, seq=1, type="run.failed", data=data, position=position)
+        Run.objects.filter(pk=run.pk).update(last_seq=1)
+        run.last_seq = 1
+        run_event_publish_on_commit(run=run, events=[event])
 
 
 _STATUS_INDEX = RUN_LOAD_PARTS[0].attnames.index("status")
@@ -214,6 +238,12 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
         _fail_unstarted(
             run, code=RunFailureCode.CONTEXT_INVALID.value, message=str(exc)[:500], details={"runner_id": run.runner_id}
         )
+        return None
+
+    # After the context: the scope it names (workspace, bot, actor) is what budgets apply to.
+    exceeded = budget_exceeded(scope=built.session.scope)
+    if exceeded is not None:
+        _refuse_over_budget(run, exceeded)
         return None
 
     token = uuid.uuid4()

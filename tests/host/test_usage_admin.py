@@ -63,7 +63,22 @@ def test_a_staff_member_sees_the_usage_of_their_workspaces_only(client):
     page = response.content.decode()
     assert "my-binding" in page
     assert "their-binding" not in page
-    assert "Cost is not shown: models have no prices yet." in page
+    assert "Cost is at each model's prices when it was called, in USD" in page
+
+
+def test_usage_adds_up_the_runs_costs_per_workspace_binding_and_day():
+    acme = WorkspaceFactory.create(slug="acme-cost")
+    for cost in ("0.25", "0.5"):
+        usage = host_usage(10, 2)
+        usage["host"] = {**usage["host"], "cost": cost, "currency": "USD"}  # type: ignore[dict-item]
+        finished_run(acme, usage, binding_key="support")
+    finished_run(acme, host_usage(1, 1), binding_key="support")  # an unpriced model: no cost
+
+    rows = usage_by_workspace_binding_day(workspaces=None, since=timezone.now().date())
+
+    assert [(row.binding_key, row.runs, row.cost) for row in rows if row.workspace == "acme-cost"] == [
+        ("support", 3, "0.75")
+    ]
 
 
 def test_a_superuser_sees_every_workspace_and_may_choose_the_period(client):
