@@ -21,7 +21,7 @@ from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from resources.models import KnowledgeBase, KnowledgeDocument, MCPServer, MCPTool
-from runners.models import PlatformActionRequest, ProxyCallAudit, Run, RunEvent
+from runners.models import Budget, DailySpend, PlatformActionRequest, ProxyCallAudit, Run, RunEvent
 from runtimes.dev_access import dev_token_create
 from runtimes.models import DevelopmentSession
 from tests.factories import (
@@ -123,6 +123,10 @@ def theirs(db: Any) -> Theirs:
     purge = RetentionPurge.objects.create(
         sweep_started_at=timezone.now(), workspace=workspace, kind="artifacts", count=3, cutoff=timezone.now()
     )
+    budget = Budget.objects.create(workspace=workspace, scope="bot", bot=bot, amount=7, name=_m("budget"))
+    spend = DailySpend.objects.create(
+        workspace=workspace, day=timezone.now().date(), bot_key=bot.bot_id, actor_key=_m("actor"), cost=7, calls=1
+    )
     ids = {
         "workspace_slug": workspace.slug, "bot_id": bot.bot_id, "binding_id": binding.binding_id,
         "provider_id": provider.provider_id, "model_id": model.model_id, "server_id": server.server_id,
@@ -130,10 +134,12 @@ def theirs(db: Any) -> Theirs:
         "run_id": str(run.run_id), "conversation_id": conversation, "artifact_id": str(artifact.artifact_id),
         "schedule_id": schedule.schedule_id, "webhook_id": str(endpoint.webhook_id),
         "delivery_id": str(delivery.delivery_id), "tool_name": tool.tool_name, "action_id": str(action.pk),
+        "budget_id": str(budget.budget_id),
     }  # fmt: skip
     rows: list[models.Model] = [
         workspace, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
         storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
+        budget, spend,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 

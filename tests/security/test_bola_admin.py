@@ -28,7 +28,7 @@ SCOPED = [
     "bindings.Workspace", "bindings.ApiKey", "bindings.Bot", "bindings.AgentBinding",
     "transcripts.EventLog", "transcripts.TranscriptItem", "transcripts.StateEntry", "transcripts.RetentionPurge",
     "runners.Run", "runners.ProxyCallAudit", "runners.PlatformActionRequest", "runtimes.DevelopmentToken",
-    "runtimes.DevelopmentSession",
+    "runtimes.DevelopmentSession", "runners.Budget", "runners.DailySpend",
     "artifacts.Artifact",
     "resources.ModelProvider", "resources.Model", "resources.KnowledgeBase", "resources.MCPServer",
     "platforms.PlatformDelivery", "platforms.InboundRefusal",

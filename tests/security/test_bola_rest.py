@@ -23,6 +23,7 @@ from bindings.services import api_key_create
 from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookEndpoint
 from resources.models import KnowledgeBase
+from runners.models import Budget
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory
 from tests.security.conftest import MARKER, Mine, Theirs, snapshot
 
@@ -58,6 +59,7 @@ def _refs(ids: dict[str, str]) -> dict[str, dict[str, Any]]:
         "kb": {"name": "kb", "embedding_model_id": ids["model_id"]},
         "schedule_bot": {"cron": "0 9 * * *", "bot_id": ids["bot_id"]},
         "schedule_binding": {"cron": "0 9 * * *", "binding_id": ids["binding_id"]},
+        "budget": {"scope": "bot", "bot_id": ids["bot_id"], "amount": "1"},
         "webhook": {
             "url": "https://example.com/hook",
             "event_types": ["run.completed"],
@@ -79,6 +81,9 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "api/v1/runs/<str:run_id>/cancel": {"POST": (GONE, None)},
     "api/v1/runs/<str:run_id>/stream": {"GET": (GONE, None)},
     "api/v1/ws-tickets": {"POST": (OWN, None)},  # a ticket for the caller's own session/key
+    "api/v1/budgets": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "budget")},
+    "api/v1/budgets/<str:budget_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    "api/v1/costs": {"GET": (OWN, None)},
     "api/v1/actions": {"GET": (OWN, None)},
     "api/v1/actions/<str:action_id>": {"GET": (GONE, None)},
     "api/v1/actions/<str:action_id>/approve": {"POST": (GONE, None)},
@@ -148,6 +153,7 @@ OWN_OBJECT_REFERENCES: list[tuple[str, str]] = [
     ("api/v1/schedules/<slug:schedule_id>", "schedule_bot"),
     ("api/v1/schedules/<slug:schedule_id>", "schedule_binding"),
     ("api/v1/webhooks/<str:webhook_id>", "webhook"),
+    ("api/v1/budgets/<str:budget_id>", "budget"),
 ]
 
 
@@ -253,9 +259,11 @@ def _own_objects(mine: Mine, *, kb: KnowledgeBase, webhook: WebhookEndpoint) -> 
     provider = ModelProviderFactory.create(workspace=mine.workspace, provider_id="mine-provider")
     model = ModelFactory.create(workspace=mine.workspace, provider=provider, model_id="mine-model")
     schedule = Schedule.objects.create(workspace=mine.workspace, schedule_id="mine-schedule", cron="0 9 * * *")
+    budget = Budget.objects.create(workspace=mine.workspace, amount=1)
     return {
         "binding_id": binding.binding_id, "model_id": model.model_id, "kb_id": kb.kb_id,
         "schedule_id": schedule.schedule_id, "webhook_id": str(webhook.webhook_id),
+        "budget_id": str(budget.budget_id),
     }  # fmt: skip
 
 
