@@ -26,6 +26,7 @@ DESIGN_RUNTIME_TO_HOST = [
     *("get_tool_detail", "call_tool", "retrieve_knowledge_base"),
     *("history_page", "history_search", "event_get", "event_page"),
     *("artifact_metadata", "artifact_read", "artifact_stream"),
+    *("artifact_upload_open", "artifact_upload_chunk", "artifact_upload_finish", "artifact_upload_abort"),
     *("state_get", "state_set", "state_delete", "state_list"),
     *("storage_get", "storage_set", "storage_delete", "storage_list"),
     "platform_request_action",
