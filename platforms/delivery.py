@@ -56,6 +56,7 @@ from artifacts.selectors import artifact_get
 from artifacts.services import artifact_read_bytes
 from bindings.models import Bot
 from bindings.policies import DeliveryPolicy
+from langbot_sdk.protocol import RunFailureCode
 from platforms.interface import (
     OutboundFile,
     PlatformAdapter,
@@ -221,6 +222,11 @@ class ReplyStream:
                 self.streamed.append(delta_text(event.data))
             elif event.type == "message.completed":
                 self.final = _message_text(event.data)
+            elif event.type == "run.failed" and event.data.get("code") == RunFailureCode.QUOTA_EXCEEDED.value:
+                # The one failure the chat's user is told about: their budget is spent, and when it resets
+                # (runners/access/budgets.py words it). Other failures are the operator's to read on the run.
+                if self.final is None and not self.streamed:
+                    self.final = str(event.data.get("message") or "")
             elif event.type == "artifact.created" and event.data.get("artifact_id"):
                 # Without an id the host refused the artifact the run named (runners.orchestrator.ledger).
                 self.files.append(event.data)

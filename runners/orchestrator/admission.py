@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.db import connection, transaction
@@ -77,9 +79,13 @@ def _fail_unstarted(run: Run, *, code: str, message: str, details: dict[str, Any
             logger.warning("run %s failed before starting: %s", run.run_id, message)
 
 
-def _refuse_over_budget(run: Run, exceeded: BudgetExceeded) -> None:
+def _refuse_over_budget(
+    run: Run, exceeded: BudgetExceeded, on_refused: Callable[[Run, list[RunEvent]], None] | None
+) -> None:
     """End a run that would start past a budget, as `_fail_unstarted` does, with its `run.failed` result
-    too: the chat shows that result's message as it arrives, and every client replays it."""
+    too: the chat shows that result's message as it arrives, and every client replays it. `on_refused`
+    gets the run and that result once committed (the worker hands it to platform delivery, so a chat
+    platform's user is told too)."""
     code = RunFailureCode.QUOTA_EXCEEDED.value
     details = exceeded.details()
     with transaction.atomic():
@@ -97,6 +103,8 @@ def _refuse_over_budget(run: Run, exceeded: BudgetExceeded) -> None:
         Run.objects.filter(pk=run.pk).update(last_seq=1)
         run.last_seq = 1
         run_event_publish_on_commit(run=run, events=[event])
+        if on_refused is not None:
+            transaction.on_commit(partial(on_refused, run, [event]))
 
 
 _STATUS_INDEX = RUN_LOAD_PARTS[0].attnames.index("status")
@@ -182,7 +190,13 @@ def _merged_input_set(run: Run, built: BuiltContext) -> None:
     built.request = {**built.request, "context": context.model_dump(mode="json")}
 
 
-def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | None:
+def run_claim(
+    *,
+    run_id: str,
+    owner: str,
+    lease_seconds: float,
+    on_refused: Callable[[Run, list[RunEvent]], None] | None = None,
+) -> ClaimedRun | None:
     """Claim the run for this worker, or return None when there is nothing to do (already claimed or
     finished, waiting behind an earlier run, unknown id, or failed here before starting)."""
     try:
@@ -243,7 +257,7 @@ def run_claim(*, run_id: str, owner: str, lease_seconds: float) -> ClaimedRun | 
     # After the context: the scope it names (workspace, bot, actor) is what budgets apply to.
     exceeded = budget_exceeded(scope=built.session.scope)
     if exceeded is not None:
-        _refuse_over_budget(run, exceeded)
+        _refuse_over_budget(run, exceeded, on_refused)
         return None
 
     token = uuid.uuid4()

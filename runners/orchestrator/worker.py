@@ -23,6 +23,7 @@ import os
 import socket
 import threading
 from collections.abc import Coroutine
+from functools import partial
 from typing import Any
 
 from celery.exceptions import Reject
@@ -34,8 +35,9 @@ from foundation.sql import DatabaseExecutor, LoopStatements
 from runners.access.audit import AuditLog
 from runners.access.proxy import proxy_handlers_for_worker
 from runners.access.session import RunSession
-from runners.actions.delivery import deliveries_drain
+from runners.actions.delivery import deliveries_drain, run_results_observe
 from runners.live.cancel import CancelListener
+from runners.models import Run, RunEvent
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.execution import RunExecution
 from runners.orchestrator.ledger import leases_renew
@@ -186,7 +188,12 @@ class Orchestrator:
         try:
             # The task thread is reused for other runs: the context ends with the claim.
             with log_context(run_id=str(run_id), workspace="-"):
-                claimed = run_claim(run_id=run_id, owner=self.owner, lease_seconds=settings.LANGBOT_LEASE_SECONDS)
+                claimed = run_claim(
+                    run_id=run_id,
+                    owner=self.owner,
+                    lease_seconds=settings.LANGBOT_LEASE_SECONDS,
+                    on_refused=self._refused,
+                )
             if claimed is None:
                 return
             execution = RunExecution(self, claimed)
@@ -195,6 +202,11 @@ class Orchestrator:
         finally:
             if not handed:
                 self.slots.release()
+
+    def _refused(self, run: Run, events: list[RunEvent]) -> None:
+        # A run refused at admission (over budget) never reaches the loop as an execution; its result still
+        # goes to platform delivery, which lives on the loop.
+        self.loop.call_soon_threadsafe(partial(run_results_observe, run=run, events=events, ended=True))
 
     def shutdown(self) -> None:
         self.admitting = False

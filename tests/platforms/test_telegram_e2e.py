@@ -8,12 +8,13 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from platforms.models import PlatformDelivery
-from runners.models import Run
+from runners.models import Budget, Run
 from tests.fakes.telegram_server import FakeTelegram
 from tests.platforms.conftest import post_update
 from tests.processes import wait_terminal
@@ -100,3 +101,22 @@ def test_a_file_the_runner_creates_is_sent_to_the_chat(
         b"QA_ARTIFACT:quarterly",
     )
     assert fake_telegram.texts(6161) == [run.output]
+
+
+def test_a_user_past_the_budget_is_told_so_in_the_chat(
+    worker, qa_binding, telegram_bot_for, fake_telegram: FakeTelegram
+):
+    # given a daily workspace budget that is already used up (nothing may be spent)
+    workspace = qa_binding().workspace
+    bot = telegram_bot_for(workspace)
+    Budget.objects.create(workspace=workspace, amount=Decimal("0"), period=Budget.Period.DAY, name="none today")
+
+    assert post_update(bot, fake_telegram.message_update("qa:ok hello", chat_id=7171)).status_code == 200
+
+    # then the run does not start, and the chat's user reads why and when it resets
+    run = _run_of(bot)
+    assert (run.status, run.error["code"]) == (Run.Status.FAILED, "quota_exceeded")
+    assert _delivery(run).status == "delivered"
+    (text,) = fake_telegram.texts(7171)
+    assert "daily model budget of this workspace is used up" in text
+    assert "resets at" in text
