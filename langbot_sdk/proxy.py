@@ -2,7 +2,7 @@
 host").
 
 What belongs here: the proxy and its namespaces (`models`, `tools`, `knowledge`, `history`, `events`,
-`artifacts`, `state`, `storage`, `platform`), the local convenience checks made before a call is sent
+`artifacts`, `state`, `storage`, `platform`, `inputs`), the local convenience checks made before a call is sent
 (authorization against the run's context, caps, deadline), and the binding of a run to the host channel
 the plugin runtime provides, visible only to code running for that run. The host re-checks everything;
 these checks only fail fast.
@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from langbot_sdk.inputs import RunInbox
 from langbot_sdk.protocol import (
     PLATFORM_ACTION_GET,
     PLATFORM_ACTION_OUTLIVE_KEY,
@@ -49,6 +50,7 @@ from langbot_sdk.protocol import (
     PlatformActionStatus,
     RerankResult,
     RetrieveKnowledgeBaseResult,
+    RunInput,
     StateDeleteResult,
     StateGetResult,
     StateListResult,
@@ -111,11 +113,17 @@ class HostChannel(Protocol):
 _current_channel: contextvars.ContextVar[tuple[str, HostChannel] | None] = contextvars.ContextVar(
     "langbot_run_channel", default=None
 )
+# The run's inbox of steered input, bound the same way and for the same reason.
+_current_inbox: contextvars.ContextVar[tuple[str, RunInbox] | None] = contextvars.ContextVar(
+    "langbot_run_inbox", default=None
+)
 
 
-def bind_run_channel(run_id: str, channel: HostChannel) -> None:
-    """Make `channel` the host channel of `run_id` in the current context (call it inside the run's task)."""
+def bind_run_channel(run_id: str, channel: HostChannel, inbox: RunInbox | None = None) -> None:
+    """Make `channel` the host channel of `run_id` in the current context (call it inside the run's task),
+    and `inbox` where its steered input arrives (`api.inputs`)."""
     _current_channel.set((run_id, channel))
+    _current_inbox.set(None if inbox is None else (run_id, inbox))
 
 
 def unbind_run_channel(run_id: str, channel: HostChannel) -> None:
@@ -123,6 +131,7 @@ def unbind_run_channel(run_id: str, channel: HostChannel) -> None:
     current = _current_channel.get()
     if current is not None and current[1] is channel:
         _current_channel.set(None)
+        _current_inbox.set(None)
 
 
 def channel_for_run(run_id: str) -> HostChannel | None:
@@ -182,6 +191,7 @@ class AgentRunAPIProxy:
         self.state = StateAPI(self)
         self.storage = StorageAPI(self)
         self.platform = PlatformAPI(self)
+        self.inputs = InputsAPI(self)
 
     # -- plumbing shared by the namespaces ---------------------------------------------------------
 
@@ -760,6 +770,30 @@ class PlatformAPI(_Namespace):
         fields = {"action": PLATFORM_ACTION_GET, "target": {"request_id": request_id}, "payload": {}}
         answer = await self._proxy._call(Action.PLATFORM_REQUEST_ACTION, fields, PlatformActionResult)
         return _parse(PlatformActionStatus, answer.result, Action.PLATFORM_REQUEST_ACTION)
+
+
+class InputsAPI(_Namespace):
+    """More input for this run while it runs: the messages the host hands to it under a binding's `steer`
+    concurrency policy, in order, after `ctx.input`. Only a runner whose manifest declares the `steering`
+    capability gets any; a message that arrives while such a runner runs is then not a run of its own, so
+    read them before the run ends (what is left unread when it ends is given a run of its own by the
+    host)."""
+
+    def _inbox(self) -> RunInbox:
+        current = _current_inbox.get()
+        if current is not None and current[0] == self._proxy.run_id:
+            return current[1]
+        self._proxy._resolve_channel()  # raises the error a call of this run would get here
+        raise AgentAPIException.runtime_error(f"run {self._proxy.run_id} has no input channel in this runtime")
+
+    async def next(self, timeout: float | None = None) -> RunInput | None:
+        """The next message handed to this run, waiting up to `timeout` seconds (None: until one comes or
+        the run ends); None when none came in time."""
+        return await self._inbox().next(timeout)
+
+    def pending(self) -> list[RunInput]:
+        """Every message already handed to this run and not yet read, without waiting."""
+        return self._inbox().pending()
 
 
 def _set_optional(fields: dict[str, Any], **values: Any) -> None:

@@ -2,8 +2,8 @@
 
 What belongs here: `make_context` (a valid `AgentRunContext` in one line), `FakeHost` (seeded history,
 events, state, storage and artifacts; scripted model, tool, knowledge and platform answers; a record of
-every proxy call), `load_runner` (a plugin directory loaded exactly as the host's runtime loads it) and
-`RunOutcome` (the typed results of one run).
+every proxy call; messages steered into a running run), `load_runner` (a plugin directory loaded exactly as
+the host's runtime loads it) and `RunOutcome` (the typed results of one run).
 
 The runner runs in the real plugin runtime code (`langbot_sdk.runtime.service`) over an in-memory
 connection, so result validation, sequencing, deadlines and cancellation behave as on the host. Every proxy
@@ -67,7 +67,9 @@ from langbot_sdk.protocol import (
     AgentAPIError,
     AgentAPIException,
     AgentEventRecord,
+    AgentInput,
     AgentRunContext,
+    AgentRunnerCapabilities,
     AgentRunnerManifest,
     AgentRunResult,
     ArtifactMetadata,
@@ -92,6 +94,8 @@ from langbot_sdk.protocol import (
     RerankResult,
     ResultType,
     RetrieveKnowledgeBaseResult,
+    RunInput,
+    RunInputResult,
     StateDeleteResult,
     StateGetResult,
     StateListResult,
@@ -431,8 +435,10 @@ class FakeHost:
     """An in-memory host for one conversation: seed it, script it, run a runner, assert on what happened.
 
     Seed with `add_message`, `add_artifact`, `seed_state`, `seed_storage`; script `models`, `tools`,
-    `knowledge` and `platform`; run with `await host.run(runner)`; read `host.calls` (every proxy call with
-    its outcome), `host.state_value(...)`, `host.storage_value(...)` and `host.platform.requests`.
+    `knowledge` and `platform`; run with `await host.run(runner)` (`steer=[...]` hands more messages to
+    the running run); read `host.calls` (every proxy call with its outcome), `host.steered` (each steered
+    message and the runtime's answer), `host.state_value(...)`, `host.storage_value(...)` and
+    `host.platform.requests`.
     """
 
     def __init__(
@@ -451,6 +457,8 @@ class FakeHost:
         self.runner_id = f"plugin:{plugin_identity}/{runner_name}"
         self.binding_id = binding_id
         self.calls: list[ProxyCallRecord] = []
+        self.steered: list[tuple[RunInput, RunInputResult]] = []
+        """Each `run_input` sent by `run(steer=...)` and the runtime's answer (accepted once the runner took it)."""
         self.models = FakeModels()
         self.tools = FakeTools()
         self.knowledge: dict[str, list[KnowledgeEntry]] = {}
@@ -584,9 +592,16 @@ class FakeHost:
         *,
         cancel_after: float | None = None,
         cancel_grace: float = 2.0,
+        steer: Sequence[str | Mapping[str, Any] | AgentInput] = (),
     ) -> RunOutcome:
         """Run `runner` for `ctx` (default: the host's context) to its end, as the host would: the current
-        input is appended to the transcript first; `cancel_after` seconds cancels the run from the host."""
+        input is appended to the transcript first; `cancel_after` seconds cancels the run from the host.
+
+        `steer` are messages that arrive while the run runs, as under a binding's `steer` policy: each is
+        added to the transcript and sent with `run_input` once the run is active, the next only after the
+        runtime answered the previous (`host.steered`). A bare runner (not loaded from a plugin directory)
+        is taken to declare the `steering` capability when `steer` is given; a loaded one declares what its
+        manifest says."""
         ctx = self._admitted(ctx or self.ctx)
         if isinstance(runner, LoadedRunner):
             loaded = runner
@@ -594,7 +609,12 @@ class FakeHost:
             self.runner_id = loaded.manifest.id
             ctx = manifest_ceiling(ctx, loaded.manifest)
         else:
-            manifest = AgentRunnerManifest(id=self.runner_id, name=self.runner_id.rsplit("/", 1)[-1], label="runner")
+            manifest = AgentRunnerManifest(
+                id=self.runner_id,
+                name=self.runner_id.rsplit("/", 1)[-1],
+                label="runner",
+                capabilities=AgentRunnerCapabilities(steering=bool(steer)),
+            )
             loaded = LoadedRunner(
                 manifest=manifest, runner=runner, plugin_identity=self.plugin_identity, plugin_path=""
             )
@@ -607,7 +627,8 @@ class FakeHost:
         serving = asyncio.create_task(service.serve(runtime_end, name="fake-host"))
         await connection.start()
         results: list[AgentRunResult] = []
-        canceller = None
+        canceller = steerer = None
+        run_over = asyncio.Event()
         try:
             request = {
                 "runner_id": loaded.manifest.id,
@@ -617,14 +638,22 @@ class FakeHost:
             }
             if cancel_after is not None:
                 canceller = asyncio.create_task(self._cancel_later(connection, ctx.run_id, cancel_after))
+            if steer:
+                steerer = asyncio.create_task(self._steer(connection, ctx.run_id, steer, run_over))
             async for item in connection.stream(Action.RUN_AGENT.value, request):
                 result = AgentRunResult.model_validate(item)
                 results.append(result)
                 self._persist(result, grant)
+            run_over.set()
+            if steerer is not None:
+                # The runtime's answers to inputs left unread may follow the run's last result.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(steerer), timeout=cancel_grace)
         finally:
-            if canceller is not None:
-                canceller.cancel()
-                await asyncio.gather(canceller, return_exceptions=True)
+            for helper in (canceller, steerer):
+                if helper is not None:
+                    helper.cancel()
+                    await asyncio.gather(helper, return_exceptions=True)
             await connection.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(serving, timeout=cancel_grace + 1)
@@ -639,6 +668,30 @@ class FakeHost:
             retry=retry_if_result(lambda answer: not answer.get("cancelled")), wait=wait_fixed(0.01)
         )
         await ask_again(connection.call, Action.CANCEL_RUN.value, {"run_id": run_id, "reason": "cancelled by the test"})
+
+    async def _steer(
+        self,
+        connection: Connection,
+        run_id: str,
+        messages: Sequence[str | Mapping[str, Any] | AgentInput],
+        run_over: asyncio.Event,
+    ) -> None:
+        for message in messages:
+            if isinstance(message, str):
+                given = AgentInput(text=message)
+            else:
+                given = message if isinstance(message, AgentInput) else AgentInput.model_validate(message)
+            event_id = f"evt-{uuid.uuid4().hex[:12]}"
+            self.add_message("user", given.text or "", event_id=event_id)
+            item = RunInput(run_id=run_id, event_id=event_id, input=given)
+            # The run may not be active in the runtime yet: ask again until it is, or has ended.
+            ask_again = AsyncRetrying(
+                retry=retry_if_result(lambda answer: answer.get("reason") == "not_active" and not run_over.is_set()),
+                wait=wait_fixed(0.01),
+            )
+            payload = item.model_dump(mode="json")
+            answer: dict[str, Any] = await ask_again(connection.call, Action.RUN_INPUT.value, payload)
+            self.steered.append((item, RunInputResult.model_validate(answer)))
 
     def _admitted(self, ctx: AgentRunContext) -> AgentRunContext:
         """Append the current input to the transcript and point the context's handles at it."""

@@ -27,6 +27,8 @@ from langbot_sdk.protocol.actions import (
     HistorySearchFilters,
     HistorySearchRequest,
     PingResult,
+    RunInput,
+    RunInputResult,
 )
 from langbot_sdk.protocol.base import (
     PROTOCOL_VERSION,
@@ -370,6 +372,8 @@ __all__ = [
     "RunCompletedPayload",
     "RunFailedPayload",
     "RunFailureCode",
+    "RunInput",
+    "RunInputResult",
     "RunnerId",
     "RunnerModel",
     "StateDeleteRequest",

@@ -1,6 +1,7 @@
 """Wire action names and the payloads of host-level actions and context proxy actions.
 
-Host → runtime: ``list_agent_runners``, ``run_agent`` (``AgentRunRequest``), ``cancel_run``, ``ping``.
+Host → runtime: ``list_agent_runners``, ``run_agent`` (``AgentRunRequest``), ``cancel_run``, ``run_input``
+(``RunInput``: more input for a running run of a runner that declares ``steering``), ``ping``.
 Runtime → host: one action per proxy method, named as LangBot names them. ``PROXY_REQUEST_MODELS`` maps
 every runtime → host action to its strict request model.
 """
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from langbot_sdk.protocol.base import PROTOCOL_VERSION, HostModel, ProxyRequest, RunnerModel
+from langbot_sdk.protocol.context import AgentInput
 from langbot_sdk.protocol.invoke import (
     CallToolRequest,
     CountTokensRequest,
@@ -52,6 +54,7 @@ class Action(StrEnum):
     LIST_AGENT_RUNNERS = "list_agent_runners"
     RUN_AGENT = "run_agent"
     CANCEL_RUN = "cancel_run"
+    RUN_INPUT = "run_input"
     PING = "ping"
     # runtime → host
     INVOKE_LLM = "invoke_llm"
@@ -84,7 +87,7 @@ class Action(StrEnum):
 
 
 HOST_TO_RUNTIME_ACTIONS = frozenset(
-    {Action.LIST_AGENT_RUNNERS, Action.RUN_AGENT, Action.CANCEL_RUN, Action.PING}
+    {Action.LIST_AGENT_RUNNERS, Action.RUN_AGENT, Action.CANCEL_RUN, Action.RUN_INPUT, Action.PING}
 )
 RUNTIME_TO_HOST_ACTIONS = frozenset(set(Action) - HOST_TO_RUNTIME_ACTIONS)
 STREAMING_ACTIONS = frozenset({Action.RUN_AGENT, Action.INVOKE_LLM_STREAM, Action.ARTIFACT_STREAM})
@@ -94,6 +97,26 @@ STREAMING_ACTIONS = frozenset({Action.RUN_AGENT, Action.INVOKE_LLM_STREAM, Actio
 class CancelRunRequest(HostModel):
     run_id: str
     reason: str | None = None
+
+
+class RunInput(HostModel):
+    """``run_input``: a message the host hands to a running run as more input (the ``steer`` concurrency
+    policy), sent only for a runner whose manifest declares the ``steering`` capability. The runner reads
+    these in order with ``api.inputs.next()``, after the run's own ``context.input``."""
+
+    run_id: str
+    event_id: str
+    """The event the message arrived with (``api.events.get`` reads it, when the run may read events)."""
+    input: AgentInput
+
+
+class RunInputResult(RunnerModel):
+    """The runtime's answer to ``run_input``, given once the runner has taken the input (``accepted``) or
+    will never take it (the run ended, is not in this runtime, or its runner does not declare
+    ``steering``: ``accepted`` false, ``reason`` says which)."""
+
+    accepted: bool
+    reason: Literal["taken", "not_active", "not_supported", "ended"] = "taken"
 
 
 class PingResult(RunnerModel):

@@ -156,6 +156,9 @@ class AgentRunnerCapabilities(RunnerModel):
     event_context: bool = True
     platform_api: bool = False
     interrupt: bool = False
+    steering: bool = False
+    """The runner reads more input while it runs (``run_input``, ``api.inputs``): under a binding's ``steer``
+    concurrency policy a message sent during a run is handed to that run instead of queueing."""
     stateful_session: bool = False
     self_managed_context: bool = True
 

@@ -2,7 +2,8 @@
 
 What belongs here: `RuntimeService` (shared by every host connection: the loaded plugins and the active
 runs) and `HostSession` (one host connection: its handlers and the runs it started), the run supervision
-(deadline, cancellation, runner exceptions, strict result validation, sequencing) and the channel that
+(deadline, cancellation, runner exceptions, strict result validation, sequencing), the delivery of steered
+input (`run_input`) into a run's inbox (`langbot_sdk.inputs`) and the channel that
 carries a run's proxy calls back to the host that started it. Loading plugins lives in `loader.py`, the
 command line in `__main__.py`.
 """
@@ -20,8 +21,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from langbot_sdk.inputs import RunInbox
 from langbot_sdk.protocol import (
     Action,
+    AgentAPIException,
     AgentRunContext,
     AgentRunRequest,
     AgentRunResult,
@@ -29,6 +32,8 @@ from langbot_sdk.protocol import (
     PingResult,
     ResultType,
     RunFailureCode,
+    RunInput,
+    RunInputResult,
     limits,
 )
 from langbot_sdk.proxy import bind_run_channel, unbind_run_channel
@@ -101,13 +106,15 @@ class _ActiveRun:
     """
 
     __slots__ = (
-        "cancel_reason", "cancel_requested", "finished", "outbox", "run_id", "runner_id", "sequence",
-        "task", "watchdogs",
+        "cancel_reason", "cancel_requested", "finished", "inbox", "outbox", "run_id", "runner_id", "sequence",
+        "steering", "task", "watchdogs",
     )  # fmt: skip
 
-    def __init__(self, run_id: str, runner_id: str) -> None:
+    def __init__(self, run_id: str, runner_id: str, *, steering: bool = False) -> None:
         self.run_id = run_id
         self.runner_id = runner_id
+        self.steering = steering
+        self.inbox = RunInbox()
         self.outbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.task: asyncio.Task[None] | None = None
         self.cancel_requested = False
@@ -126,6 +133,7 @@ class _ActiveRun:
             self.finish()
 
     def finish(self) -> None:
+        self.inbox.close()
         if not self.finished:
             self.finished = True
             self.outbox.put_nowait(None)
@@ -208,6 +216,7 @@ class HostSession:
                 Action.LIST_AGENT_RUNNERS.value: self.handle_list_agent_runners,
                 Action.RUN_AGENT.value: self.handle_run_agent,
                 Action.CANCEL_RUN.value: self.handle_cancel_run,
+                Action.RUN_INPUT.value: self.handle_run_input,
                 Action.PING.value: self.handle_ping,
             },
             name=name,
@@ -249,6 +258,24 @@ class HostSession:
         logger.info("run %s cancelled by the host", run_id)
         return {"cancelled": True}
 
+    async def handle_run_input(self, data: dict[str, Any], info: CallInfo) -> dict[str, Any]:
+        """Hand more input to a running run; answered once its runner takes it, or when it never will."""
+        try:
+            item = RunInput.model_validate(data)
+        except ValidationError as exc:
+            raise AgentAPIException.invalid_argument(
+                "the run_input request is invalid", errors=_validation_errors(exc)
+            ) from None
+        run = self.service.find_run(item.run_id, self)
+        if run is None or run.task is None:
+            return RunInputResult(accepted=False, reason="not_active").model_dump()
+        if not run.steering:
+            return RunInputResult(accepted=False, reason="not_supported").model_dump()
+        if run.finished or run.cancel_requested or run.inbox.closed:
+            return RunInputResult(accepted=False, reason="ended").model_dump()
+        taken = await run.inbox.offer(item)
+        return RunInputResult(accepted=taken, reason="taken" if taken else "ended").model_dump()
+
     async def handle_run_agent(self, data: dict[str, Any], info: CallInfo) -> AsyncIterator[dict[str, Any]]:
         request, refusal = run_request_parse(data)
         if request is None:
@@ -273,7 +300,7 @@ class HostSession:
             )
             return
 
-        run = _ActiveRun(ctx.run_id, request.runner_id)
+        run = _ActiveRun(ctx.run_id, request.runner_id, steering=loaded.manifest.capabilities.steering)
         self.runs[ctx.run_id] = run
         run.task = asyncio.create_task(self._supervise(run, loaded, ctx, request.run_token), name=f"run {ctx.run_id}")
         if ctx.runtime.deadline_at is not None:
@@ -304,7 +331,7 @@ class HostSession:
     ) -> None:
         """Drive the runner, emitting stamped results; exactly one terminal result ends the outbox."""
         channel = PluginChannel(self.connection, loaded.plugin_identity, run_token)
-        bind_run_channel(ctx.run_id, channel)
+        bind_run_channel(ctx.run_id, channel, run.inbox)
         try:
             terminal = await self._drive(run, loaded, ctx)
             if terminal is not None:

@@ -3,8 +3,8 @@
 What belongs here: `PluginSupervisor` (started by `python -m langbot_sdk.runtime --isolation plugin`),
 which imports no plugin code itself. It starts one child runtime per plugin directory (`--stdio --plugin
 DIR`, the same wire framing over pipes) under a memory limit (RLIMIT_AS), answers `list_agent_runners`
-with the union of the children's answers, routes `run_agent` and `cancel_run` to the child that owns the
-runner, and carries each run's proxy calls back to the host connection that started the run. A child that
+with the union of the children's answers, routes `run_agent`, `cancel_run` and `run_input` to the child that
+owns the runner, and carries each run's proxy calls back to the host connection that started the run. A child that
 dies (crash, `os._exit`, out of memory) fails only its own runs in flight, with a retryable
 `runtime_error`, and is restarted with backoff; the other plugins' runs go on.
 """
@@ -282,6 +282,7 @@ class _SupervisorSession:
                 Action.LIST_AGENT_RUNNERS.value: self.handle_list_agent_runners,
                 Action.RUN_AGENT.value: self.handle_run_agent,
                 Action.CANCEL_RUN.value: self.handle_cancel_run,
+                Action.RUN_INPUT.value: self.handle_run_input,
                 Action.PING.value: self.handle_ping,
             },
             name=name,
@@ -307,6 +308,17 @@ class _SupervisorSession:
             return await connection.call(Action.CANCEL_RUN.value, data)
         except WireError:
             return {"cancelled": False}
+
+    async def handle_run_input(self, data: dict[str, Any], info: CallInfo) -> dict[str, Any]:
+        # Routed like cancel_run; the child answers once its runner has taken the input.
+        run = self.supervisor.runs.get(str(data.get("run_id")))
+        connection = run.child.connection if run is not None else None
+        if connection is None:
+            return {"accepted": False, "reason": "not_active"}
+        try:
+            return await connection.call(Action.RUN_INPUT.value, data)
+        except WireError:
+            return {"accepted": False, "reason": "ended"}
 
     async def handle_run_agent(self, data: dict[str, Any], info: CallInfo) -> AsyncIterator[dict[str, Any]]:
         request, refusal = run_request_parse(data)

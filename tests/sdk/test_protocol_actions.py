@@ -38,6 +38,7 @@ def test_action_names_are_the_ones_of_the_design():
         "list_agent_runners",
         "run_agent",
         "cancel_run",
+        "run_input",
         "ping",
     }
     assert sorted(a.value for a in RUNTIME_TO_HOST_ACTIONS) == sorted(DESIGN_RUNTIME_TO_HOST)
@@ -88,9 +89,7 @@ def test_requests_beyond_the_caps_or_outside_the_enums_are_refused(model, fields
 
 
 def test_request_at_the_cap_is_accepted():
-    request = HistoryPageRequest(
-        run_id="run-1", limit=HISTORY_PAGE_MAX, caller_plugin_identity="langbot/qa-runner"
-    )
+    request = HistoryPageRequest(run_id="run-1", limit=HISTORY_PAGE_MAX, caller_plugin_identity="langbot/qa-runner")
 
     assert request.limit == HISTORY_PAGE_MAX
 

@@ -20,7 +20,7 @@ from langbot_sdk.runner import AgentRunner
 BEHAVIOURS = frozenset(
     {
         "ok", "stream", "type", "tools", "empty", "malformed", "fail", "slow", "raise", "echo_context", "state",
-        "proxy", "artifact", "nul", "upload", "announce",
+        "proxy", "artifact", "nul", "upload", "announce", "steer",
     }
 )  # fmt: skip
 # `type` writes this reply word by word at about TYPE_SECONDS in all, so a person sees it grow.
@@ -35,6 +35,8 @@ SUMMARY_TEXT_CHARS = 200
 # `upload` makes a PNG of this many MiB unless its argument says otherwise, a MiB at a time.
 UPLOAD_DEFAULT_MIB = 1.0
 MIB = 1024 * 1024
+# `steer` listens this long (seconds) for messages handed to the run while it runs, unless told otherwise.
+STEER_DEFAULT_SECONDS = 3.0
 PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
 
@@ -98,6 +100,9 @@ class QARunner(AgentRunner):
         elif behaviour == "slow":
             await asyncio.sleep(_number(argument, ctx.config.get("sleep_seconds"), 5))
             yield AgentRunResult.message_completed(ctx.run_id, f"QA_SLOW:{text}")
+        elif behaviour == "steer":
+            async for result in self._steer(ctx, text, _number(argument, None, STEER_DEFAULT_SECONDS)):
+                yield result
         elif behaviour == "raise":
             raise QARunnerError("qa-runner raised on purpose")
         elif behaviour == "echo_context":
@@ -134,6 +139,23 @@ class QARunner(AgentRunner):
             yield AgentRunResult.message_delta(ctx.run_id, part)
             await asyncio.sleep(pause)
         yield AgentRunResult.message_completed(ctx.run_id, "".join(parts))
+
+    async def _steer(self, ctx: AgentRunContext, text: str, seconds: float) -> AsyncIterator[AgentRunResult]:
+        """Listen `seconds` for messages steered into this run (the runner declares `steering`), saying
+        each one as it comes, then answer with the input and every steered text in order."""
+        api = self.run_api(ctx)
+        texts = [text]
+        loop = asyncio.get_running_loop()
+        until = loop.time() + max(0.0, seconds)
+        while (remaining := until - loop.time()) > 0:
+            item = await api.inputs.next(timeout=remaining)
+            if item is None:
+                break
+            texts.append(item.input.text or "")
+            yield AgentRunResult.message_delta(ctx.run_id, f"[got: {item.input.text or ''}] ")
+        # What came in the last instant is still this run's to answer.
+        texts += [item.input.text or "" for item in api.inputs.pending()]
+        yield AgentRunResult.message_completed(ctx.run_id, "QA_STEER:" + " + ".join(texts))
 
     async def _tools(self, ctx: AgentRunContext, text: str) -> AsyncIterator[AgentRunResult]:
         """A pretend tool call around the reply (no tool is really called): `tool.call.started`, a pause,
