@@ -1,10 +1,10 @@
 """The policies an AgentBinding carries, as strict pydantic models (unknown keys are errors).
 
 They are stored as JSON on the binding and read back with `*.model_validate(binding.<policy>)`.
-Lists of ids follow one rule everywhere: an empty list allows nothing, `"*"` allows anything the runner
-manifest and the runner config select. Resources are always the intersection of manifest permissions,
-these policies and the runner config's selections (docs/security.md, "Runner code"); these models are only the middle
-term.
+Lists of ids follow one rule everywhere: an empty list allows nothing, `"*"` allows every one of the
+workspace. Resources are the manifest's permissions ∩ these policies, narrowed by the runner config's
+selections where it selects something of that kind (an empty selector narrows nothing:
+docs/context-and-results.md, "The resource snapshot"); these models are only the middle term.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 
 The rule, per kind of resource (model, knowledge base, tool): the manifest must ask for that kind of
 access, and the binding's resource policy must allow the resource. Then
-- where the runner's config schema has a selector for the kind (a model selector, a knowledge-base
-  selector), the config's selection narrows it: only what is selected *and* allowed is in the snapshot;
-- where it has none (tools always: there is no tool selector), the snapshot is everything the policy
-  allows (`*`: every one of the workspace), so a runner with no model field can still use the models
-  the binding allows.
+- where the runner's config selects something of the kind (a model selector, a knowledge-base selector
+  with a value), the selection narrows it: only what is selected *and* allowed is in the snapshot;
+- where it selects nothing — no selector for the kind (tools always: there is no tool selector), or a
+  selector left unset or empty — the snapshot is everything the policy allows (`*`: every one of the
+  workspace). So a runner with no model field can use the models the binding allows, and a knowledge
+  base allowed in the binding reaches a runner whose knowledge-base field was left empty.
 Each must also exist in the run's workspace: the `*_read` callables are handed the allowed ids (called
 only when there are any, so a runner selecting nothing costs no query; `None` means every one of the
 workspace) and return their rows, whose kind, abilities, descriptions and schemas are what the runner sees.
@@ -95,11 +96,9 @@ def resources_build(
     knowledge_bases_read: Callable[[list[str] | None], Mapping[str, KnowledgeBase]],
 ) -> tuple[AgentResources, ContextAPICapabilities]:
     selected_models, selected_kbs = config_selections(schema, config)
-    model_selector = any(item.type is DynamicFormItemType.MODEL_SELECTOR for item in schema)
-    kb_selector = any(item.type is DynamicFormItemType.KNOWLEDGE_BASE_SELECTOR for item in schema)
 
     models: list[ModelResource] = []
-    if model_selector:
+    if selected_models:
         allowed = list(dict.fromkeys(m for m, _ in selected_models if resource_policy.allows_model(m)))
     else:
         allowed = list(dict.fromkeys(resource_policy.allowed_model_ids))
@@ -120,7 +119,7 @@ def resources_build(
                 tools.append(_tool_resource(tool, operations=list(permissions.tools)))
 
     kbs: list[KnowledgeBaseResource] = []
-    if kb_selector:
+    if selected_kbs:
         allowed_kbs = [kb_id for kb_id in selected_kbs if resource_policy.allows_kb(kb_id)]
     else:
         allowed_kbs = list(dict.fromkeys(resource_policy.allowed_kb_ids))

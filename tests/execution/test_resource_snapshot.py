@@ -1,5 +1,6 @@
 """The resource snapshot rule (docs/context-and-results.md, "The resource snapshot"): for a kind the runner's config
-schema has no selector for, a run gets what the manifest asks for and the binding allows; a selector narrows it.
+selects nothing of (no selector, or one left unset or empty), a run gets what the manifest asks for and the binding
+allows; a selection narrows it.
 And what the web chat and the API tell a runner they can do with its results."""
 
 from __future__ import annotations
@@ -50,8 +51,15 @@ def test_a_wildcard_allows_every_one_of_the_workspace_to_a_runner_with_no_select
 def test_a_selector_narrows_the_allowed_to_what_it_selects():
     policy = {"allowed_model_ids": ["*"], "allowed_kb_ids": ["*"]}
     assert _build([MODEL_SELECTOR, KB_SELECTOR], policy, {"model": "gpt-a", "kbs": ["faq"]}) == (["gpt-a"], ["faq"])
-    # A selector left empty selects nothing, whatever the binding allows.
-    assert _build([MODEL_SELECTOR, KB_SELECTOR], policy, {}) == ([], [])
+
+
+def test_a_selector_left_empty_does_not_narrow():
+    policy = {"allowed_model_ids": ["gpt-b"], "allowed_kb_ids": ["*"]}
+    # Unset or empty, the selector means "what the binding allows".
+    assert _build([MODEL_SELECTOR, KB_SELECTOR], policy, {}) == (["gpt-b"], ["handbook", "faq"])
+    assert _build([MODEL_SELECTOR, KB_SELECTOR], policy, {"model": "", "kbs": []}) == (["gpt-b"], ["handbook", "faq"])
+    # A selection the binding does not allow is not widened back to the binding's list.
+    assert _build([MODEL_SELECTOR, KB_SELECTOR], policy, {"model": "gpt-a", "kbs": ["gone"]}) == ([], [])
 
 
 def test_each_kind_follows_its_own_selector():

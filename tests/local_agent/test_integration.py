@@ -1,6 +1,7 @@
 """The local-agent through the real worker and plugin runtime, against a local OpenAI-compatible server:
-a reply streams, a second turn sees the first through history paging, and cancelling a run mid-stream
-closes the provider's connection."""
+a reply streams, a second turn sees the first through history paging, cancelling a run mid-stream
+closes the provider's connection, and a knowledge base the binding allows is cited though the agent's own
+field picks none (the README's walk)."""
 
 from __future__ import annotations
 
@@ -102,3 +103,36 @@ def test_cancelling_a_run_mid_stream_closes_the_providers_connection_at_once(loc
     assert run.status == Run.Status.CANCELLED, (run.status, run.error)
     events = RunEvent.objects.filter(run=run).values_list("type", "data")
     assert [data["chunk"]["content"] for type_, data in events if type_ == "message.delta"] == ["Let me think"]
+
+
+def test_the_readme_walk_a_knowledge_base_allowed_in_the_binding_is_cited_without_being_picked(
+    local_agent_binding, fake, monkeypatch
+):
+    # README: "add ... a knowledge base and allow it in the binding, and the agent ... cites its documents".
+    # The local agent's own knowledge-base field stays empty; the binding's policy alone allows the base.
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from resources.knowledge.ingestion import knowledge_document_ingest
+    from resources.knowledge.services import knowledge_document_upload
+    from resources.models import KnowledgeBase
+    from resources.tasks import knowledge_document_ingest as ingest_task
+
+    monkeypatch.setattr(ingest_task, "delay", lambda document_id: None)  # ingested here, not by a worker
+    workspace = local_agent_binding.workspace
+    kb = KnowledgeBase.objects.create(workspace=workspace, kb_id="manual", name="Coffee machine manual")
+    upload = SimpleUploadedFile("manual.txt", b"To descale the coffee machine, run the descale cycle twice.")
+    document = knowledge_document_upload(knowledge_base=kb, file=upload, name="manual.txt", mime_type="", metadata=None)
+    knowledge_document_ingest(document_id=str(document.document_id))
+    local_agent_binding.resource_policy = {"allowed_model_ids": ["m1"], "allowed_kb_ids": ["manual"]}
+    local_agent_binding.save()
+    fake.stream(answer("Run the descale cycle twice [1]."))
+
+    run = wait_terminal(post_message(local_agent_binding, "how do I descale the coffee machine?"), timeout=60)
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert "knowledge-bases" not in local_agent_binding.runner_config
+    prompt = "\n".join(str(m["content"]) for m in fake.requests[-1]["messages"])
+    assert "run the descale cycle twice" in prompt
+    citations = RunEvent.objects.get(run=run, type="run.completed").data["metadata"]["citations"]
+    assert [c["kb_id"] for c in citations] == ["manual"]
+    assert citations[0]["document_name"] == "manual.txt"

@@ -105,15 +105,29 @@ async def test_parity_timeout_a_model_that_does_not_answer_in_time_falls_back_to
     ]
 
 
-async def test_parity_config_missing_model_fails_the_run_clearly():
+async def test_parity_config_missing_model_fails_the_run_clearly_when_the_binding_allows_none():
     host = ScriptedHost()
 
-    results = await drive(LocalAgentRunner(), build_context("hi", config={"model": ""}), host)
+    results = await drive(LocalAgentRunner(), build_context("hi", models=[], config={"model": ""}), host)
 
     assert [r.type for r in results] == ["run.failed"]
     assert results[0].data["code"] == "local_agent.no_model"
-    assert "selects no model" in results[0].data["message"]
+    assert "selects no model and the binding allows no chat model" in results[0].data["message"]
     assert host.calls == []
+
+
+async def test_a_config_with_no_model_picked_uses_the_chat_model_the_binding_allows():
+    # The host put the binding's allowed models in the snapshot because the field was left empty.
+    host = ScriptedHost()
+    host.script_stream("m2", text("from the allowed model"))
+    models = [
+        {"model_id": "embedder", "kind": "embedding", "operations": ["invoke"]},
+        {"model_id": "m2", "kind": "llm", "operations": ["invoke", "stream"]},
+    ]
+
+    results = await drive(LocalAgentRunner(), build_context("hi", models=models, config={"model": ""}), host)
+
+    assert of_type(results, "message.completed")[0]["message"]["content"] == "from the allowed model"
 
 
 async def test_parity_config_selecting_a_model_the_binding_does_not_allow_fails_the_run():

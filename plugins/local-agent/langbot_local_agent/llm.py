@@ -64,7 +64,11 @@ class ModelReply:
 
 
 def model_chain(ctx: AgentRunContext, wanted: Sequence[str]) -> list[str]:
-    """The wanted models the run may call (the host authorized them from the config's selections)."""
+    """The wanted models the run may call (the host authorized them from the config's selections). With
+    no model picked in the config, the chat models the binding allows (`ctx.resources.models`, in the
+    host's order): an empty selector means "what the binding allows", as the host reads it too."""
+    if not wanted:
+        return [m.model_id for m in ctx.resources.models if m.kind == "llm"]
     return [model_id for model_id in wanted if ctx.resources.find_model(model_id) is not None]
 
 

@@ -2,10 +2,11 @@
 the chunks into one `knowledge-context` fence plus the citations the reply carries.
 
 The knowledge bases are the run's authorized ones (`ctx.resources.knowledge_bases`: the config's
-selections the binding allows), queried concurrently with the user's text; a base that fails is reported
-in the run's metadata and skipped. With a rerank model the merged chunks (at most 64, the host's cap) are
-re-scored and the best `rerank-top-k` kept; without one, or when reranking fails, the chunks keep their
-retrieval order by score. Chunk text goes only into the fence, never into the user's message.
+selections the binding allows, or every one it allows when the config picks none), queried concurrently
+with the user's text; a base that fails is reported in the run's metadata and skipped. With a rerank
+model the merged chunks (at most 64, the host's cap) are re-scored and the best `rerank-top-k` kept;
+without one, or when reranking fails, the chunks keep their retrieval order by score. Chunk text goes
+only into the fence, never into the user's message.
 """
 
 from __future__ import annotations

@@ -177,7 +177,11 @@ class _Turn:
         ctx, config = self.ctx, self.config
         if not self.chain:
             wanted = list(config.model_chain)
-            why = "the config selects no model" if not wanted else "the binding allows none of the selected models"
+            why = (
+                "the config selects no model and the binding allows no chat model"
+                if not wanted
+                else "the binding allows none of the selected models"
+            )
             yield self._failed("local_agent.no_model", f"local-agent has no model to call: {why}", selected=wanted)
             return
         primary = ctx.resources.find_model(self.chain[0])
