@@ -265,6 +265,10 @@ class ReplyStream:
             pace=self.pace_for(bot.pk, target.chat_id) if self.pace_for is not None else None,
         )
         streaming = policy.enable_streaming and caps.edit
+        # Whether the runner streams (its run says so once it has started: `streaming: false` in the stored
+        # authorization) is read at the first delta: a runner declaring `streaming: false` gets its reply
+        # sent whole, never a message edited as pieces come.
+        run_streams: bool | None = None
         sent: list[SentMessage] = []
         shown: list[str] = []
         error: dict[str, Any] | None = None
@@ -289,6 +293,11 @@ class ReplyStream:
                 self.wake.clear()
                 if self.ended or not streaming:
                     continue
+                if run_streams is None:
+                    run_streams = await _run_streams(run.pk)
+                    streaming = run_streams
+                    if not streaming:
+                        continue
                 # Wait out the pace here, so everything that arrives meanwhile goes into one edit.
                 wait = writer.wait_seconds()
                 if wait > 0:
@@ -334,6 +343,12 @@ class ReplyStream:
         file = OutboundFile(data=content, name=artifact.name or "file", mime_type=artifact.mime_type)
         result: SentMessage = await writer.call(adapter.send_file, target, file)
         return result
+
+
+async def _run_streams(run_pk: int) -> bool:
+    authorization = await Run.objects.filter(pk=run_pk).values_list("authorization", flat=True).afirst()
+    delivery = (authorization or {}).get("delivery") if isinstance(authorization, dict) else None
+    return bool((delivery or {}).get("streaming", True))
 
 
 class PlatformDeliveryPort:

@@ -75,6 +75,9 @@ def run_status_message(run: Run) -> dict[str, Any]:
         "run_id": str(run.run_id),
         "status": run.status,
         "status_reason": run.status_reason,
+        # Whether `message.delta` results will come (None until the run starts): false for a runner that
+        # declares `streaming: false`, whose reply comes whole, so the chat shows it thinking until then.
+        "streaming": ((run.authorization or {}).get("delivery") or {}).get("streaming"),
     }
 
 

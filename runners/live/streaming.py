@@ -122,7 +122,11 @@ def run_events_range(
 
 
 def run_status_of(*, workspace_id: int, run_id: str) -> dict[str, Any] | None:
-    run = Run.objects.filter(workspace_id=workspace_id, run_id=run_id).only("run_id", "status", "status_reason").first()
+    run = (
+        Run.objects.filter(workspace_id=workspace_id, run_id=run_id)
+        .only("run_id", "status", "status_reason", "authorization")
+        .first()
+    )
     if run is None:
         return None
     return run_status_message(run)

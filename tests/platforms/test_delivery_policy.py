@@ -239,3 +239,19 @@ async def test_a_change_of_the_bots_credentials_takes_effect_on_its_next_reply(f
 
     assert fake_telegram.texts(4242) == ["with the first token"]
     assert (await _delivery(second)).status == "failed"
+
+
+async def test_a_runner_that_does_not_stream_gets_its_reply_sent_whole_not_edited_in_pieces(
+    fake_telegram, telegram_bot_for
+):
+    run = await _platform_run(fake_telegram, telegram_bot_for)
+    # As the worker stores it when the runner's manifest declares `streaming: false`.
+    await Run.objects.filter(pk=run.pk).aupdate(authorization={"delivery": {"streaming": False}})
+    words = [f"word{i} " for i in range(10)]
+
+    await _deliver(
+        PlatformDeliveryPort(), run, *[([_delta(w)], 0.02) for w in words], ([_completed("".join(words).strip())], 0.02)
+    )
+
+    assert fake_telegram.texts(4242) == ["".join(words).strip()]
+    assert [call.method for call in fake_telegram.calls_of("sendMessage", "editMessageText")] == ["sendMessage"]

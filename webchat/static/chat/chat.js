@@ -208,7 +208,10 @@
 
   function renderActivity(view) {
     const active = ACTIVE.has(view.state);
+    // A run whose runner does not stream (`streaming: false` on its run.status) shows "thinking…" until its
+    // whole reply comes (it takes no deltas: applyRunEvent), rather than a bubble waiting for pieces.
     view.thinking.hidden = !(active && !view.text);
+    view.el.classList.toggle("whole", Boolean(view.whole));
     view.cancel.hidden = !active;
     view.bubble.hidden = !view.text;
   }
@@ -225,6 +228,7 @@
     const view = runView(runId);
     const { type, data } = event;
     if (type === "message.delta") {
+      if (view.whole) return;
       view.text += contentText(data.chunk && data.chunk.content);
       view.bubble.textContent = view.text;
     } else if (type === "message.completed") {
@@ -352,6 +356,7 @@
     view.status.className = "status " + status;
     view.status.textContent = statusLabel(status);
     if (!ACTIVE.has(status)) view.el.classList.remove("streaming");
+    if (message && message.streaming === false) view.whole = true;
     if (message && message.runner_id) view.runner = message.runner_id;
     if (message && message.binding_id) view.binding = message.binding_id;
     if (message && message.status_reason) view.reason = message.status_reason;
