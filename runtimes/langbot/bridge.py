@@ -37,6 +37,7 @@ from typing import Any, cast
 
 from django.conf import settings
 
+import foundation.version
 import runtimes.langbot.translate as translate
 from langbot_sdk.protocol import Action, AgentAPIException, ListAgentRunnersResponse, RunnerId
 from langbot_sdk.wire import CallInfo, Handler
@@ -62,8 +63,8 @@ CONTROL_BINDING = {
     "runtime_revision": 1,
     "artifact_digest": hashlib.sha256(b"langbot-host-control").hexdigest(),
 }
-# What `get_langbot_version` answers plugins.
-HOST_VERSION = "langbot-host"
+# What `get_langbot_version` answers plugins: the same string as the run context's `runtime.langbot_version`.
+HOST_VERSION = foundation.version.HOST_VERSION
 EMPTY_LISTING_GRACE = 5.0
 LISTING_STABLE_SECONDS = 2.0
 # How long after a host connects the runtime may still be starting its plugins (it starts them all at once,

@@ -185,6 +185,12 @@ def run_context(context: dict[str, Any]) -> dict[str, Any]:
         )
         if key in context
     }  # fmt: skip
+    conversation = context.get("conversation")
+    actor = context.get("actor") or {}
+    if isinstance(conversation, dict) and actor.get("actor_id"):
+        # LangBot names the sender by the same raw platform id as a person launcher (`launcher_id`), so a
+        # runner keying users by either sees one person, in a private chat and in a group alike.
+        out["conversation"] = {**conversation, "sender_id": str(actor["actor_id"])}
     trigger = dict(context.get("trigger") or {})
     if trigger.get("source") not in _TRIGGER_SOURCES:
         trigger["source"] = "host_adapter"

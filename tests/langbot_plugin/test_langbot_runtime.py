@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from foundation.version import HOST_VERSION
 from tests.langbot_plugin.conftest import (
     API_ID,
     INTRUDER_ID,
@@ -82,7 +83,8 @@ def test_langbot_runner_chats_keeps_state_and_its_host_calls_are_authorized_and_
     assert rows == expected
 
     version = wait_terminal(post_message(binding, "version", conversation_id="lbp-3"), timeout=60)
-    assert assistant_reply(version) == "version langbot-host"
+    # The same version string as the run context's `runtime.langbot_version`.
+    assert assistant_reply(version) == f"version {HOST_VERSION}"
 
     # Another conversation starts its own count.
     other = wait_terminal(post_message(binding, "again", conversation_id="lbp-2"), timeout=60)
@@ -260,7 +262,7 @@ def test_a_langbot_runner_calls_tools_rerank_and_version_through_ctx_api(langbot
     failed = {"content": "Error executing tool fail: boom", "is_error": True}
     assert json.loads(lines["fail"]) == failed
     assert json.loads(lines["rerank"]) == [{"index": 1, "relevance_score": 0.9}]
-    assert json.loads(lines["version"]) == "langbot-host"
+    assert json.loads(lines["version"]) == HOST_VERSION
     events = list(RunEvent.objects.filter(run=run, type__startswith="tool.call.").values_list("type", "data"))
     assert [kind for kind, _ in events] == ["tool.call.started", "tool.call.completed"] * 2, events
     assert [data.get("result") for kind, data in events if kind == "tool.call.completed"] == [

@@ -233,6 +233,23 @@ def test_our_run_context_becomes_langbots() -> None:
     assert "bootstrap" not in context
 
 
+def test_the_sender_id_is_the_launchers_raw_id() -> None:
+    conversation = {"conversation_id": "c", "launcher_type": "group", "launcher_id": "g-1"}
+    in_group = translate.run_context(
+        {"conversation": conversation, "actor": {"actor_type": "user", "actor_id": "u-7"}, "trigger": {}}
+    )
+    private = translate.run_context(
+        {
+            "conversation": {**conversation, "launcher_type": "person", "launcher_id": "u-7"},
+            "actor": {"actor_type": "user", "actor_id": "u-7"},
+            "trigger": {},
+        }
+    )
+    assert in_group["conversation"]["sender_id"] == "u-7"
+    assert in_group["conversation"]["launcher_id"] == "g-1"
+    assert private["conversation"]["sender_id"] == private["conversation"]["launcher_id"] == "u-7"
+
+
 def test_a_streamed_model_answer_takes_langbots_frame_shape() -> None:
     first = translate.stream_answer(Action.INVOKE_LLM_STREAM, {"delta": {"role": "assistant", "content": "He"}})
     last = translate.stream_answer(
