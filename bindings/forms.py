@@ -664,8 +664,7 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             field.error_messages["invalid_choice"] = self._unknown_id_message(str(field.label), noun)
             field.help_text = (
                 f"None selected allows none; `{WILDCARD}` allows every one of the workspace. A pick in the runner's "
-                "own field narrows it; a field left empty takes all this allows."
-                + self._catalog_help()
+                "own field narrows it; a field left empty takes all this allows." + self._catalog_help()
             )
         actions = self.fields[policy_field_name("resource_policy", "platform_actions")]
         assert isinstance(actions, forms.MultipleChoiceField)
