@@ -13,12 +13,18 @@ from tests.streaming.conftest import make_run
 pytestmark = pytest.mark.django_db
 
 
+def _streaming(run: Run) -> object:
+    status = run_status_of(workspace_id=run.workspace_id, run_id=str(run.run_id))
+    assert status is not None
+    return status["streaming"]
+
+
 def test_run_status_says_whether_the_reply_streams(workspace):
     run = make_run(workspace, status=Run.Status.QUEUED)
-    assert run_status_of(workspace_id=workspace.pk, run_id=str(run.run_id))["streaming"] is None
+    assert _streaming(run) is None
 
     Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING, authorization={"delivery": {"streaming": False}})
-    assert run_status_of(workspace_id=workspace.pk, run_id=str(run.run_id))["streaming"] is False
+    assert _streaming(run) is False
 
     Run.objects.filter(pk=run.pk).update(authorization={"delivery": {"streaming": True}})
-    assert run_status_of(workspace_id=workspace.pk, run_id=str(run.run_id))["streaming"] is True
+    assert _streaming(run) is True
