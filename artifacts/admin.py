@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
 from artifacts.models import Artifact, WorkspaceArtifactSettings
 from transcripts.admin import ConversationFilter, ReadOnlyWorkspaceAdmin, transcript_link
@@ -22,7 +23,7 @@ class ArtifactAdmin(ReadOnlyWorkspaceAdmin[Artifact]):
         "run_id", "event", "storage_key", "created_at", "expires_at",
     )  # fmt: skip
 
-    @admin.display(description="conversation", ordering="conversation_id")
+    @admin.display(description=_("conversation"), ordering="conversation_id")
     def conversation(self, obj: Artifact) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import Workspace
 from transcripts.models import EventLog
@@ -17,10 +18,10 @@ from transcripts.models import EventLog
 
 class Artifact(models.Model):
     class Source(models.TextChoices):
-        INPUT = "input", "user input"
-        RAW_EVENT = "raw_event", "raw platform event"
-        RUNNER = "runner", "runner output"
-        UPLOAD = "upload", "API upload"
+        INPUT = "input", _("user input")
+        RAW_EVENT = "raw_event", _("raw platform event")
+        RUNNER = "runner", _("runner output")
+        UPLOAD = "upload", _("API upload")
 
     # The public id; the auto id never leaves the host.
     artifact_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
@@ -67,12 +68,12 @@ class WorkspaceArtifactSettings(models.Model):
     runner_upload_max_bytes = models.PositiveBigIntegerField(
         null=True,
         blank=True,
-        help_text="Largest artifact a runner may upload (bytes). Empty: the host's default (100 MiB); 0: none.",
+        help_text=_("Largest artifact a runner may upload (bytes). Empty: the host's default (100 MiB); 0: none."),
     )
 
     class Meta:
-        verbose_name = "workspace artifact settings"
-        verbose_name_plural = "workspace artifact settings"
+        verbose_name = _("workspace artifact settings")
+        verbose_name_plural = _("workspace artifact settings")
 
     def __str__(self) -> str:
         return f"artifact settings of workspace {self.workspace_id}"

@@ -14,6 +14,8 @@ from django.contrib import admin, messages
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import ScopedListFilters, WorkspaceScopedAdmin, is_superuser, member_workspaces
 from bindings.forms import (
@@ -53,11 +55,15 @@ class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
         queryset = super().get_queryset(request)
         return queryset if is_superuser(request) else queryset.filter(pk__in=member_workspaces(request))
 
-    @admin.action(description="Create an API key (shown once)")
+    @admin.action(description=_("Create an API key (shown once)"))
     def create_api_key(self, request: HttpRequest, queryset: QuerySet[Workspace]) -> None:
         for workspace in queryset:
-            _, plaintext = api_key_create(workspace=workspace, name=f"admin:{request.user}")
-            messages.success(request, f"New API key for {workspace.slug} (copy it now, it is not stored): {plaintext}")
+            _key, plaintext = api_key_create(workspace=workspace, name=f"admin:{request.user}")
+            messages.success(
+                request,
+                gettext("New API key for %(workspace)s (copy it now, it is not stored): %(key)s")
+                % {"workspace": workspace.slug, "key": plaintext},
+            )
 
 
 @admin.register(ApiKey)
@@ -85,13 +91,14 @@ class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
         obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
         messages.warning(
             request,
-            f"New API key for {key.workspace.slug} — copy it now, it is not stored and not shown again: {plaintext}",
+            gettext("New API key for %(workspace)s — copy it now, it is not stored and not shown again: %(key)s")
+            % {"workspace": key.workspace.slug, "key": plaintext},
         )
 
-    @admin.action(description="Revoke selected keys")
+    @admin.action(description=_("Revoke selected keys"))
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        messages.success(request, f"Revoked {count} key(s).")
+        messages.success(request, gettext("Revoked %(count)d key(s).") % {"count": count})
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         readonly = [*self.readonly_fields, "workspace"] if obj else list(self.readonly_fields)
@@ -128,11 +135,11 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
     search_fields = ["binding_id", "name", "runner_id", "scope_id"]
     readonly_fields = ["config_validated", "source", "source_detail", "created_at", "updated_at"]
 
-    @admin.display(description="scope")
+    @admin.display(description=_("scope"))
     def scope_display(self, obj: AgentBinding) -> str:
         return f"{obj.scope_type}:{obj.scope_id}" if obj.scope_id else obj.scope_type
 
-    @admin.display(description="replies", boolean=True)
+    @admin.display(description=_("replies"), boolean=True)
     def replies_display(self, obj: AgentBinding) -> bool:
         return obj.replies
 
@@ -173,18 +180,18 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
         form = binding_admin_form(runner_id=self._runner_id(request, obj), user=request.user, instance=obj)
         config_fields = [CONFIG_FIELD_PREFIX + item.name for item in form.config_items]
         runner_section: list[str] = ["runner_id", *config_fields]
-        fieldsets: list[tuple[str | None, dict[str, Any]]] = [
+        fieldsets: list[tuple[Any, dict[str, Any]]] = [  # titles are lazy translations
             (None, {"fields": ["binding_id", "name", "workspace", "enabled"]}),
-            ("Routing", {"fields": ["scope_type", "scope_id", "event_types", "priority"]}),
-            ("Runner and its config", {"fields": runner_section}),
-            ("Resource policy", {"fields": policy_field_names("resource_policy")}),
-            ("State policy", {"fields": policy_field_names("state_policy")}),
-            ("Delivery policy", {"fields": policy_field_names("delivery_policy")}),
-            ("Trigger filter", {"fields": policy_field_names("trigger_policy")}),
-            ("Run policies", {"fields": ["concurrency_policy", "merge_window_seconds", "timeout_seconds"]}),
+            (_("Routing"), {"fields": ["scope_type", "scope_id", "event_types", "priority"]}),
+            (_("Runner and its config"), {"fields": runner_section}),
+            (_("Resource policy"), {"fields": policy_field_names("resource_policy")}),
+            (_("State policy"), {"fields": policy_field_names("state_policy")}),
+            (_("Delivery policy"), {"fields": policy_field_names("delivery_policy")}),
+            (_("Trigger filter"), {"fields": policy_field_names("trigger_policy")}),
+            (_("Run policies"), {"fields": ["concurrency_policy", "merge_window_seconds", "timeout_seconds"]}),
         ]
         if obj is not None:
-            fieldsets.append(("Record", {"fields": self.readonly_fields}))
+            fieldsets.append((_("Record"), {"fields": self.readonly_fields}))
         return fieldsets
 
     def save_model(self, request: HttpRequest, obj: AgentBinding, form: Any, change: bool) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.translation import gettext
 from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.utils.mediatypes import media_type_matches
 
@@ -67,7 +68,8 @@ def _key_name(token: bytes) -> str:
 
 
 def too_deep_message(max_depth: int) -> str:
-    return f"Nested more than {max_depth} levels deep."
+    """In the active language: the chat socket's (the page's); the API's is English unless a request's asks."""
+    return gettext("Nested more than %(depth)d levels deep.") % {"depth": max_depth}
 
 
 def payload_too_large(max_bytes: int) -> ApiError:

@@ -11,8 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.utils.translation import gettext_noop
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-UNSTORABLE_MESSAGE = "Must not contain NUL characters or unpaired surrogates."
+# Marked for the catalogue only: the API and the runtime wire answer it in English; the chat socket shows it
+# translated (`gettext(UNSTORABLE_MESSAGE)`) in the page's language.
+UNSTORABLE_MESSAGE = gettext_noop("Must not contain NUL characters or unpaired surrogates.")
 REPLACEMENT = "\ufffd"
 
 

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class HostapiConfig(AppConfig):
     name = "hostapi"
-    verbose_name = "Host API"
+    verbose_name = _("Host API")
 
     def ready(self) -> None:
         from hostapi.dispatch import proxy_handlers

@@ -13,6 +13,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.models import Bot
@@ -65,13 +66,13 @@ class PlatformDeliveryInline(admin.TabularInline[PlatformDelivery, Run]):
     readonly_fields = _INLINE_FIELDS
     extra = 0
     can_delete = False
-    verbose_name_plural = "platform deliveries"
+    verbose_name_plural = _("platform deliveries")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
-@admin.action(description="Set the platform webhook")
+@admin.action(description=_("Set the platform webhook"))
 def platform_webhook_set(modeladmin: admin.ModelAdmin[Bot], request: HttpRequest, queryset: QuerySet[Bot]) -> None:
     for bot in queryset.select_related("workspace"):
         url = request.build_absolute_uri(
@@ -85,7 +86,7 @@ def platform_webhook_set(modeladmin: admin.ModelAdmin[Bot], request: HttpRequest
             modeladmin.message_user(request, f"{bot}: {note}", messages.SUCCESS)
 
 
-@admin.display(description="connection")
+@admin.display(description=_("connection"))
 def bot_connection(obj: Bot) -> str:
     """The bot's long-lived platform connection (Discord's gateway, OneBot's socket) as last reported."""
     from platforms.adapters.onebot import OneBotAdapter

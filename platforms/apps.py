@@ -1,11 +1,13 @@
 """App config of platforms: the chat-platform adapters and the delivery port they fill."""
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class PlatformsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "platforms"
+    verbose_name = _("Platforms")
 
     def ready(self) -> None:
         # `runners` reaches the adapters only through this port (docs/architecture.md, "The apps and their layers").

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import Bot, Workspace
 from runners.models import Run
@@ -15,12 +16,12 @@ class PlatformDelivery(models.Model):
     A failed delivery never changes the run's outcome; this row is where it shows."""
 
     class Kind(models.TextChoices):
-        REPLY = "reply", "reply"
-        FILE = "file", "file"
+        REPLY = "reply", _("reply")
+        FILE = "file", _("file")
 
     class Status(models.TextChoices):
-        DELIVERED = "delivered", "delivered"
-        FAILED = "failed", "failed"
+        DELIVERED = "delivered", _("delivered")
+        FAILED = "failed", _("failed")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_deliveries")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_deliveries")
@@ -55,7 +56,7 @@ class InboundRefusal(models.Model):
     reason = models.CharField(max_length=16)
     message = models.CharField(max_length=500, blank=True)
     remote_addr = models.CharField(
-        max_length=64, blank=True, help_text="The source address (an IPv6 source as its /64 network)."
+        max_length=64, blank=True, help_text=_("The source address (an IPv6 source as its /64 network).")
     )
     window_start = models.DateTimeField(default=timezone.now)
     count = models.PositiveIntegerField(default=1)

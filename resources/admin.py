@@ -12,6 +12,8 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.forms import ModelAdminForm, ModelProviderAdminForm
@@ -40,7 +42,7 @@ class ModelProviderAdmin(WorkspaceScopedAdmin[ModelProvider]):
         obj.headers = form.headers
         super().save_model(request, obj, form, change)
 
-    @admin.action(description="Test connection (list the provider's models)")
+    @admin.action(description=_("Test connection (list the provider's models)"))
     def test_connection(self, request: HttpRequest, queryset: QuerySet[ModelProvider]) -> None:
         for provider in queryset:
             try:
@@ -48,9 +50,14 @@ class ModelProviderAdmin(WorkspaceScopedAdmin[ModelProvider]):
             except ProviderCallError as exc:
                 messages.error(request, f"{provider.provider_id}: {exc}")
                 continue
-            shown = ", ".join(model_ids[:SHOWN_MODEL_IDS]) or "(none)"
-            more = f" and {len(model_ids) - SHOWN_MODEL_IDS} more" if len(model_ids) > SHOWN_MODEL_IDS else ""
-            messages.success(request, f"{provider.provider_id}: connected; {len(model_ids)} model(s): {shown}{more}")
+            shown = ", ".join(model_ids[:SHOWN_MODEL_IDS]) or gettext("(none)")
+            extra = len(model_ids) - SHOWN_MODEL_IDS
+            more = gettext(" and %(count)d more") % {"count": extra} if extra > 0 else ""
+            connected = gettext("%(provider)s: connected; %(count)d model(s): %(shown)s%(more)s")
+            messages.success(
+                request,
+                connected % {"provider": provider.provider_id, "count": len(model_ids), "shown": shown, "more": more},
+            )
 
 
 @admin.register(Model)

@@ -11,6 +11,8 @@ from typing import Any, ClassVar, TypeVar
 
 from django import forms
 from django.db.models import Model as DjangoModel
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError
 
 from foundation.api_errors import field_errors
@@ -45,18 +47,25 @@ class ModelProviderAdminForm(SpecAdminForm[ModelProvider]):
     spec_inputs = {"api_key": "api_key_input", "headers": "headers_input"}
 
     api_key_input = forms.CharField(
-        label="API key",
+        label=_("API key"),
         required=False,
         strip=True,
         widget=forms.PasswordInput(render_value=True),
-        help_text=f"A stored key shows as {SECRET_MASK}; leave it so to keep it. Empty: the endpoint needs none.",
+        help_text=format_lazy(
+            _("A stored key shows as {mask}; leave it so to keep it. Empty: the endpoint needs none."), mask=SECRET_MASK
+        ),
     )
     headers_input = forms.JSONField(
-        label="Extra headers",
+        label=_("Extra headers"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=f'A JSON object, e.g. {{"X-Org": "acme"}}. Stored values show as {SECRET_MASK}; leave them so '
-        "to keep them. A header removed here is deleted.",
+        help_text=format_lazy(
+            _(
+                'A JSON object, e.g. {{"X-Org": "acme"}}. Stored values show as {mask}; leave them so to keep them. '
+                "A header removed here is deleted."
+            ),
+            mask=SECRET_MASK,
+        ),
     )
 
     class Meta:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from artifacts.models import Artifact
 from bindings.models import Workspace
@@ -46,15 +47,15 @@ class Model(models.Model):
     """One model of a provider, as runners may call it."""
 
     class Kind(models.TextChoices):
-        LLM = "llm", "LLM"
-        EMBEDDING = "embedding", "embedding"
-        RERANK = "rerank", "rerank"
+        LLM = "llm", _("LLM")
+        EMBEDDING = "embedding", _("embedding")
+        RERANK = "rerank", _("rerank")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="models")
     model_id = models.SlugField(max_length=64)
     # PROTECT: deleting a provider its models still use is refused (the API answers 409).
     provider = models.ForeignKey(ModelProvider, on_delete=models.PROTECT, related_name="models")
-    name = models.CharField(max_length=200, help_text="The provider's name for the model, e.g. gpt-4o-mini.")
+    name = models.CharField(max_length=200, help_text=_("The provider's name for the model, e.g. gpt-4o-mini."))
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.LLM)
     supports_tools = models.BooleanField(default=False)
     supports_vision = models.BooleanField(default=False)
@@ -68,14 +69,14 @@ class Model(models.Model):
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="Price of one million input (prompt) tokens, in the host's cost currency; empty: not priced.",
+        help_text=_("Price of one million input (prompt) tokens, in the host's cost currency; empty: not priced."),
     )
     output_price_per_million = models.DecimalField(
         max_digits=14,
         decimal_places=6,
         null=True,
         blank=True,
-        help_text="Price of one million output (completion) tokens, in the host's cost currency; empty: not priced.",
+        help_text=_("Price of one million output (completion) tokens, in the host's cost currency; empty: not priced."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -95,15 +96,15 @@ class MCPServer(models.Model):
     say how the last connection went (or that one is under way)."""
 
     class Transport(models.TextChoices):
-        STDIO = "stdio", "stdio (local process)"
-        HTTP = "http", "streamable HTTP"
+        STDIO = "stdio", _("stdio (local process)")
+        HTTP = "http", _("streamable HTTP")
 
     class Status(models.TextChoices):
-        UNKNOWN = "unknown", "not connected yet"
+        UNKNOWN = "unknown", _("not connected yet")
         # Set by a save that changes how the server connects; a worker then connects in the background.
-        CONNECTING = "connecting", "connecting"
-        OK = "ok", "connected"
-        ERROR = "error", "failing"
+        CONNECTING = "connecting", _("connecting")
+        OK = "ok", _("connected")
+        ERROR = "error", _("failing")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="mcp_servers")
     server_id = models.SlugField(max_length=64)
@@ -183,10 +184,10 @@ class KnowledgeDocument(models.Model):
     Ingestion (a Celery task) moves it queued → processing → ready | failed, with `progress` and `error`."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued", "queued"
-        PROCESSING = "processing", "processing"
-        READY = "ready", "ready"
-        FAILED = "failed", "failed"
+        QUEUED = "queued", _("queued")
+        PROCESSING = "processing", _("processing")
+        READY = "ready", _("ready")
+        FAILED = "failed", _("failed")
 
     document_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="knowledge_documents")

@@ -1,9 +1,11 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class RunnersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "runners"
+    verbose_name = _("Runners")
 
     def ready(self) -> None:
         from runners.lifecycle.observers import run_end_observer_register

@@ -10,6 +10,8 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from runners.access.usage import decimal_text
@@ -28,13 +30,13 @@ class BudgetAdminForm(forms.ModelForm[Budget]):
         workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.workspace_id else None)
         scope, bot = cleaned.get("scope"), cleaned.get("bot")
         if scope == Budget.Scope.BOT and bot is None:
-            self.add_error("bot", "A bot budget names its bot.")
+            self.add_error("bot", gettext("A bot budget names its bot."))
         elif scope != Budget.Scope.BOT and bot is not None:
-            self.add_error("bot", "Only a bot budget names a bot.")
+            self.add_error("bot", gettext("Only a bot budget names a bot."))
         elif bot is not None and workspace is not None and bot.workspace_id != workspace.pk:
-            self.add_error("bot", "The bot belongs to another workspace.")
+            self.add_error("bot", gettext("The bot belongs to another workspace."))
         if cleaned.get("actor_id") and scope != Budget.Scope.ACTOR:
-            self.add_error("actor_id", "Only an actor budget names an actor.")
+            self.add_error("actor_id", gettext("Only an actor budget names an actor."))
         return cleaned
 
 
@@ -49,11 +51,11 @@ class BudgetAdmin(WorkspaceScopedAdmin[Budget]):
     fixed_fields = ("workspace",)
     scoped_foreign_keys = {"bot": "workspace"}
 
-    @admin.display(description="amount")
+    @admin.display(description=_("amount"))
     def amount_display(self, obj: Budget) -> str:
         return f"{decimal_text(obj.amount)} {settings.LANGBOT_COST_CURRENCY}"
 
-    @admin.display(description="spent this period")
+    @admin.display(description=_("spent this period"))
     def spent_display(self, obj: Budget) -> str:
         if obj.pk is None:
             return "-"
@@ -81,6 +83,6 @@ class DailySpendAdmin(ReadOnlyWorkspaceAdmin[DailySpend]):
     date_hierarchy = "day"
     list_select_related = ["workspace"]
 
-    @admin.display(description="cost", ordering="cost")
+    @admin.display(description=_("cost"), ordering="cost")
     def cost_display(self, obj: DailySpend) -> str:
         return f"{decimal_text(obj.cost)} {settings.LANGBOT_COST_CURRENCY}"

@@ -12,6 +12,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import AgentBinding, Bot, Workspace
 from transcripts.models import EventLog
@@ -173,7 +174,7 @@ class ProxyCallAudit(models.Model):
         indexes = [
             models.Index(fields=["action", "outcome", "-id"], name="audit_action_outcome_idx"),
         ]
-        verbose_name = "proxy call"
+        verbose_name = _("proxy call")
 
     def __str__(self) -> str:
         return f"{self.action} {self.outcome} (run {self.run_id})"
@@ -186,15 +187,15 @@ class PlatformActionRequest(models.Model):
 
     class Origin(models.TextChoices):
         PROXY = "proxy", "api.platform.request_action"
-        RESULT = "result", "action.requested result"
+        RESULT = "result", _("action.requested result")
 
     class Status(models.TextChoices):
-        PENDING = "pending_approval", "waiting for approval"
-        EXECUTED = "executed", "executed"
-        REFUSED = "refused", "refused (not authorized)"
-        REJECTED = "rejected", "rejected by an operator"
-        FAILED = "failed", "failed"
-        EXPIRED = "expired", "expired (not decided in time, or its run ended)"
+        PENDING = "pending_approval", _("waiting for approval")
+        EXECUTED = "executed", _("executed")
+        REFUSED = "refused", _("refused (not authorized)")
+        REJECTED = "rejected", _("rejected by an operator")
+        FAILED = "failed", _("failed")
+        EXPIRED = "expired", _("expired (not decided in time, or its run ended)")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_actions")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_actions")
@@ -231,27 +232,27 @@ class Budget(models.Model):
     refused (`quota_exceeded`); the next period starts from nothing (runners/access/budgets.py)."""
 
     class Scope(models.TextChoices):
-        WORKSPACE = "workspace", "the whole workspace"
-        BOT = "bot", "one bot"
-        ACTOR = "actor", "one actor (or each actor)"
+        WORKSPACE = "workspace", _("the whole workspace")
+        BOT = "bot", _("one bot")
+        ACTOR = "actor", _("one actor (or each actor)")
 
     class Period(models.TextChoices):
-        DAY = "day", "per UTC day"
-        MONTH = "month", "per UTC month"
+        DAY = "day", _("per UTC day")
+        MONTH = "month", _("per UTC month")
 
     budget_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="budgets")
     scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.WORKSPACE)
     bot = models.ForeignKey(
-        Bot, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets", help_text="For a bot budget."
+        Bot, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets", help_text=_("For a bot budget.")
     )
     actor_id = models.CharField(
         max_length=255,
         blank=True,
-        help_text="For an actor budget: `type:id` as runs name actors (e.g. user:42); empty: each actor alike.",
+        help_text=_("For an actor budget: `type:id` as runs name actors (e.g. user:42); empty: each actor alike."),
     )
     period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
-    amount = models.DecimalField(max_digits=14, decimal_places=6, help_text="In the host's cost currency.")
+    amount = models.DecimalField(max_digits=14, decimal_places=6, help_text=_("In the host's cost currency."))
     enabled = models.BooleanField(default=True)
     name = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -290,7 +291,7 @@ class DailySpend(models.Model):
 
     class Meta:
         ordering = ["-day", "workspace", "bot_key", "actor_key"]
-        verbose_name_plural = "daily spend"
+        verbose_name_plural = _("daily spend")
         constraints = [
             models.UniqueConstraint(
                 fields=["workspace", "day", "bot_key", "actor_key"], name="uniq_daily_spend_per_key"

@@ -12,6 +12,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from runtimes.dev_access import (
@@ -37,16 +39,20 @@ class DevelopmentTokenForm(forms.ModelForm[DevelopmentToken]):
         if "expires_at" in self.fields and self.instance.pk is None:
             self.fields["expires_at"].initial = timezone.now() + DEV_TOKEN_DEFAULT_LIFETIME
             days = DEV_TOKEN_MAX_LIFETIME.days
-            self.fields["expires_at"].help_text = f"Required, at most {days} days ahead: the token stops working then."
+            self.fields["expires_at"].help_text = gettext(
+                "Required, at most %(days)d days ahead: the token stops working then."
+            ) % {"days": days}
 
     def clean_expires_at(self) -> Any:
         expires_at = self.cleaned_data["expires_at"]
         if self.instance.pk is None:
             now = timezone.now()
             if expires_at <= now:
-                raise forms.ValidationError("Pick a time in the future.")
+                raise forms.ValidationError(gettext("Pick a time in the future."))
             if expires_at > now + DEV_TOKEN_MAX_LIFETIME:
-                raise forms.ValidationError(f"At most {DEV_TOKEN_MAX_LIFETIME.days} days ahead.")
+                raise forms.ValidationError(
+                    gettext("At most %(days)d days ahead.") % {"days": DEV_TOKEN_MAX_LIFETIME.days}
+                )
         return expires_at
 
 
@@ -79,11 +85,11 @@ class DevelopmentTokenAdmin(WorkspaceScopedAdmin[DevelopmentToken]):
         # A token's workspace and lifetime are what it was minted with; only its name may change.
         return [*self.readonly_fields, "workspace", "expires_at"] if obj else list(self.readonly_fields)
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, obj: DevelopmentToken) -> str:
         if obj.revoked_at is not None:
-            return "revoked"
-        return "expired" if obj.expires_at <= timezone.now() else "active"
+            return gettext("revoked")
+        return gettext("expired") if obj.expires_at <= timezone.now() else gettext("active")
 
     def save_model(self, request: HttpRequest, obj: DevelopmentToken, form: Any, change: bool) -> None:
         if change:
@@ -97,9 +103,11 @@ class DevelopmentTokenAdmin(WorkspaceScopedAdmin[DevelopmentToken]):
         messages.warning(
             request,
             format_html(
-                "New development token for {} — copy it now, it is not stored and not shown again: "
-                "<code>{}</code><br>Connect a plugin directory: "
-                "<code>python -m langbot_sdk dev --host {} --token {}</code>",
+                gettext(
+                    "New development token for {} — copy it now, it is not stored and not shown again: "
+                    "<code>{}</code><br>Connect a plugin directory: "
+                    "<code>python -m langbot_sdk dev --host {} --token {}</code>"
+                ),
                 token.workspace.slug,
                 plaintext,
                 host,
@@ -107,10 +115,10 @@ class DevelopmentTokenAdmin(WorkspaceScopedAdmin[DevelopmentToken]):
             ),
         )
 
-    @admin.action(description="Revoke selected tokens (disconnects their sessions)")
+    @admin.action(description=_("Revoke selected tokens (disconnects their sessions)"))
     def revoke(self, request: HttpRequest, queryset: QuerySet[DevelopmentToken]) -> None:
         count = dev_tokens_revoke(tokens=queryset)
-        messages.success(request, f"Revoked {count} token(s).")
+        messages.success(request, gettext("Revoked %(count)d token(s).") % {"count": count})
 
 
 @admin.register(DevelopmentSession)
@@ -126,22 +134,23 @@ class DevelopmentSessionAdmin(ReadOnlyWorkspaceAdmin[DevelopmentSession]):
     )  # fmt: skip
     actions = ["disconnect"]
 
-    @admin.display(description="session")
+    @admin.display(description=_("session"))
     def session_short(self, obj: DevelopmentSession) -> str:
         return obj.session_id[:8]
 
-    @admin.display(description="runners")
+    @admin.display(description=_("runners"))
     def runners(self, obj: DevelopmentSession) -> str:
         return ", ".join(obj.runner_ids or []) or "—"
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, obj: DevelopmentSession) -> str:
         if obj.ended_at is not None:
-            return "ended"
+            return gettext("ended")
         # A web process that stopped without closing leaves the row open; its heartbeat tells.
-        return "connected" if cache.get(dev_session_alive_key(obj.session_id)) is not None else "not answering"
+        alive = cache.get(dev_session_alive_key(obj.session_id)) is not None
+        return gettext("connected") if alive else gettext("not answering")
 
-    @admin.action(description="Disconnect selected sessions")
+    @admin.action(description=_("Disconnect selected sessions"))
     def disconnect(self, request: HttpRequest, queryset: QuerySet[DevelopmentSession]) -> None:
         live = list(queryset.filter(ended_at__isnull=True).values_list("session_id", flat=True))
         for session_id in live:
@@ -150,4 +159,7 @@ class DevelopmentSessionAdmin(ReadOnlyWorkspaceAdmin[DevelopmentSession]):
             dev_session_end_request(
                 session_id=session_id, code="disconnected", message=f"disconnected by {request.user}"
             )
-        messages.success(request, f"Disconnected {len(live)} session(s); their runners are missing now.")
+        messages.success(
+            request,
+            gettext("Disconnected %(count)d session(s); their runners are missing now.") % {"count": len(live)},
+        )

@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import ScopedListFilters
 from bindings.models import Workspace
@@ -107,57 +108,73 @@ class EventLogAdmin(ReadOnlyWorkspaceAdmin[EventLog]):
     list_select_related = ["workspace"]
     date_hierarchy = "created_at"
     fields = (
-        "event_id", "workspace", "event_type", "source", "source_event_type", "status", "error_display",
-        "bot", "conversation", "thread_id", "runs_link", "actor_display", "subject_display", "input_summary",
-        "input_display", "data_display", "raw_ref_display", "event_time", "created_at",
+        "event_id",
+        "workspace",
+        "event_type",
+        "source",
+        "source_event_type",
+        "status",
+        "error_display",
+        "bot",
+        "conversation",
+        "thread_id",
+        "runs_link",
+        "actor_display",
+        "subject_display",
+        "input_summary",
+        "input_display",
+        "data_display",
+        "raw_ref_display",
+        "event_time",
+        "created_at",
     )
     readonly_fields = fields
 
-    @admin.display(description="conversation", ordering="conversation_id")
+    @admin.display(description=_("conversation"), ordering="conversation_id")
     def conversation(self, obj: EventLog) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id)
 
-    @admin.display(description="conversation", ordering="conversation_id")
+    @admin.display(description=_("conversation"), ordering="conversation_id")
     def conversation_short(self, obj: EventLog) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id, short=True)
 
-    @admin.display(description="event", ordering="event_id")
+    @admin.display(description=_("event"), ordering="event_id")
     def event_short(self, obj: EventLog) -> SafeString:
         event_id = obj.event_id
         head = event_id if len(event_id) <= 18 else event_id[:16] + "…"
         return format_html('<span title="{}">{}</span>', event_id, head)
 
-    @admin.display(description="input")
+    @admin.display(description=_("input"))
     def summary(self, obj: EventLog) -> str:
         return obj.input_summary[:80]
 
-    @admin.display(description="error")
+    @admin.display(description=_("error"))
     def error_display(self, obj: EventLog) -> SafeString:
         return pretty_json(obj.error)
 
-    @admin.display(description="runs")
+    @admin.display(description=_("runs"))
     def runs_link(self, obj: EventLog) -> SafeString:
         count = obj.runs.count()
         url = f"{reverse('admin:runners_run_changelist')}?{urlencode({'event__id__exact': obj.pk})}"
         return format_html('<a href="{}">{} run(s)</a>', url, count)
 
-    @admin.display(description="actor")
+    @admin.display(description=_("actor"))
     def actor_display(self, obj: EventLog) -> SafeString:
         return pretty_json(obj.actor)
 
-    @admin.display(description="subject")
+    @admin.display(description=_("subject"))
     def subject_display(self, obj: EventLog) -> SafeString:
         return pretty_json(obj.subject)
 
-    @admin.display(description="input JSON")
+    @admin.display(description=_("input JSON"))
     def input_display(self, obj: EventLog) -> SafeString:
         return pretty_json(obj.input)
 
-    @admin.display(description="data")
+    @admin.display(description=_("data"))
     def data_display(self, obj: EventLog) -> SafeString:
         return pretty_json(obj.data)
 
-    @admin.display(description="raw payload (artifact)")
+    @admin.display(description=_("raw payload (artifact)"))
     def raw_ref_display(self, obj: EventLog) -> SafeString:
         return pretty_json(obj.raw_ref)
 
@@ -176,25 +193,36 @@ class TranscriptItemAdmin(ReadOnlyWorkspaceAdmin[TranscriptItem]):
     ordering = ["id"]
     list_per_page = 100
     fields = (
-        "id", "workspace", "conversation_id", "thread_id", "role", "content", "contents_display",
-        "artifacts_display", "event", "run_id", "runner_id", "actor_display", "created_at",
+        "id",
+        "workspace",
+        "conversation_id",
+        "thread_id",
+        "role",
+        "content",
+        "contents_display",
+        "artifacts_display",
+        "event",
+        "run_id",
+        "runner_id",
+        "actor_display",
+        "created_at",
     )
     readonly_fields = fields
 
-    @admin.display(description="content")
+    @admin.display(description=_("content"))
     def content_preview(self, obj: TranscriptItem) -> str:
         text = obj.content or (f"[{len(obj.contents)} content part(s)]" if obj.contents else "")
         return text if len(text) <= 120 else f"{text[:119]}…"
 
-    @admin.display(description="contents")
+    @admin.display(description=_("contents"))
     def contents_display(self, obj: TranscriptItem) -> SafeString:
         return pretty_json(obj.contents)
 
-    @admin.display(description="artifacts")
+    @admin.display(description=_("artifacts"))
     def artifacts_display(self, obj: TranscriptItem) -> SafeString:
         return pretty_json(obj.artifacts)
 
-    @admin.display(description="actor")
+    @admin.display(description=_("actor"))
     def actor_display(self, obj: TranscriptItem) -> SafeString:
         return pretty_json(obj.actor)
 
@@ -208,7 +236,7 @@ class StateEntryAdmin(ReadOnlyWorkspaceAdmin[StateEntry]):
     fields = ("workspace", "scope", "scope_key", "key", "value_display", "size_bytes", "updated_by_run", "updated_at")
     readonly_fields = fields
 
-    @admin.display(description="value")
+    @admin.display(description=_("value"))
     def value_display(self, obj: StateEntry) -> SafeString:
         return pretty_json(obj.value)
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import Bot, Workspace
 
 
 class EventLog(models.Model):
     class Status(models.TextChoices):
-        ACCEPTED = "accepted", "accepted (runs created)"
-        NO_BINDING = "no_binding", "no binding matched"
-        CONFLICT = "conflict", "binding conflict"
+        ACCEPTED = "accepted", _("accepted (runs created)")
+        NO_BINDING = "no_binding", _("no binding matched")
+        CONFLICT = "conflict", _("binding conflict")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="events")
     # Client-supplied or generated; idempotency key within the workspace.
@@ -44,7 +45,7 @@ class EventLog(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workspace", "event_id"], name="uniq_event_per_workspace")]
         indexes = [models.Index(fields=["workspace", "conversation_id", "id"], name="event_conversation_idx")]
-        verbose_name = "event"
+        verbose_name = _("event")
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.event_id}"
@@ -113,7 +114,7 @@ class StateEntry(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["workspace", "scope_key", "key"], name="uniq_state_key"),
         ]
-        verbose_name_plural = "state entries"
+        verbose_name_plural = _("state entries")
 
     def __str__(self) -> str:
         return f"{self.scope_key} {self.key}"
@@ -146,7 +147,7 @@ class StorageEntry(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["workspace", "owner_key", "key"], name="uniq_storage_key"),
         ]
-        verbose_name_plural = "storage entries"
+        verbose_name_plural = _("storage entries")
 
     def __str__(self) -> str:
         return f"{self.owner_key} {self.key}"
@@ -159,11 +160,11 @@ class RetentionPurge(models.Model):
     every workspace's prefix)."""
 
     class Kind(models.TextChoices):
-        ARTIFACTS = "artifacts", "artifacts (expired or past their retention)"
-        INBOUND_REFUSALS = "inbound_refusals", "refused inbound platform requests"
-        ORPHAN_BLOBS = "orphan_blobs", "orphan blobs"
-        PROXY_AUDIT = "proxy_audit", "proxy audit rows"
-        RUN_EVENTS = "run_events", "run events of finished runs"
+        ARTIFACTS = "artifacts", _("artifacts (expired or past their retention)")
+        INBOUND_REFUSALS = "inbound_refusals", _("refused inbound platform requests")
+        ORPHAN_BLOBS = "orphan_blobs", _("orphan blobs")
+        PROXY_AUDIT = "proxy_audit", _("proxy audit rows")
+        RUN_EVENTS = "run_events", _("run events of finished runs")
 
     sweep_started_at = models.DateTimeField(db_index=True)
     workspace = models.ForeignKey(
@@ -171,7 +172,7 @@ class RetentionPurge(models.Model):
     )
     kind = models.CharField(max_length=16, choices=Kind.choices)
     count = models.PositiveIntegerField()
-    cutoff = models.DateTimeField(help_text="What was older than this (or expired by then) went.")
+    cutoff = models.DateTimeField(help_text=_("What was older than this (or expired by then) went."))
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

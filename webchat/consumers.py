@@ -219,7 +219,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         unstorable = unstorable_text_path(content)
         if unstorable is not None:
             # Refused here: the database would fail the submission, and with it this socket.
-            fields = {unstorable or "(message)": UNSTORABLE_MESSAGE}
+            fields = {unstorable or "(message)": _(UNSTORABLE_MESSAGE)}
             self._error("invalid_argument", _("The message has invalid fields."), fields=fields)
             return
         if isinstance(parsed, SubscribeIn):

@@ -8,6 +8,7 @@ them, not a place to edit them.
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 from django_celery_beat.models import PeriodicTask
 
 from bindings.models import AgentBinding, Bot, Workspace
@@ -21,9 +22,9 @@ class Schedule(models.Model):
     schedule_id = models.SlugField(max_length=64)
     name = models.CharField(max_length=200, blank=True)
     cron = models.CharField(
-        max_length=200, help_text="Five fields: minute hour day-of-month month day-of-week, e.g. `0 9 * * mon-fri`."
+        max_length=200, help_text=_("Five fields: minute hour day-of-month month day-of-week, e.g. `0 9 * * mon-fri`.")
     )
-    timezone = models.CharField(max_length=64, default="UTC", help_text="An IANA time zone, e.g. Europe/Berlin.")
+    timezone = models.CharField(max_length=64, default="UTC", help_text=_("An IANA time zone, e.g. Europe/Berlin."))
     enabled = models.BooleanField(default=True)
     # A schedule without its bot or binding has nothing to post to: it goes with them.
     bot = models.ForeignKey(Bot, on_delete=models.CASCADE, null=True, blank=True, related_name="schedules")
@@ -33,19 +34,21 @@ class Schedule(models.Model):
     chat_id = models.CharField(
         max_length=255,
         blank=True,
-        help_text="The bot's chat the reply goes to on its platform (the event's `data.chat_id`).",
+        help_text=_("The bot's chat the reply goes to on its platform (the event's `data.chat_id`)."),
     )
     conversation_id = models.CharField(
         max_length=255,
         blank=True,
-        help_text="Empty: the chat's conversation (`bot:<bot_id>:<chat_id>`) with a bot and a chat, else the "
-        "schedule's own, `schedule:<schedule_id>`.",
+        help_text=_(
+            "Empty: the chat's conversation (`bot:<bot_id>:<chat_id>`) with a bot and a chat, else the "
+            "schedule's own, `schedule:<schedule_id>`."
+        ),
     )
     # Beat's row; null only while it is being (re)made. A deleted schedule's row is deleted with it.
     periodic_task = models.OneToOneField(
         PeriodicTask, on_delete=models.SET_NULL, null=True, blank=True, related_name="langbot_schedule"
     )
-    last_fired_at = models.DateTimeField(null=True, blank=True, help_text="The tick last posted (not when).")
+    last_fired_at = models.DateTimeField(null=True, blank=True, help_text=_("The tick last posted (not when)."))
     last_event_id = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)

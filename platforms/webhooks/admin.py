@@ -9,6 +9,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.selectors import workspace_private_addresses_allowed
@@ -32,7 +34,7 @@ class WebhookEndpointAdminForm(forms.ModelForm[WebhookEndpoint]):
         cleaned = super().clean() or {}
         binding, workspace = cleaned.get("binding"), cleaned.get("workspace")
         if binding is not None and workspace is not None and binding.workspace_id != workspace.pk:
-            self.add_error("binding", "The binding must belong to the endpoint's workspace.")
+            self.add_error("binding", gettext("The binding must belong to the endpoint's workspace."))
         url = cleaned.get("url")
         refusal = None
         if url and workspace is not None and ("url" in self.changed_data or "workspace" in self.changed_data):
@@ -52,9 +54,9 @@ class WebhookEndpointAdmin(WorkspaceScopedAdmin[WebhookEndpoint]):
     scoped_foreign_keys = {"binding": "workspace"}
     actions = ["rotate_secret"]
 
-    @admin.display(description="secret")
+    @admin.display(description=_("secret"))
     def secret_display(self, obj: WebhookEndpoint) -> str:
-        return "whsec_******** (shown once when made or rotated)"
+        return gettext("whsec_******** (shown once when made or rotated)")
 
     def save_model(self, request: HttpRequest, obj: WebhookEndpoint, form: Any, change: bool) -> None:
         secret = None
@@ -65,13 +67,21 @@ class WebhookEndpointAdmin(WorkspaceScopedAdmin[WebhookEndpoint]):
         super().save_model(request, obj, form, change)
         subscribed_workspaces_forget()
         if secret is not None:
-            messages.warning(request, f"Signing secret of {obj.url} (shown only now, copy it): {secret}")
+            messages.warning(
+                request,
+                gettext("Signing secret of %(url)s (shown only now, copy it): %(secret)s")
+                % {"url": obj.url, "secret": secret},
+            )
 
-    @admin.action(description="Rotate the signing secret (the old one signs for 24 more hours)")
+    @admin.action(description=_("Rotate the signing secret (the old one signs for 24 more hours)"))
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
         for endpoint in queryset:
-            _, secret = webhook_secret_rotate(endpoint=endpoint, grace_seconds=DEFAULT_GRACE_SECONDS)
-            messages.warning(request, f"New signing secret of {endpoint.url} (shown only now, copy it): {secret}")
+            _endpoint, secret = webhook_secret_rotate(endpoint=endpoint, grace_seconds=DEFAULT_GRACE_SECONDS)
+            messages.warning(
+                request,
+                gettext("New signing secret of %(url)s (shown only now, copy it): %(secret)s")
+                % {"url": endpoint.url, "secret": secret},
+            )
 
 
 @admin.register(WebhookDelivery)
@@ -91,10 +101,14 @@ class WebhookDeliveryAdmin(WorkspaceScopedAdmin[WebhookDelivery]):
     def has_change_permission(self, request: HttpRequest, obj: WebhookDelivery | None = None) -> bool:
         return False
 
-    @admin.action(description="Redeliver (send the message again)", permissions=["view"])
+    @admin.action(description=_("Redeliver (send the message again)"), permissions=["view"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
         count = 0
         for delivery in queryset.select_related("redelivery_of"):
             webhook_delivery_redeliver(delivery=delivery)
             count += 1
-        messages.info(request, f"{count} deliver{'y' if count == 1 else 'ies'} queued again.")
+        messages.info(
+            request,
+            ngettext("%(count)d delivery queued again.", "%(count)d deliveries queued again.", count)
+            % {"count": count},
+        )

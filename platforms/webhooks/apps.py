@@ -2,13 +2,14 @@
 webhook messages."""
 
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class WebhooksConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "platforms.webhooks"
     label = "webhooks"
-    verbose_name = "Completion webhooks"
+    verbose_name = _("Completion webhooks")
 
     def ready(self) -> None:
         from platforms.webhooks.outbox import actions_requested_record, runs_ended_record

@@ -17,6 +17,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.knowledge.parsing import document_type
@@ -39,8 +41,8 @@ _STATUS_COLOURS = {
 class KnowledgeBaseAdminForm(forms.ModelForm[KnowledgeBase]):
     upload = forms.FileField(
         required=False,
-        label="Add a document",
-        help_text="Text, Markdown, HTML, PDF or DOCX; ingested by a worker after saving.",
+        label=_("Add a document"),
+        help_text=_("Text, Markdown, HTML, PDF or DOCX; ingested by a worker after saving."),
     )
 
     class Meta:
@@ -81,7 +83,7 @@ class KnowledgeDocumentInline(admin.TabularInline[KnowledgeDocument, KnowledgeBa
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # documents come in through the upload field
 
-    @admin.display(description="status")
+    @admin.display(description=_("status"))
     def status_coloured(self, document: KnowledgeDocument) -> str:
         colour = _STATUS_COLOURS.get(KnowledgeDocument.Status(document.status), "#6c757d")
         return format_html('<strong style="color: {}">{}</strong>', colour, document.get_status_display())
@@ -116,9 +118,9 @@ class KnowledgeBaseAdmin(WorkspaceScopedAdmin[KnowledgeBase]):
                     knowledge_base=obj, file=upload, name=upload.name or "document", mime_type=upload.content_type or ""
                 )
             except DocumentTypeUnsupportedError as exc:
-                messages.error(request, f"Not added: {exc}")
+                messages.error(request, gettext("Not added: %(reason)s") % {"reason": exc})
                 return
-            messages.success(request, f"{upload.name} is queued for ingestion.")
+            messages.success(request, gettext("%(name)s is queued for ingestion.") % {"name": upload.name})
 
     def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
         # Deleted documents go through the service, which also removes their chunks and artifacts.

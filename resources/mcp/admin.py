@@ -14,6 +14,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
 from resources.mcp.forms import MCPServerAdminForm
@@ -92,34 +94,45 @@ class MCPServerAdmin(WorkspaceScopedAdmin[MCPServer]):
         super().save_model(request, obj, form, change)
         mcp_server_saved(server=obj, connection_before=connection_before)
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def status_coloured(self, obj: MCPServer) -> str:
         colour = _STATUS_COLOURS.get(MCPServer.Status(obj.status), "#757575")
         return format_html('<b style="color: {}">{}</b>', colour, obj.get_status_display())
 
-    @admin.display(description="tools")
+    @admin.display(description=_("tools"))
     def tool_count(self, obj: MCPServer) -> int:
         return len(obj.tools.all())
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def last_error_short(self, obj: MCPServer) -> str:
         return obj.last_error if len(obj.last_error) <= 120 else obj.last_error[:119] + "…"
 
-    @admin.action(description="Refresh tools (connect now and list them)")
+    @admin.action(description=_("Refresh tools (connect now and list them)"))
     def refresh_tools(self, request: HttpRequest, queryset: QuerySet[MCPServer]) -> None:
         for server in queryset:
             try:
                 mcp_server_refresh_requested(server=server)
             except MCPServerDisabledError:
-                messages.warning(request, f"{server.server_id}: disabled; enable it to refresh its tools.")
+                messages.warning(
+                    request,
+                    gettext("%(server)s: disabled; enable it to refresh its tools.") % {"server": server.server_id},
+                )
                 continue
             except MCPRefreshPendingError:
-                messages.warning(request, f"{server.server_id}: a worker is still refreshing; its status will show.")
+                messages.warning(
+                    request,
+                    gettext("%(server)s: a worker is still refreshing; its status will show.")
+                    % {"server": server.server_id},
+                )
                 continue
             except (MCPServerUnavailableError, MCPStdioRefusedError) as exc:
                 messages.error(request, f"{server.server_id}: {exc.message}")
                 continue
             names = list(server.tools.order_by("position").values_list("tool_name", flat=True))
-            shown = ", ".join(names[:SHOWN_TOOL_NAMES]) or "(none)"
-            more = f" and {len(names) - SHOWN_TOOL_NAMES} more" if len(names) > SHOWN_TOOL_NAMES else ""
-            messages.success(request, f"{server.server_id}: connected; {len(names)} tool(s): {shown}{more}")
+            shown = ", ".join(names[:SHOWN_TOOL_NAMES]) or gettext("(none)")
+            extra = len(names) - SHOWN_TOOL_NAMES
+            more = gettext(" and %(count)d more") % {"count": extra} if extra > 0 else ""
+            connected = gettext("%(server)s: connected; %(count)d tool(s): %(shown)s%(more)s")
+            messages.success(
+                request, connected % {"server": server.server_id, "count": len(names), "shown": shown, "more": more}
+            )

@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError
 
 from bindings.models import Workspace
@@ -30,24 +32,34 @@ class MCPServerAdminForm(SpecAdminForm[MCPServer]):
     spec_inputs = {"env": "env_input", "headers": "headers_input", "args": "args_input"}
 
     args_input = forms.JSONField(
-        label="Arguments",
+        label=_("Arguments"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 2}),
-        help_text='stdio: a JSON list of strings, e.g. ["-y", "@modelcontextprotocol/server-everything"].',
+        help_text=_('stdio: a JSON list of strings, e.g. ["-y", "@modelcontextprotocol/server-everything"].'),
     )
     env_input = forms.JSONField(
-        label="Environment",
+        label=_("Environment"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=f'stdio: a JSON object, e.g. {{"API_KEY": "..."}}; the host\'s own environment is never passed. '
-        f"Stored values show as {SECRET_MASK}; leave them so to keep them. A variable removed here is deleted.",
+        help_text=format_lazy(
+            _(
+                'stdio: a JSON object, e.g. {{"API_KEY": "..."}}; the host\'s own environment is never passed. '
+                "Stored values show as {mask}; leave them so to keep them. A variable removed here is deleted."
+            ),
+            mask=SECRET_MASK,
+        ),
     )
     headers_input = forms.JSONField(
-        label="Headers",
+        label=_("Headers"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
-        help_text=f'http: a JSON object, e.g. {{"Authorization": "Bearer ..."}}. Stored values show as {SECRET_MASK}; '
-        "leave them so to keep them.",
+        help_text=format_lazy(
+            _(
+                'http: a JSON object, e.g. {{"Authorization": "Bearer ..."}}. Stored values show as {mask}; '
+                "leave them so to keep them."
+            ),
+            mask=SECRET_MASK,
+        ),
     )
 
     class Meta:

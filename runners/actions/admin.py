@@ -12,6 +12,8 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import Workspace
 from runners.actions.platform_actions import platform_action_approve, platform_action_reject, platform_actions_expire
@@ -95,23 +97,23 @@ class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
         # Approve/reject are admin actions on the list; they need the change permission there.
         return obj is None and bool(request.user.has_perm("runners.change_platformactionrequest"))
 
-    @admin.display(description="target")
+    @admin.display(description=_("target"))
     def target_display(self, obj: PlatformActionRequest) -> SafeString:
         return pretty_json(obj.target)
 
-    @admin.display(description="payload")
+    @admin.display(description=_("payload"))
     def payload_display(self, obj: PlatformActionRequest) -> SafeString:
         return pretty_json(obj.payload)
 
-    @admin.display(description="error")
+    @admin.display(description=_("error"))
     def error_display(self, obj: PlatformActionRequest) -> SafeString:
         return pretty_json(obj.error)
 
-    @admin.display(description="result")
+    @admin.display(description=_("result"))
     def result_display(self, obj: PlatformActionRequest) -> SafeString:
         return pretty_json(obj.result)
 
-    @admin.action(description="Approve and execute the selected pending requests")
+    @admin.action(description=_("Approve and execute the selected pending requests"))
     def approve(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
         # Every selected request goes to the service: a pending one executes, an expired one records the
         # late attempt, and the operator is told why each that did not execute did not.
@@ -119,34 +121,51 @@ class PlatformActionRequestAdmin(ReadOnlyWorkspaceAdmin[PlatformActionRequest]):
         done = [o.request for o in outcomes if o.decided]
         executed = sum(1 for r in done if r.status == PlatformActionRequest.Status.EXECUTED)
         if done or not outcomes:
-            self.message_user(request, f"{executed} executed, {len(done) - executed} failed.", messages.INFO)
+            self.message_user(
+                request,
+                gettext("%(executed)d executed, %(failed)d failed.")
+                % {"executed": executed, "failed": len(done) - executed},
+                messages.INFO,
+            )
         refused = [o.request for o in outcomes if not o.decided]
         expired = [r for r in refused if r.status == PlatformActionRequest.Status.EXPIRED]
         run_ended = [r.pk for r in expired if (r.error or {}).get("code") == "run_ended"]
         if run_ended:
             self.message_user(
                 request,
-                f"Not executed: the run of request(s) {_ids(run_ended)} had already ended, and the runner did "
-                "not say the action may outlive its run. Recorded as expired.",
+                gettext(
+                    "Not executed: the run of request(s) %(ids)s had already ended, and the runner did "
+                    "not say the action may outlive its run. Recorded as expired."
+                )
+                % {"ids": _ids(run_ended)},
                 messages.WARNING,
             )
         overdue = [r.pk for r in expired if r.pk not in run_ended]
         if overdue:
             self.message_user(
-                request, f"Not executed: request(s) {_ids(overdue)} expired before anyone decided.", messages.WARNING
+                request,
+                gettext("Not executed: request(s) %(ids)s expired before anyone decided.") % {"ids": _ids(overdue)},
+                messages.WARNING,
             )
         decided = [r.pk for r in refused if r.status != PlatformActionRequest.Status.EXPIRED]
         if decided:
-            self.message_user(request, f"Request(s) {_ids(decided)} were already decided.", messages.WARNING)
+            self.message_user(
+                request,
+                gettext("Request(s) %(ids)s were already decided.") % {"ids": _ids(decided)},
+                messages.WARNING,
+            )
 
-    @admin.action(description="Reject the selected pending requests")
+    @admin.action(description=_("Reject the selected pending requests"))
     def reject(self, request: HttpRequest, queryset: QuerySet[PlatformActionRequest]) -> None:
         outcomes = [platform_action_reject(request=item, operator=str(request.user)) for item in queryset]
-        self.message_user(request, f"{sum(1 for o in outcomes if o.decided)} rejected.", messages.INFO)
+        rejected = sum(1 for o in outcomes if o.decided)
+        self.message_user(request, gettext("%(count)d rejected.") % {"count": rejected}, messages.INFO)
         late = [o.request.pk for o in outcomes if not o.decided]
         if late:
             self.message_user(
-                request, f"Request(s) {_ids(late)} were no longer pending; left as they were.", messages.WARNING
+                request,
+                gettext("Request(s) %(ids)s were no longer pending; left as they were.") % {"ids": _ids(late)},
+                messages.WARNING,
             )
 
 
