@@ -94,6 +94,8 @@ class Bot(models.Model):
         LARK = "lark", "Lark"
         DINGTALK = "dingtalk", "DingTalk"
         WECOM = "wecom", "WeCom"
+        WECHAT_OA = "wechat_oa", "WeChat Official Account"
+        LINE = "line", "LINE"
         QQ = "qq", "QQ"
         OTHER = "other", "other"
 

@@ -25,7 +25,20 @@ Slug = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=SLU
 # `message.received`, `message.*` (a family) or `*` (everything).
 EventTypePattern = Annotated[str, StringConstraints(max_length=128, pattern=r"^(\*|[a-z0-9_]+(\.[a-z0-9_]+)*(\.\*)?)$")]
 
-BOT_PLATFORMS = ("webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "qq", "other")
+BOT_PLATFORMS = (
+    "webui",
+    "api",
+    "telegram",
+    "discord",
+    "slack",
+    "lark",
+    "dingtalk",
+    "wecom",
+    "wechat_oa",
+    "line",
+    "qq",
+    "other",
+)
 TIMEOUT_MAX_SECONDS = 3600
 PRIORITY_LIMIT = 1_000_000
 
@@ -100,9 +113,9 @@ class BotIn(_Input):
     bot_id: Slug | None = None
     """Generated from the name (or randomly) when omitted; unique per workspace."""
     name: str = Field(default="", max_length=200)
-    platform: Literal["webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "qq", "other"] = (
-        "webui"
-    )
+    platform: Literal[
+        "webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "wechat_oa", "line", "qq", "other"
+    ] = "webui"
     credentials: dict[str, Any] = Field(default_factory=dict)
     """Write-only: answers show every value as the mask; sending the mask back keeps the stored value;
     a key left out is removed."""
@@ -113,7 +126,21 @@ class BotPatchIn(_Input):
     bot_id: Slug | None = None
     name: str | None = Field(default=None, max_length=200)
     platform: (
-        Literal["webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "qq", "other"] | None
+        Literal[
+            "webui",
+            "api",
+            "telegram",
+            "discord",
+            "slack",
+            "lark",
+            "dingtalk",
+            "wecom",
+            "wechat_oa",
+            "line",
+            "qq",
+            "other",
+        ]
+        | None
     ) = None
     credentials: dict[str, Any] | None = None
     enabled: bool | None = None

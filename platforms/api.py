@@ -1,5 +1,6 @@
 """The inbound webhook of every chat platform: `POST /platforms/<platform>/<workspace slug>/<bot_id>/webhook`
-(and `GET` for the adapters that take it, `accepts_get`: WeCom checks its callback URL so).
+(and `GET` for the adapters that take it, `accepts_get`: WeCom checks its callback URL so). A batch with a
+`reply_wait` (WeChat Official Accounts) is answered with what it returns once its updates are accepted.
 
 Let the bot's adapter verify the request (on its raw bytes where the platform signs them) and read it,
 hand each update to `platforms.inbound`, answer what the adapter says (Slack's and Lark's handshakes) or
@@ -16,6 +17,7 @@ hand each update to `platforms.inbound`, answer what the adapter says (Slack's a
 
 from __future__ import annotations
 
+from django import db
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -69,8 +71,16 @@ def platform_webhook(request: HttpRequest, platform: str, workspace_slug: str, b
         # tests/platforms/test_webhook_refusals.py, which counts every warning of 300 forged requests.
         response._has_been_logged = True  # type: ignore[attr-defined]
         return response
-    for update in batch.updates:
-        platform_update_accept(bot=bot, update=update, bot_current=True)
+    results = [platform_update_accept(bot=bot, update=update, bot_current=True) for update in batch.updates]
+    if batch.reply_wait is not None:
+        # None: handed to the file-fetching task, whose run may still answer in time.
+        started = any(r is None or (r.runs and not r.duplicate) for r in results)
+        # The wait needs no database: the pooled connection goes back for others meanwhile (not inside a
+        # transaction, where closing would doom it: a test's).
+        if started and not db.connection.in_atomic_block:
+            db.connection.close()
+        body, content_type = batch.reply_wait(started)
+        return HttpResponse(body, content_type=content_type)
     if batch.text_response is not None:
         return HttpResponse(batch.text_response, content_type="text/plain; charset=utf-8")
     return JsonResponse(batch.response if batch.response is not None else {"ok": True})

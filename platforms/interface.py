@@ -204,6 +204,10 @@ class InboundBatch:
     response: dict[str, Any] | None = None
     text_response: str | None = None
     """Answered as `text/plain` instead of JSON (WeCom wants its decrypted `echostr`, or an empty body)."""
+    reply_wait: Callable[[bool], tuple[str, str]] | None = None
+    """Called by the webhook once the updates are accepted (told whether one of them may have started a
+    run), instead of answering at once; returns the answer's body and content type. An Official Account
+    waits here, within WeChat's window, for the run's reply to answer it passively."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.onebot.OneBotAdapter",
     "platforms.adapters.dingtalk.DingTalkAdapter",
     "platforms.adapters.wecom.WeComAdapter",
+    "platforms.adapters.wechat_oa.WeChatOAAdapter",
+    "platforms.adapters.line.LineAdapter",
 )
 
 

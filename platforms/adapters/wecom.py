@@ -1,7 +1,8 @@
 """WeCom (企业微信) internal apps (自建应用), on httpx: the app's message callback in — the callback URL
 check (`GET` with `echostr`) and message pushes, both AES-encrypted and signed as WeCom defines it (see
-`WeComCrypto`) —, replies out through the app API (`message/send`, with an access token from `gettoken`
-kept until shortly before it expires and bought again when WeCom says it is stale, errcode 40014/42001).
+`wechat_crypto.WeChatCrypto`, shared with Official Accounts) —, replies out through the app API
+(`message/send`, with an access token from `gettoken` kept until shortly before it expires and bought
+again when WeCom says it is stale, errcode 40014/42001).
 Images, voice, video and files in are fetched with `media/get`; files out are uploaded with
 `media/upload` and sent as `image` / `file` messages. WeCom apps cannot edit a sent message, so a reply
 is sent once, whole, when the run ends.
@@ -19,22 +20,19 @@ answers a push with an empty body: the reply goes through the API, not as a pass
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
-import os
-import struct
 import time
 import xml.etree.ElementTree as ET  # the element type and ParseError only: parsing is defusedxml's
 from typing import Any, ClassVar, NoReturn
 
-import defusedxml.ElementTree as SafeET
 import httpx
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from defusedxml import DefusedXmlException
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
+from platforms.adapters.wechat_crypto import WeChatCrypto
+from platforms.adapters.wechat_crypto import xml_document as _xml
+from platforms.adapters.wechat_crypto import xml_text as _field
 from platforms.interface import (
     CredentialField,
     FetchedFile,
@@ -68,69 +66,9 @@ IMAGE_TYPES = frozenset({"image/jpeg", "image/png"})
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 MEDIA_KINDS = {"image": "image", "voice": "audio", "video": "video", "file": "file"}
 MEDIA_NAMES = {"image": "image.jpg", "voice": "voice.amr", "video": "video.mp4", "file": "file"}
-AES_BLOCK = 32  # WeCom pads to 32 bytes (PKCS#7 with a 32-byte block), not AES's 16
 
 # (api base, corp_id, sha256(corp_secret)) -> (token, expires at): shared by the adapters of one process.
 _access_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
-
-
-class WeComCrypto:
-    """WeCom's callback encryption: AES-256-CBC with the key Base64-decoded from `EncodingAESKey + "="`
-    and its first 16 bytes as the IV, over 16 random bytes, the message's length (4 bytes, big-endian),
-    the message and the receive id (the corp id for an internal app), PKCS#7-padded to 32 bytes; the
-    signature is SHA-1 of the token, timestamp, nonce and ciphertext sorted and joined."""
-
-    def __init__(self, *, token: str, encoding_aes_key: str, receive_id: str) -> None:
-        self.token = token
-        self.receive_id = receive_id
-        try:
-            self.key = base64.b64decode(encoding_aes_key + "=", validate=True)
-        except (binascii.Error, ValueError):
-            self.key = b""
-        if len(self.key) != 32:
-            raise ValueError("the encoding_aes_key is not 43 Base64 characters")
-
-    def signature(self, timestamp: str, nonce: str, encrypted: str) -> str:
-        # SHA-1 is WeCom's choice, not ours.
-        return hashlib.sha1("".join(sorted([self.token, timestamp, nonce, encrypted])).encode()).hexdigest()
-
-    def decrypt(self, encrypted: str) -> bytes:
-        sealed = base64.b64decode(encrypted, validate=True)
-        if not sealed or len(sealed) % 16:
-            raise ValueError("not AES-CBC ciphertext")
-        decryptor = Cipher(algorithms.AES(self.key), modes.CBC(self.key[:16])).decryptor()
-        plain = decryptor.update(sealed) + decryptor.finalize()
-        pad = plain[-1]
-        if not 1 <= pad <= AES_BLOCK or plain[-pad:] != bytes([pad]) * pad:
-            raise ValueError("bad padding")
-        plain = plain[:-pad]
-        if len(plain) < 20:
-            raise ValueError("too short")
-        (length,) = struct.unpack(">I", plain[16:20])
-        message, receive_id = plain[20 : 20 + length], plain[20 + length :]
-        if len(message) != length or not hmac.compare_digest(receive_id, self.receive_id.encode()):
-            raise ValueError("the message is not for this receive id")
-        return message
-
-    def encrypt(self, message: bytes) -> str:
-        """What `decrypt` reads (WeCom's side; the host answers no passive replies, the tests' fake uses it)."""
-        body = os.urandom(16) + struct.pack(">I", len(message)) + message + self.receive_id.encode()
-        pad = AES_BLOCK - len(body) % AES_BLOCK
-        body += bytes([pad]) * pad
-        encryptor = Cipher(algorithms.AES(self.key), modes.CBC(self.key[:16])).encryptor()
-        return base64.b64encode(encryptor.update(body) + encryptor.finalize()).decode()
-
-
-def _xml(raw: bytes | str, what: str) -> ET.Element:
-    """An XML document read by defusedxml (no entities, no DTDs, no external references), or a 400."""
-    try:
-        return SafeET.fromstring(raw, forbid_dtd=True)
-    except (ET.ParseError, DefusedXmlException, ValueError):
-        raise InboundRefusedError("malformed", f"{what}: not XML, or XML with entities or a DTD", status=400) from None
-
-
-def _field(element: ET.Element, name: str) -> str:
-    return (element.findtext(name) or "").strip()
 
 
 class WeComAdapter(PlatformAdapter):
@@ -206,8 +144,8 @@ class WeComAdapter(PlatformAdapter):
     def text_length(text: str) -> int:
         return len(text.encode("utf-8"))
 
-    def crypto(self) -> WeComCrypto:
-        return WeComCrypto(
+    def crypto(self) -> WeChatCrypto:
+        return WeChatCrypto(
             token=self._secret("token"),
             encoding_aes_key=self._secret("encoding_aes_key"),
             receive_id=self._secret("corp_id"),
