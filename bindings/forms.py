@@ -30,7 +30,9 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.forms.fields import InvalidJSONInput
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import get_language
+from django.utils.text import format_lazy
+from django.utils.translation import get_language, gettext
+from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
@@ -110,7 +112,7 @@ def _or_default(value: Any, default: Any) -> Any:
 def _refuse_unstorable(value: Any) -> None:
     # A form field's text cannot hold NUL (Django refuses it), but JSON escapes can.
     if unstorable_text_path(value) is not None:
-        raise forms.ValidationError(UNSTORABLE_MESSAGE)
+        raise forms.ValidationError(gettext(UNSTORABLE_MESSAGE))
 
 
 class StorableJSONField(forms.JSONField):
@@ -136,7 +138,8 @@ class PromptField(forms.CharField):
                 return json.loads(text)
             except json.JSONDecodeError:
                 raise forms.ValidationError(
-                    f"{self.label}: not valid JSON; write plain text or a JSON list of messages."
+                    gettext("%(label)s: not valid JSON; write plain text or a JSON list of messages.")
+                    % {"label": self.label}
                 ) from None
         return text
 
@@ -308,10 +311,12 @@ def policy_field_names(policy: str) -> list[str]:
 
 def _other_keys_field() -> StorableJSONField:
     return StorableJSONField(
-        label="Other keys",
+        label=_("Other keys"),
         required=False,
-        help_text="Stored keys of this policy that have no control above, kept as they are (a JSON object). "
-        "A key the policy does not know is refused on save: remove it here.",
+        help_text=_(
+            "Stored keys of this policy that have no control above, kept as they are (a JSON object). "
+            "A key the policy does not know is refused on save: remove it here."
+        ),
     )
 
 
@@ -358,118 +363,125 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
     runner_platform_actions: ClassVar[list[str]] = []
     user: ClassVar[AbstractBaseUser | AnonymousUser | None] = None
 
-    binding_id = forms.SlugField(required=False, max_length=64, help_text="Leave empty to generate one from the name.")
-    event_types = EventTypesField(
-        initial="message.received", help_text="Comma-separated, e.g. `message.received`; `*` matches every event."
+    binding_id = forms.SlugField(
+        required=False, max_length=64, help_text=_("Leave empty to generate one from the name.")
     )
-    runner_id = forms.ChoiceField(label="Runner", choices=[])
+    event_types = EventTypesField(
+        initial="message.received", help_text=_("Comma-separated, e.g. `message.received`; `*` matches every event.")
+    )
+    runner_id = forms.ChoiceField(label=_("Runner"), choices=[])
 
     # Resource policy. The three id lists are selects of the workspace's resources, or free text without a
     # catalog (set up in __init__).
-    resource_policy__allowed_model_ids = forms.MultipleChoiceField(label="Allowed models", required=False)
-    resource_policy__allowed_tool_names = forms.MultipleChoiceField(label="Allowed tools", required=False)
-    resource_policy__allowed_kb_ids = forms.MultipleChoiceField(label="Allowed knowledge bases", required=False)
+    resource_policy__allowed_model_ids = forms.MultipleChoiceField(label=_("Allowed models"), required=False)
+    resource_policy__allowed_tool_names = forms.MultipleChoiceField(label=_("Allowed tools"), required=False)
+    resource_policy__allowed_kb_ids = forms.MultipleChoiceField(label=_("Allowed knowledge bases"), required=False)
     resource_policy__storage_areas = forms.MultipleChoiceField(
-        label="Storage areas",
+        label=_("Storage areas"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
         choices=_enum_choices(StorageArea),
-        help_text="`plugin` and `binding` are private to the runner; `workspace` is shared by every binding.",
+        help_text=_("`plugin` and `binding` are private to the runner; `workspace` is shared by every binding."),
     )
     resource_policy__platform_actions = forms.MultipleChoiceField(
-        label="Platform actions",
+        label=_("Platform actions"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
-        help_text="The actions the runner's manifest may request; the policy allows a subset.",
+        help_text=_("The actions the runner's manifest may request; the policy allows a subset."),
     )
     resource_policy__require_action_approval = forms.BooleanField(
-        label="Require action approval",
+        label=_("Require action approval"),
         required=False,
-        help_text="Platform actions wait for an operator's approval.",
+        help_text=_("Platform actions wait for an operator's approval."),
     )
     resource_policy__history_conversations = LinesField(
-        label="History of other conversations",
+        label=_("History of other conversations"),
         required=False,
-        help_text="Conversation ids of this workspace whose history runs may also read, one per line; "
-        f"`{WILDCARD}` any of them. Empty: only the run's own conversation.",
+        help_text=format_lazy(
+            _(
+                "Conversation ids of this workspace whose history runs may also read, one per line; "
+                "`{wildcard}` any of them. Empty: only the run's own conversation."
+            ),
+            wildcard=WILDCARD,
+        ),
     )
     resource_policy__history_same_actor = forms.BooleanField(
-        label="History of the sender's conversations",
+        label=_("History of the sender's conversations"),
         required=False,
-        help_text="Runs may also read the conversations of this workspace the sender wrote in through the same bot.",
+        help_text=_("Runs may also read the conversations of this workspace the sender wrote in through the same bot."),
     )
     resource_policy__other = _other_keys_field()
     # State policy.
-    state_policy__enable_state = forms.BooleanField(label="Enable state", required=False)
+    state_policy__enable_state = forms.BooleanField(label=_("Enable state"), required=False)
     state_policy__state_scopes = forms.MultipleChoiceField(
-        label="State scopes",
+        label=_("State scopes"),
         required=False,
         widget=forms.CheckboxSelectMultiple,
         choices=_enum_choices(StateScope),
     )
     state_policy__other = _other_keys_field()
     # Delivery policy.
-    delivery_policy__enable_streaming = forms.BooleanField(label="Enable streaming", required=False)
+    delivery_policy__enable_streaming = forms.BooleanField(label=_("Enable streaming"), required=False)
     delivery_policy__enable_reply = forms.BooleanField(
-        label="Enable reply",
+        label=_("Enable reply"),
         required=False,
-        help_text="Unticked, the binding is an observer: it runs beside the replying binding and never replies.",
+        help_text=_("Unticked, the binding is an observer: it runs beside the replying binding and never replies."),
     )
     delivery_policy__max_message_size = forms.IntegerField(
-        label="Max message size",
+        label=_("Max message size"),
         required=False,
-        help_text="Longest reply (characters) delivered to the platform; empty leaves it to the platform.",
+        help_text=_("Longest reply (characters) delivered to the platform; empty leaves it to the platform."),
     )
     delivery_policy__non_text_input = forms.ChoiceField(
-        label="Non-text input to a text-only runner",
+        label=_("Non-text input to a text-only runner"),
         choices=[
-            (NonTextInput.NOTE.value, "note: the runner reads a text note naming each image or file"),
-            (NonTextInput.REFUSE.value, "refuse: the message is refused (input.unsupported), nothing runs"),
+            (NonTextInput.NOTE.value, _("note: the runner reads a text note naming each image or file")),
+            (NonTextInput.REFUSE.value, _("refuse: the message is refused (input.unsupported), nothing runs")),
         ],
         required=False,
-        help_text="For a runner that declares it reads text only (multimodal_input: false).",
+        help_text=_("For a runner that declares it reads text only (multimodal_input: false)."),
     )
     delivery_policy__other = _other_keys_field()
     # Trigger filter (bindings.triggers).
     trigger_policy__chat_types = forms.MultipleChoiceField(
-        label="Chat types",
+        label=_("Chat types"),
         required=False,
-        choices=[("private", "private"), ("group", "group")],
+        choices=[("private", _("private")), ("group", _("group"))],
         widget=forms.CheckboxSelectMultiple,
-        help_text="The chats answered; an event naming no group chat type counts as private.",
+        help_text=_("The chats answered; an event naming no group chat type counts as private."),
     )
     trigger_policy__group_mention = forms.BooleanField(
-        label="Group: answer when addressed",
+        label=_("Group: answer when addressed"),
         required=False,
-        help_text="A group message that @-mentions, replies to or commands the bot is answered.",
+        help_text=_("A group message that @-mentions, replies to or commands the bot is answered."),
     )
     trigger_policy__group_prefixes = LinesField(
-        label="Group: answer prefixes", required=False, help_text="One per line; a group message starting so."
+        label=_("Group: answer prefixes"), required=False, help_text=_("One per line; a group message starting so.")
     )
     trigger_policy__group_patterns = LinesField(
-        label="Group: answer patterns",
+        label=_("Group: answer patterns"),
         required=False,
-        help_text="Regular expressions, one per line, matched at the start of a group message.",
+        help_text=_("Regular expressions, one per line, matched at the start of a group message."),
     )
     trigger_policy__strip_prefix = forms.BooleanField(
-        label="Strip the matched prefix", required=False, help_text="The runner gets the text after it."
+        label=_("Strip the matched prefix"), required=False, help_text=_("The runner gets the text after it.")
     )
-    trigger_policy__ignore_prefixes = LinesField(label="Ignore prefixes", required=False)
+    trigger_policy__ignore_prefixes = LinesField(label=_("Ignore prefixes"), required=False)
     trigger_policy__ignore_patterns = LinesField(
-        label="Ignore patterns", required=False, help_text="Regular expressions, one per line, matched anywhere."
+        label=_("Ignore patterns"), required=False, help_text=_("Regular expressions, one per line, matched anywhere.")
     )
     trigger_policy__access_mode = forms.ChoiceField(
-        label="Access lists",
-        choices=[("deny", "deny the listed chats and senders"), ("allow", "allow only the listed ones")],
+        label=_("Access lists"),
+        choices=[("deny", _("deny the listed chats and senders")), ("allow", _("allow only the listed ones"))],
     )
     trigger_policy__access_group_chat_ids = LinesField(
-        label="Group chats", required=False, help_text="Chat ids, one per line; `*` lists every group chat."
+        label=_("Group chats"), required=False, help_text=_("Chat ids, one per line; `*` lists every group chat.")
     )
     trigger_policy__access_private_user_ids = LinesField(
-        label="Private chats", required=False, help_text="User ids, one per line; `*` lists every private chat."
+        label=_("Private chats"), required=False, help_text=_("User ids, one per line; `*` lists every private chat.")
     )
     trigger_policy__access_user_ids = LinesField(
-        label="Senders", required=False, help_text="User ids, one per line, listed in any chat."
+        label=_("Senders"), required=False, help_text=_("User ids, one per line, listed in any chat.")
     )
     trigger_policy__other = _other_keys_field()
 
@@ -498,20 +510,20 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         stored = instance.runner_id if instance.pk else None
         runner_field = self.fields["runner_id"]
         assert isinstance(runner_field, forms.ChoiceField)
-        runner_field.help_text = "Changing the runner reloads the page with that runner's config fields."
+        runner_field.help_text = gettext("Changing the runner reloads the page with that runner's config fields.")
         runner_field.widget.attrs["onchange"] = _reload_with("runner_id")
-        self.fields[
-            "scope_id"
-        ].help_text = "bot_id for bot scope; empty for workspace scope (its own workspace) and global scope."
+        self.fields["scope_id"].help_text = gettext(
+            "bot_id for bot scope; empty for workspace scope (its own workspace) and global scope."
+        )
         merge_window = self.fields["merge_window_seconds"]
         # Forms posted before the field existed leave it out: the default applies.
         merge_window.required = False
-        merge_window.help_text = (
+        merge_window.help_text = gettext(
             "Under `merge`: seconds of quiet after a message before the run starts; messages that arrive "
             "meanwhile join its input."
         )
         self.fields["workspace"].required = not self._user_is_superuser
-        self.fields["workspace"].help_text = "Empty only for host-wide global bindings (superusers)."
+        self.fields["workspace"].help_text = gettext("Empty only for host-wide global bindings (superusers).")
         if instance.pk:
             self.fields["binding_id"].disabled = True
         workspace_field = self.fields["workspace"]
@@ -590,30 +602,40 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         return [group for group in groups if group[1]]
 
     def _unknown_id_message(self, label: str, noun: str) -> str:
-        where = f"workspace {self.catalog_workspace.slug}" if self.catalog_workspace is not None else "your workspaces"
-        return f"{label}: there is no {noun} %(value)s in {where}."
+        # `%(value)s` stays for Django to fill with the refused id.
+        if self.catalog_workspace is not None:
+            where = gettext("workspace %(slug)s") % {"slug": self.catalog_workspace.slug}
+        else:
+            where = gettext("your workspaces")
+        return gettext("{label}: there is no {noun} %(value)s in {where}.").format(label=label, noun=noun, where=where)
 
     def _catalog_help(self) -> str:
         if self.catalog_workspace is not None:
             return ""
         more = len(self.catalog_workspaces) >= CATALOG_GROUPED_WORKSPACES_MAX
-        return " Choose the workspace first to list only its resources" + (
-            f" (only the first {CATALOG_GROUPED_WORKSPACES_MAX} workspaces are listed)." if more else "."
-        )
+        if more:
+            return " " + gettext(
+                "Choose the workspace first to list only its resources (only the first %(count)d workspaces are "
+                "listed)."
+            ) % {"count": CATALOG_GROUPED_WORKSPACES_MAX}
+        return " " + gettext("Choose the workspace first to list only its resources.")
 
     def _catalog_config_field(self, item: DynamicFormItemSchema, *, stored: Any) -> None:
         """A model or knowledge-base selector of the runner config as a select of the workspace's ones."""
         if item.type is DynamicFormItemType.MODEL_SELECTOR:
-            kind, noun = ResourceKind.MODELS, f"{item.model_kind} model" if item.model_kind else "model"
+            noun = gettext("%(kind)s model") % {"kind": item.model_kind} if item.model_kind else gettext("model")
+            kind = ResourceKind.MODELS
         elif item.type is DynamicFormItemType.KNOWLEDGE_BASE_SELECTOR:
-            kind, noun = ResourceKind.KNOWLEDGE_BASES, "knowledge base"
+            kind, noun = ResourceKind.KNOWLEDGE_BASES, gettext("knowledge base")
         else:
             return
         if resource_catalog_source(kind) is None:
             return
         name = CONFIG_FIELD_PREFIX + item.name
         free_text = self.fields[name]
-        choices = _with_stored(self._resource_choices(kind, model_kind=item.model_kind), stored, suffix="(missing)")
+        choices = _with_stored(
+            self._resource_choices(kind, model_kind=item.model_kind), stored, suffix=gettext("(missing)")
+        )
         options: dict[str, Any] = {
             "label": free_text.label,
             "help_text": (free_text.help_text + self._catalog_help()).strip(),
@@ -653,33 +675,41 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             field = self.fields[name]
             if resource_catalog_source(kind) is None:
                 self.fields[name] = LinesField(
-                    label=field.label, required=False, help_text=f"One id per line; `{WILDCARD}` allows every one."
+                    label=field.label,
+                    required=False,
+                    help_text=gettext("One id per line; `%(wildcard)s` allows every one.") % {"wildcard": WILDCARD},
                 )
                 continue
             assert isinstance(field, forms.MultipleChoiceField)
             field.widget = forms.SelectMultiple(attrs={"size": 8})
             field.choices = _with_stored(
-                _wildcard_first(self._resource_choices(kind)), resource.get(key), suffix="(missing)"
+                _wildcard_first(self._resource_choices(kind)), resource.get(key), suffix=gettext("(missing)")
             )
             field.error_messages["invalid_choice"] = self._unknown_id_message(str(field.label), noun)
             field.help_text = (
-                f"None selected allows none; `{WILDCARD}` allows every one of the workspace. A pick in the runner's "
-                "own field narrows it; a field left empty takes all this allows." + self._catalog_help()
+                gettext(
+                    "None selected allows none; `%(wildcard)s` allows every one of the workspace. A pick in the "
+                    "runner's own field narrows it; a field left empty takes all this allows."
+                )
+                % {"wildcard": WILDCARD}
+                + self._catalog_help()
             )
         actions = self.fields[policy_field_name("resource_policy", "platform_actions")]
         assert isinstance(actions, forms.MultipleChoiceField)
         actions.choices = _with_stored(
             _wildcard_first([(action, action) for action in self.runner_platform_actions]),
             resource.get("platform_actions"),
-            suffix="(not requested by the runner)",
+            suffix=gettext("(not requested by the runner)"),
         )
         areas = self.fields[policy_field_name("resource_policy", "storage_areas")]
         assert isinstance(areas, forms.MultipleChoiceField)
-        areas.choices = _with_stored(_enum_choices(StorageArea), resource.get("storage_areas"), suffix="(unknown)")
+        areas.choices = _with_stored(
+            _enum_choices(StorageArea), resource.get("storage_areas"), suffix=gettext("(unknown)")
+        )
         state = {**StatePolicy().model_dump(mode="json"), **self._stored_policy("state_policy")}
         scopes = self.fields[policy_field_name("state_policy", "state_scopes")]
         assert isinstance(scopes, forms.MultipleChoiceField)
-        scopes.choices = _with_stored(_enum_choices(StateScope), state.get("state_scopes"), suffix="(unknown)")
+        scopes.choices = _with_stored(_enum_choices(StateScope), state.get("state_scopes"), suffix=gettext("(unknown)"))
 
     def _policy_from_fields(self, policy: str) -> dict[str, Any]:
         """One policy as the API takes it: the stored keys no control covers, then each control's value."""
@@ -710,10 +740,12 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         if value in (None, ""):
             return {}
         if not isinstance(value, dict):
-            raise forms.ValidationError("Must be a JSON object.")
+            raise forms.ValidationError(gettext("Must be a JSON object."))
         covered = sorted(set(value) & set(POLICY_CONTROLLED_KEYS[policy]))
         if covered:
-            raise forms.ValidationError(f"Set {', '.join(covered)} with the control(s) above, not here.")
+            raise forms.ValidationError(
+                gettext("Set %(keys)s with the control(s) above, not here.") % {"keys": ", ".join(covered)}
+            )
         return value
 
     # --- validation ------------------------------------------------------------------------------
@@ -812,11 +844,16 @@ def binding_admin_form(
 
 class BotAdminForm(forms.ModelForm[Bot]):
     credentials_input = StorableJSONField(
-        label="Credentials",
+        label=_("Credentials"),
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),
-        help_text=f"A JSON object. Stored values show as {SECRET_MASK}; leave them so to keep them. "
-        "A key removed here is deleted.",
+        help_text=format_lazy(
+            _(
+                "A JSON object. Stored values show as {mask}; leave them so to keep them. "
+                "A key removed here is deleted."
+            ),
+            mask=SECRET_MASK,
+        ),
     )
 
     class Meta:
@@ -838,7 +875,7 @@ class BotAdminForm(forms.ModelForm[Bot]):
         if value in (None, ""):
             value = {}
         if not isinstance(value, dict):
-            raise forms.ValidationError("Must be a JSON object.")
+            raise forms.ValidationError(gettext("Must be a JSON object."))
         stored = (self.instance.credentials or {}) if self.instance.pk else {}
         try:
             self.credentials = credentials_merge(given=value, stored=stored)

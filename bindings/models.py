@@ -13,6 +13,7 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from bindings.policies import MERGE_WINDOW_DEFAULT, MERGE_WINDOW_MAX, ConcurrencyPolicy
 from foundation.crypto import EncryptedJSONField
@@ -31,7 +32,7 @@ class Workspace(models.Model):
     # operator's decision: set by superusers in the admin only, never through the REST API.
     allow_private_addresses = models.BooleanField(
         default=False,
-        help_text="Its provider, bot, MCP, webhook and attachment URLs may reach private addresses.",
+        help_text=_("Its provider, bot, MCP, webhook and attachment URLs may reach private addresses."),
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -72,11 +73,11 @@ class ApiKey(models.Model):
     # Operator scope: the key may also call host-wide operations (today `POST /runners/refresh`), which
     # act beyond its workspace. Granted by superusers only (admin, `create_api_key --operator`).
     is_operator = models.BooleanField(
-        default=False, help_text="May call host-wide operations such as refreshing the runner catalog."
+        default=False, help_text=_("May call host-wide operations such as refreshing the runner catalog.")
     )
 
     class Meta:
-        verbose_name = "API key"
+        verbose_name = _("API key")
 
     def __str__(self) -> str:
         return f"lbk_{self.prefix}_… ({self.workspace})"
@@ -86,18 +87,18 @@ class Bot(models.Model):
     """A chat platform account (or the web/API entry point) that events arrive through."""
 
     class Platform(models.TextChoices):
-        WEBUI = "webui", "Web UI"
+        WEBUI = "webui", _("Web UI")
         API = "api", "API"
         TELEGRAM = "telegram", "Telegram"
         DISCORD = "discord", "Discord"
         SLACK = "slack", "Slack"
-        LARK = "lark", "Lark"
-        DINGTALK = "dingtalk", "DingTalk"
-        WECOM = "wecom", "WeCom"
-        WECHAT_OA = "wechat_oa", "WeChat Official Account"
+        LARK = "lark", _("Lark")
+        DINGTALK = "dingtalk", _("DingTalk")
+        WECOM = "wecom", _("WeCom")
+        WECHAT_OA = "wechat_oa", _("WeChat Official Account")
         LINE = "line", "LINE"
         QQ = "qq", "QQ"
-        OTHER = "other", "other"
+        OTHER = "other", _("other")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bots")
     bot_id = models.SlugField(max_length=64)
@@ -126,14 +127,14 @@ class AgentBinding(models.Model):
     """
 
     class ScopeType(models.TextChoices):
-        GLOBAL = "global", "global (all workspaces)"
-        WORKSPACE = "workspace", "workspace"
-        BOT = "bot", "bot"
+        GLOBAL = "global", _("global (all workspaces)")
+        WORKSPACE = "workspace", _("workspace")
+        BOT = "bot", _("bot")
 
     class Source(models.TextChoices):
         API = "api"
         ADMIN = "admin"
-        LEGACY_IMPORT = "legacy_import", "legacy import"
+        LEGACY_IMPORT = "legacy_import", _("legacy import")
         SEED = "seed"
 
     binding_id = models.SlugField(max_length=64)
@@ -211,16 +212,16 @@ class RunnerDescriptor(models.Model):
     """
 
     class Source(models.TextChoices):
-        RUNTIME = "runtime", "plugin runtime"
-        DEV = "dev", "development runtime"
-        LANGBOT = "langbot", "LangBot plugin runtime"
+        RUNTIME = "runtime", _("plugin runtime")
+        DEV = "dev", _("development runtime")
+        LANGBOT = "langbot", _("LangBot plugin runtime")
 
     class Status(models.TextChoices):
-        AVAILABLE = "available", "available"
+        AVAILABLE = "available", _("available")
         # The plugin is present but failed to load; `load_error` says why.
-        ERROR = "error", "load error"
+        ERROR = "error", _("load error")
         # No longer reported by the runtime: bindings to it fail with `runner.not_found`.
-        MISSING = "missing", "missing"
+        MISSING = "missing", _("missing")
 
     runner_id = models.CharField(max_length=255, unique=True)
     source = models.CharField(max_length=16, choices=Source.choices, default=Source.RUNTIME)

@@ -1,0 +1,68 @@
+"""The admin's own Python-side words in Chinese: app names, action descriptions and their messages, column
+titles, fieldset titles, form labels and help, choice labels — for a browser that asks for Chinese, while the
+English pages keep their words."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from bindings.models import ApiKey
+from bindings.services import api_key_create
+from resources.models import MCPServer
+from tests.factories import UserFactory, WorkspaceFactory
+
+pytestmark = pytest.mark.django_db
+
+ZH = {"Accept-Language": "zh-CN,zh;q=0.9"}
+
+
+@pytest.fixture
+def staff() -> Client:
+    client = Client()
+    client.force_login(UserFactory.create(username="root", is_staff=True, is_superuser=True))
+    return client
+
+
+def test_the_admin_index_names_the_apps_in_chinese(staff: Client):
+    english = staff.get("/admin/").content.decode()
+    chinese = staff.get("/admin/", headers=ZH).content.decode()
+
+    assert "Resources" in english
+    assert "Plugin runtimes" in english
+    for name in ("资源", "运行器", "插件运行时", "定时事件", "事件与记录"):
+        assert name in chinese, name
+    assert "Plugin runtimes" not in chinese
+
+
+def test_a_changelist_shows_its_actions_and_columns_in_chinese(staff: Client):
+    MCPServer.objects.create(workspace=WorkspaceFactory.create(), server_id="files", name="Files")
+
+    page = staff.get("/admin/resources/mcpserver/", headers=ZH).content.decode()
+
+    assert "刷新工具（立即连接并列出工具）" in page  # the action
+    assert "最近错误" in page  # a column
+    assert "尚未连接" in page  # the status choice's label
+
+
+def test_the_binding_form_speaks_chinese(staff: Client):
+    page = staff.get("/admin/bindings/agentbinding/add/", headers=ZH).content.decode()
+
+    for words in ("路由", "运行器及其配置", "触发过滤", "允许的模型", "留空则根据名称生成。", "群聊：被呼叫时回答"):
+        assert words in page, words
+    assert "Trigger filter" not in page
+
+
+def test_an_action_answers_in_chinese(staff: Client):
+    workspace = WorkspaceFactory.create()
+    key, _plaintext = api_key_create(workspace=workspace, name="ci")
+
+    answer = staff.post(
+        "/admin/bindings/apikey/",
+        {"action": "revoke", "_selected_action": [key.pk]},
+        follow=True,
+        headers=ZH,
+    ).content.decode()
+
+    assert "已吊销 1 个密钥。" in answer
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
