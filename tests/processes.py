@@ -1,7 +1,11 @@
 """Real processes, one set per test session (a pytest plugin of tests/conftest.py): a Celery worker
 subprocess (thread pool, its own plugin runtime over stdio) and, for tests that need the web process, daphne
-serving the real ASGI application, against pytest-django's PostgreSQL test database and a Redis broker;
-and the helpers the integration, conformance and browser tests share.
+serving the real ASGI application, against pytest-django's test database (PostgreSQL, or SQLite's file) and a
+Redis broker; and the helpers the integration, conformance and browser tests share.
+
+Under pytest-xdist every worker has its own set: the processes get the worker's test database (pytest-django's
+name, suffixed `_gw0`...), Redis database and run-cancel channel (langbot_host/settings_test.py), free ports
+and temporary directories of its own.
 
 The worker consumes a queue private to this test session, so other test sessions or a `make run` on
 the same Redis never take its messages. Tests use `django_db(transaction=True)` so the worker sees
@@ -45,9 +49,8 @@ RENEW_SECONDS = 1.0
 
 
 def services_missing() -> str | None:
-    """Why the process tests cannot run here, or None."""
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
-        return "integration tests need PostgreSQL (set DATABASE_URL=postgres://...)"
+    """Why the process tests cannot run here, or None. PostgreSQL and SQLite both serve them: on SQLite the
+    test database is a file (langbot_host/settings_test.py) that the processes started here open too."""
     try:
         redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1).ping()
     except redis.RedisError as exc:
@@ -88,7 +91,10 @@ def process_tests_gate(items: list[Any]) -> None:
 
 
 def _database_url() -> str:
+    """The test database (pytest-django's, suffixed per xdist worker) as a DATABASE_URL for a child process."""
     db = connections["default"].settings_dict
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        return f"sqlite:///{db['NAME']}"
     auth = quote(db["USER"] or "")
     if db.get("PASSWORD"):
         auth += ":" + quote(db["PASSWORD"])

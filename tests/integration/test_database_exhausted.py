@@ -28,7 +28,7 @@ from bindings.services import api_key_create
 from tests.factories import WorkspaceFactory
 from tests.processes import _free_port
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90), pytest.mark.postgres]
 
 MAX_CONNECTIONS = 6
 POOL_TIMEOUT = "1"  # the web process's wait for a pooled connection, short so the test is quick
