@@ -16,6 +16,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from bindings.forms import inline_code_html, manifest_locale
 from bindings.models import RunnerDescriptor
@@ -64,15 +66,15 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
         "updated_at",
     )
 
-    @admin.display(description="label")
+    @admin.display(description=_("label"))
     def label_display(self, obj: RunnerDescriptor) -> str:
         return obj.label_text(manifest_locale())
 
-    @admin.display(description="description")
+    @admin.display(description=_("description"))
     def description_display(self, obj: RunnerDescriptor) -> SafeString:
         return inline_code_html(obj.description_text(manifest_locale()) or "—")
 
-    @admin.display(description="load error / warnings")
+    @admin.display(description=_("load error / warnings"))
     def problems_display(self, obj: RunnerDescriptor) -> SafeString | str:
         """The load error, else what the refresh dropped from the runner's manifest (LangBot's runners keep
         their mapping warnings in it), so the list shows them without opening each runner."""
@@ -83,7 +85,7 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
             return "—"
         return format_html_join(format_html("<br>"), '<span style="color:#b35c00">{}</span>', ((w,) for w in warnings))
 
-    @admin.display(description="load error")
+    @admin.display(description=_("load error"))
     def load_error_display(self, obj: RunnerDescriptor) -> str:
         return format_html('<pre style="white-space:pre-wrap">{}</pre>', obj.load_error or "—")
 
@@ -91,24 +93,24 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
         pretty = json.dumps(value, indent=2, ensure_ascii=False)
         return format_html('<pre style="white-space:pre-wrap">{}</pre>', pretty)
 
-    @admin.display(description="capabilities")
+    @admin.display(description=_("capabilities"))
     def capabilities_display(self, obj: RunnerDescriptor) -> str:
         return self._json(obj.capabilities)
 
-    @admin.display(description="permissions")
+    @admin.display(description=_("permissions"))
     def permissions_display(self, obj: RunnerDescriptor) -> str:
         return self._json(obj.permissions)
 
-    @admin.display(description="context policy")
+    @admin.display(description=_("context policy"))
     def context_display(self, obj: RunnerDescriptor) -> str:
         return self._json(obj.context_policy)
 
-    @admin.display(description="config schema")
+    @admin.display(description=_("config schema"))
     def config_schema_display(self, obj: RunnerDescriptor) -> SafeString | str:
         """One row per config item, as a binding's form asks for it (a table, not the manifest's JSON)."""
         items = [item for item in obj.config_schema or [] if isinstance(item, dict)]
         if not items:
-            return "no config"
+            return gettext("no config")
         locale = manifest_locale()
 
         def text(value: Any) -> str:
@@ -170,20 +172,26 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
         try:
             result = runner_descriptors_refresh(connect_wait=0)
         except AgentAPIException as exc:
-            messages.error(request, f"Plugin runtime unavailable: {exc.error.message}")
+            messages.error(request, gettext("Plugin runtime unavailable: %(reason)s") % {"reason": exc.error.message})
         else:
             messages.success(
                 request,
-                f"Synced: {len(result.available)} available, {len(result.errored)} with load errors, "
-                f"{len(result.missing)} missing.",
+                gettext("Synced: %(available)d available, %(errored)d with load errors, %(missing)d missing.")
+                % {
+                    "available": len(result.available),
+                    "errored": len(result.errored),
+                    "missing": len(result.missing),
+                },
             )
             for runner_id in result.errored:
-                messages.warning(request, f"{runner_id} failed to load; see its load error.")
+                messages.warning(
+                    request, gettext("%(runner)s failed to load; see its load error.") % {"runner": runner_id}
+                )
             if result.plugin_errors or result.plugin_warnings:
                 messages.warning(
                     request,
-                    f"{len(result.plugin_errors)} plugin error(s), {len(result.plugin_warnings)} warning(s): "
-                    "listed above the runners.",
+                    gettext("%(errors)d plugin error(s), %(warnings)d warning(s): listed above the runners.")
+                    % {"errors": len(result.plugin_errors), "warnings": len(result.plugin_warnings)},
                 )
         return HttpResponseRedirect(reverse("admin:bindings_runnerdescriptor_changelist"))
 
@@ -233,7 +241,7 @@ class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline[RunEvent, Run]):
     fields = readonly_fields = ("seq", "type", "data_display", "created_at")
     ordering = ["seq"]
 
-    @admin.display(description="data")
+    @admin.display(description=_("data"))
     def data_display(self, obj: RunEvent) -> SafeString:
         return pretty_json(obj.data)
 
@@ -303,12 +311,12 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
             return queryset, False
         return queryset.filter(conversation_id__icontains=term), False
 
-    @admin.display(description="run", ordering="run_id")
+    @admin.display(description=_("run"), ordering="run_id")
     def short_id(self, obj: Run) -> SafeString:
         run_id = str(obj.run_id)
         return format_html('<code title="{}">{}</code>', run_id, run_id[:8])
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Run) -> SafeString:
         colour = STATUS_COLOURS.get(obj.status, "#6b7483")
         observer = " · observer" if obj.is_observer else ""
@@ -318,14 +326,14 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
             obj.status_reason or obj.status, colour, obj.status, observer,
         )  # fmt: skip
 
-    @admin.display(description="runner", ordering="runner_id")
+    @admin.display(description=_("runner"), ordering="runner_id")
     def runner_short(self, obj: Run) -> SafeString:
         # `plugin:langbot/qa-runner/default` → `qa-runner`: the author and the usual `default` are noise here.
         parts = obj.runner_id.removeprefix("plugin:").split("/")
         short = parts[1] if len(parts) == 3 and parts[2] == "default" else "/".join(parts[1:]) or obj.runner_id
         return format_html('<span title="{}">{}</span>', obj.runner_id, short)
 
-    @admin.display(description="attempt")
+    @admin.display(description=_("attempt"))
     def retry_display(self, obj: Run) -> SafeString:
         """Which attempt of its event this run is (the binding's `delivery_policy.retry`), and the run it retried."""
         attempt = run_attempt(run=obj)
@@ -336,52 +344,57 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         return format_html('{} — automatic retry of <a href="{}"><code>{}</code></a>', attempt.number, url,
                            attempt.retry_of[:8])  # fmt: skip
 
-    @admin.display(description="duration")
+    @admin.display(description=_("duration"))
     def duration(self, obj: Run) -> str:
         return run_duration_text(obj)
 
-    @admin.display(description="conversation", ordering="conversation_id")
+    @admin.display(description=_("conversation"), ordering="conversation_id")
     def conversation(self, obj: Run) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id)
 
-    @admin.display(description="conversation", ordering="conversation_id")
+    @admin.display(description=_("conversation"), ordering="conversation_id")
     def conversation_short(self, obj: Run) -> SafeString:
         return transcript_link(workspace_id=obj.workspace_id, conversation_id=obj.conversation_id, short=True)
 
-    @admin.display(description="event")
+    @admin.display(description=_("event"))
     def event_link(self, obj: Run) -> SafeString:
         url = reverse("admin:transcripts_eventlog_change", args=[obj.event_id])
         return format_html('<a href="{}">{} ({})</a>', url, obj.event.event_id, obj.event.event_type)
 
-    @admin.display(description="error")
+    @admin.display(description=_("error"))
     def error_display(self, obj: Run) -> SafeString:
         return pretty_json(obj.error)
 
-    @admin.display(description="usage")
+    @admin.display(description=_("usage"))
     def usage_display(self, obj: Run) -> SafeString:
         return pretty_json(obj.usage)
 
-    @admin.display(description="model usage and cost (counted by the host)")
+    @admin.display(description=_("model usage and cost (counted by the host)"))
     def host_usage_display(self, obj: Run) -> SafeString | str:
         host = (obj.usage or {}).get("host") if isinstance(obj.usage, dict) else None
         if not isinstance(host, dict) or not (host.get("models") or host.get("quota_exceeded")):
-            return "no model calls"
+            return gettext("no model calls")
         currency = host.get("currency", "")
         rows = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             (
                 (model_id, t.get("calls"), t.get("prompt_tokens"), t.get("completion_tokens"), t.get("total_tokens"),
-                 f"{t['cost']} {currency}" if "cost" in t else "not priced", "partial" if t.get("partial") else "")
+                 f"{t['cost']} {currency}" if "cost" in t else gettext("not priced"),
+                 gettext("partial") if t.get("partial") else "")
                 for model_id, t in sorted((host.get("models") or {}).items())
             ),
         )  # fmt: skip
         total = f"{host['cost']} {currency}" if "cost" in host else ""
+        headers = format_html_join(
+            "", "<th>{}</th>",
+            ((gettext(word),) for word in ("model", "calls", "prompt", "completion", "total", "cost")),
+        )  # fmt: skip
         table = format_html(
-            "<table><thead><tr><th>model</th><th>calls</th><th>prompt</th><th>completion</th><th>total</th>"
-            "<th>cost</th><th></th></tr></thead><tbody>{}<tr><th>all models</th><td></td><td>{}</td><td>{}</td>"
+            "<table><thead><tr>{}<th></th></tr></thead><tbody>{}<tr><th>{}</th><td></td><td>{}</td><td>{}</td>"
             "<td>{}</td><td>{}</td><td></td></tr></tbody></table>",
-            rows, host.get("prompt_tokens"), host.get("completion_tokens"), host.get("total_tokens"), total,
+            headers, rows, gettext("all models"), host.get("prompt_tokens"), host.get("completion_tokens"),
+            host.get("total_tokens"), total,
         )  # fmt: skip
         refused = host.get("quota_exceeded")
         if isinstance(refused, dict):
@@ -389,7 +402,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
             return format_html("{}<p><strong>quota_exceeded</strong>: {}</p>", table, refused.get("message", ""))
         return table
 
-    @admin.action(description="Cancel selected runs")
+    @admin.action(description=_("Cancel selected runs"))
     def cancel_runs(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         reason = f"cancelled in admin by {request.user}"
         active = list(queryset.filter(status__in=Run.ACTIVE_STATUSES))
@@ -397,10 +410,13 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         cancelled = sum(1 for run in outcomes if run.status == Run.Status.CANCELLED)
         requested = sum(1 for run in outcomes if run.status == Run.Status.RUNNING)
         skipped = queryset.count() - len(active)
-        parts = [f"{cancelled} cancelled", f"{requested} asked to stop (running)"]
+        parts = [
+            gettext("%(count)d cancelled") % {"count": cancelled},
+            gettext("%(count)d asked to stop (running)") % {"count": requested},
+        ]
         if skipped:
-            parts.append(f"{skipped} already finished, left as they were")
-        messages.success(request, "Runs: " + ", ".join(parts) + ".")
+            parts.append(gettext("%(count)d already finished, left as they were") % {"count": skipped})
+        messages.success(request, gettext("Runs: %(parts)s.") % {"parts": ", ".join(parts)})
 
 
 # The host API records (proxy call audit, platform action requests) have their own admin module, and so
