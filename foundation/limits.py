@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.utils.translation import gettext
+from django.utils.translation import gettext_noop
 from rest_framework.parsers import BaseParser, JSONParser
 from rest_framework.utils.mediatypes import media_type_matches
 
@@ -67,9 +67,13 @@ def _key_name(token: bytes) -> str:
     return token[1:-1].decode("utf-8", "replace")
 
 
+# Marked for the catalogue only: the API answers it in English; the chat socket shows it translated
+# (`gettext(TOO_DEEP_MESSAGE)`) in the page's language.
+TOO_DEEP_MESSAGE = gettext_noop("Nested more than %(depth)d levels deep.")
+
+
 def too_deep_message(max_depth: int) -> str:
-    """In the active language: the chat socket's (the page's); the API's is English unless a request's asks."""
-    return gettext("Nested more than %(depth)d levels deep.") % {"depth": max_depth}
+    return TOO_DEEP_MESSAGE % {"depth": max_depth}
 
 
 def payload_too_large(max_bytes: int) -> ApiError:

@@ -54,7 +54,7 @@ from bindings.models import Workspace
 from bindings.selectors import WorkspaceChoiceError, workspace_for_user
 from foundation.api_errors import field_errors
 from foundation.compat.autobahn import close_handshake_wait, server_send_backlog
-from foundation.limits import json_too_deep, too_deep_message
+from foundation.limits import TOO_DEEP_MESSAGE, json_too_deep
 from foundation.storable import UNSTORABLE_MESSAGE, is_storable, unstorable_text_path
 from gateway.envelope import AttachmentIn
 from runners.live.publish import conversation_group
@@ -244,7 +244,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         where = json_too_deep(text_data.encode(), max_depth)
         if where is not None:
             # Refused before parsing: the parser and the models would recurse past Python's limit.
-            fields = {"(message)" if where == "(body)" else where: too_deep_message(max_depth)}
+            fields = {"(message)" if where == "(body)" else where: _(TOO_DEEP_MESSAGE) % {"depth": max_depth}}
             self._error("invalid_argument", _("The message has invalid fields."), fields=fields)
             return
         await super().receive(text_data=text_data, **kwargs)
