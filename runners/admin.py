@@ -33,6 +33,7 @@ from transcripts.admin import (
     pretty_json,
     transcript_link,
 )
+from transcripts.models import EventLog
 
 
 @admin.register(RunnerDescriptor)
@@ -277,6 +278,8 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         "runner_id",
         "is_observer",
         "event_link",
+        "input_events_display",
+        "not_before",
         "conversation",
         "thread_id",
         "output",
@@ -360,6 +363,23 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     def event_link(self, obj: Run) -> SafeString:
         url = reverse("admin:transcripts_eventlog_change", args=[obj.event_id])
         return format_html('<a href="{}">{} ({})</a>', url, obj.event.event_id, obj.event.event_type)
+
+    @admin.display(description=_("later messages"))
+    def input_events_display(self, obj: Run) -> SafeString:
+        """The messages merged into the run (`merge`) or handed to it while it ran (`steer`), in order."""
+        pks = [pk for pk in obj.input_events or [] if isinstance(pk, int)]
+        if not pks:
+            return format_html("{}", "—")
+        events = EventLog.objects.filter(workspace_id=obj.workspace_id).in_bulk(pks)
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            (
+                (reverse("admin:transcripts_eventlog_change", args=[pk]), events[pk].event_id)
+                for pk in pks
+                if pk in events
+            ),
+        )
 
     @admin.display(description=_("error"))
     def error_display(self, obj: Run) -> SafeString:

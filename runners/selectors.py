@@ -18,6 +18,17 @@ from transcripts.models import EventLog
 RUN_PAGE_LIMIT_MAX = 100
 
 
+def input_event_ids(runs: list[Run]) -> dict[int, str]:
+    """Event pk → event id of every event the runs list in `input_events` (messages merged or steered
+    into them), in one query; only events of each run's own workspace."""
+    pks = {pk for run in runs for pk in run.input_events or [] if isinstance(pk, int)}
+    if not pks:
+        return {}
+    workspaces = {run.workspace_id for run in runs}
+    rows = EventLog.objects.filter(pk__in=pks, workspace_id__in=workspaces).values_list("pk", "event_id")
+    return dict(rows)
+
+
 @dataclass(frozen=True)
 class RunPage:
     items: list[Run]

@@ -36,6 +36,7 @@ from langbot_sdk.wire import Connection, Handler
 from langbot_sdk.wire.framing import MAX_WIRE_MESSAGE_BYTES, OVERSIZE_HEAD_BYTES
 from langbot_sdk.wire.transport import FrameTooLarge, TransportClosed
 from runtimes.dev_access import dev_session_group, dev_session_live
+from runtimes.hosts import run_input_call
 
 logger = logging.getLogger(__name__)
 
@@ -196,6 +197,12 @@ class DevRunnerHost:
             # The run's own connection is gone, and with it the run: there is nothing to cancel.
             raise _unavailable(self.session_id, "its connection closed")
         await connection.call(Action.CANCEL_RUN, {"run_id": run_id, "reason": reason}, timeout=timeout)
+
+    async def run_input(self, run_id: str, event_id: str, given: dict[str, Any], *, timeout: float) -> bool:
+        connection = self._connection
+        if connection is None or connection.closed:
+            return False
+        return await run_input_call(connection.call, run_id, event_id, given, timeout=timeout)
 
     async def aclose(self) -> None:
         if self._connection is not None:

@@ -1,9 +1,9 @@
 """Where a run's runner runs: one `RunnerHost` per runtime source (`RunnerDescriptor.Source`).
 
 A worker's orchestrator asks `RunnerHosts.get(source, key)` for the host of a run's runner and streams
-`run_agent` through it, or sends `cancel_run`. Every host answers the runner's proxy calls with the same
-handlers (the orchestrator's `proxy_handlers`), so authorization and audit do not depend on where the runner
-lives. Sources:
+`run_agent` through it, or sends `cancel_run` and `run_input` (steered input). Every host answers the
+runner's proxy calls with the same handlers (the orchestrator's `proxy_handlers`), so authorization and audit
+do not depend on where the runner lives. Sources:
 
 - `runtime`: the host's own plugin runtime over the process's `RuntimeLink` (stdio child or `--listen`).
 - `dev`: a development runtime an author connected to the host (`runtimes.dev`).
@@ -16,13 +16,13 @@ loads its code.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
 from django.utils.module_loading import import_string
 
-from langbot_sdk.protocol import Action
+from langbot_sdk.protocol import Action, AgentInput, RunInput, RunInputResult
 from langbot_sdk.wire import Handler
 from runtimes.link import RuntimeLink
 
@@ -44,6 +44,11 @@ class RunnerHost(Protocol):
         """Ask the runner to stop; raises `AgentAPIException` when the request could not be delivered."""
         ...
 
+    async def run_input(self, run_id: str, event_id: str, given: dict[str, Any], *, timeout: float) -> bool:
+        """Hand `given` (an `AgentInput`) to the running run; True once its runner has taken it, False when
+        it never will. A host whose runners cannot take input while running does not have this method."""
+        ...
+
 
 # (source key, the proxy handlers runs of this worker are answered with) -> the host of that source.
 RunnerHostFactory = Callable[[str, Mapping[str, Handler]], RunnerHost]
@@ -63,6 +68,18 @@ class LinkRunnerHost:
 
     async def cancel_run(self, run_id: str, reason: str, *, timeout: float) -> None:
         await self.link.call(Action.CANCEL_RUN, {"run_id": run_id, "reason": reason}, timeout=timeout)
+
+    async def run_input(self, run_id: str, event_id: str, given: dict[str, Any], *, timeout: float) -> bool:
+        return await run_input_call(self.link.call, run_id, event_id, given, timeout=timeout)
+
+
+async def run_input_call(
+    call: Callable[..., Awaitable[dict[str, Any]]], run_id: str, event_id: str, given: dict[str, Any], *, timeout: float
+) -> bool:
+    """Send `run_input` with `call` (a connection's or the link's) and read the runtime's answer."""
+    data = RunInput(run_id=run_id, event_id=event_id, input=AgentInput.model_validate(given)).model_dump(mode="json")
+    answer = await call(Action.RUN_INPUT, data, timeout=timeout)
+    return RunInputResult.model_validate(answer).accepted
 
 
 class RunnerHosts:

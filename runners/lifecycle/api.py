@@ -27,7 +27,7 @@ from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle import services as run_services
 from runners.lifecycle.retry import run_attempt
 from runners.models import Run
-from runners.selectors import RUN_PAGE_LIMIT_MAX, run_events_page, run_get, run_page
+from runners.selectors import RUN_PAGE_LIMIT_MAX, input_event_ids, run_events_page, run_get, run_page
 from runtimes.catalog import runner_descriptors_refresh
 
 
@@ -142,6 +142,14 @@ class RunOut(BaseModel):
         "False for a runner that declares `streaming: false` (its reply comes whole); null until the run starts."
     )
     cancel_requested_at: datetime | None
+    not_before: datetime | None = Field(
+        description="Under the `merge` policy: the run is not started before then (the quiet window after the "
+        "latest message folded into it); null otherwise."
+    )
+    input_events: list[str] = Field(
+        description="Ids of the later events whose messages this run took as input, in order: folded into it "
+        "before it started (`merge`) or handed to it while it ran (`steer`). Its own event is `event_id`."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
@@ -196,7 +204,10 @@ def run_summary_out(run: Run) -> dict[str, Any]:
     }
 
 
-def run_out(run: Run) -> dict[str, Any]:
+def run_out(run: Run, event_ids: dict[int, str] | None = None) -> dict[str, Any]:
+    """`RunOut` of `run`; `event_ids` from `input_event_ids` when many runs are shown at once."""
+    if event_ids is None:
+        event_ids = input_event_ids([run])
     return {
         "run_id": str(run.run_id),
         "status": run.status,
@@ -214,6 +225,8 @@ def run_out(run: Run) -> dict[str, Any]:
         # until the run starts). A runner declaring `streaming: false` sends its reply whole.
         "streaming": ((run.authorization or {}).get("delivery") or {}).get("streaming"),
         "cancel_requested_at": _iso(run.cancel_requested_at),
+        "not_before": _iso(run.not_before),
+        "input_events": [event_ids[pk] for pk in run.input_events or [] if pk in event_ids],
         "created_at": run.created_at.isoformat(),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
@@ -256,7 +269,8 @@ class RunListApi(APIView):
             before=before or None,
             limit=query_int(request.query_params, "limit", default=50, low=1, high=RUN_PAGE_LIMIT_MAX),
         )
-        return Response({"items": [run_out(r) for r in page.items], "next_before": page.next_before})
+        event_ids = input_event_ids(page.items)
+        return Response({"items": [run_out(r, event_ids) for r in page.items], "next_before": page.next_before})
 
 
 class RunDetailApi(APIView):

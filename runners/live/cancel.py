@@ -48,15 +48,21 @@ def cancel_notify(*, run_id: str, reason: str) -> None:
 
 
 class CancelListener:
-    """Subscribes to the cancel channel on the worker's loop and calls `on_cancel(run_id, reason)`."""
+    """Subscribes to the cancel channel on the worker's loop and calls `on_cancel(run_id, reason)`.
+    (`runners.live.steer.SteerListener` listens the same way on its own channel.)"""
+
+    task_name = "run-cancel-listener"
 
     def __init__(self, on_cancel: Callable[[str, str], None]) -> None:
         self._on_cancel = on_cancel
         self._task: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
 
+    def channel(self) -> str:
+        return cancel_channel()
+
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._listen(), name="run-cancel-listener")
+        self._task = asyncio.get_running_loop().create_task(self._listen(), name=self.task_name)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -70,7 +76,7 @@ class CancelListener:
             client = aioredis.Redis.from_url(settings.REDIS_URL)
             try:
                 async with client.pubsub() as pubsub:
-                    await pubsub.subscribe(cancel_channel())
+                    await pubsub.subscribe(self.channel())
                     self.subscribed.set()
                     backoff = 0.5
                     async for message in pubsub.listen():
@@ -80,7 +86,7 @@ class CancelListener:
                 raise
             except Exception:
                 self.subscribed.clear()
-                logger.warning("run cancel listener lost Redis; retrying in %.1fs", backoff, exc_info=True)
+                logger.warning("%s lost Redis; retrying in %.1fs", self.task_name, backoff, exc_info=True)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
             finally:

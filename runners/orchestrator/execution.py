@@ -14,6 +14,10 @@ host puts into the inbox — host deadline (`runner.timeout`), a cancel the runn
 the cancel grace (`cancelled`), worker shutdown (`worker_shutdown`, retryable), a stream that ended
 without a terminal result (`runner.invalid_result`) or a lost runtime connection (`runtime_error`,
 retryable). A lost lease ends it without any write at all.
+
+A run of a runner that declares `steering` may be handed more messages while it runs (`steer`): the worker
+sends each to the runtime with `run_input`, one at a time in order, and a message the runner never took
+gets a run of its own (`steering.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 
+from bindings.policies import ConcurrencyPolicy
 from langbot_sdk.protocol import (
     AgentAPIError,
     AgentAPIException,
@@ -54,9 +59,10 @@ from runners.orchestrator.ledger import (
     ledger_finish,
 )
 from runners.orchestrator.normalizer import Accepted, ResultNormalizer, delta_merge, delta_text, message_of, outcome_of
+from runners.orchestrator.steering import steered_inputs_pending, steered_inputs_requeue
 
 if TYPE_CHECKING:
-    from foundation.sql import LoopStatements
+    from foundation.sql import DatabaseExecutor, LoopStatements
     from runtimes.hosts import RunnerHosts
 
 logger = logging.getLogger(__name__)
@@ -95,6 +101,7 @@ class RunsWorker(Protocol):
 
     hosts: RunnerHosts
     statements: LoopStatements
+    db: DatabaseExecutor
 
     def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None: ...
 
@@ -119,6 +126,13 @@ class RunExecution:
         self._timers: list[asyncio.TimerHandle] = []
         self._completed: tuple[str, list[dict[str, Any]]] | None = None
         self._delta_text: list[str] = []
+        # Steered messages (`Run.input_events` pks) sent to the runtime or given a run of their own; the
+        # messages merged into the run before it started count as handled.
+        self._steer_handled: set[int] = {pk for pk in claimed.run.input_events or [] if isinstance(pk, int)}
+        self._steer_lock = asyncio.Lock()
+        binding = claimed.run.binding if claimed.run.binding_id is not None else None
+        self._ended = False  # the run's end is written
+        self._steer_policy = binding is not None and binding.concurrency_policy == ConcurrencyPolicy.STEER.value
 
     # -- stop requests (called on the loop) -----------------------------------------------------
 
@@ -179,6 +193,53 @@ class RunExecution:
             )
         except AgentAPIException as exc:
             logger.info("run %s: cancel_run not delivered: %s", self.run_id, exc)
+
+    # -- steered input ------------------------------------------------------------------------
+
+    def steer(self) -> None:
+        """More input was recorded on this run: hand it to the runtime (called on the loop)."""
+        self._steer_policy = True
+        self.orchestrator.spawn(self._steer_deliver())
+
+    async def _steer_deliver(self) -> None:
+        try:
+            await self._steer_deliver_pending()
+        except Exception:
+            logger.exception("run %s: steered input not delivered", self.run_id)
+
+    async def _steer_deliver_pending(self) -> None:
+        """Send every message recorded on the run and not handled yet, in order, each once the runtime
+        answered the one before (its runner took it, or never will). Once the run's end is written, what it
+        did not take gets a run of its own."""
+        async with self._steer_lock:
+            pending = await self.orchestrator.db(
+                steered_inputs_pending, run_pk=self.run.pk, handled=frozenset(self._steer_handled)
+            )
+            unread: list[int] = []
+            host = self.orchestrator.hosts.get(*self.runner_source)
+            run_input = getattr(host, "run_input", None)
+            for item in pending:
+                self._steer_handled.add(item.event_pk)
+                accepted = False
+                if not self.finished and run_input is not None:
+                    try:
+                        timeout = max(1.0, self.deadline_at + settings.LANGBOT_RUN_DEADLINE_GRACE - time.time())
+                        accepted = await run_input(self.run_id, item.event_id, item.input, timeout=timeout)
+                    except Exception as exc:
+                        logger.warning("run %s: run_input of event %s failed: %s", self.run_id, item.event_id, exc)
+                if accepted:
+                    continue
+                if self._ended:
+                    unread.append(item.event_pk)
+                else:
+                    # Not taken by a run still being written: it and the ones after it get their runs once
+                    # this one has ended (a run made now could be passed over by the end's wake-up of the
+                    # next queued run).
+                    self._steer_handled.discard(item.event_pk)
+                    break
+            if unread:
+                created = await self.orchestrator.db(steered_inputs_requeue, run_pk=self.run.pk, event_pks=unread)
+                logger.info("run %s: %d steered message(s) not taken get runs of their own", self.run_id, len(created))
 
     # -- the run ------------------------------------------------------------------------------
 
@@ -354,6 +415,10 @@ class RunExecution:
             return
         self.finished = True
         self.last_seq += len(batch.events)
+        self._ended = True
+        if self._steer_policy:
+            # The run is over: a message recorded on it that it never took gets a run of its own.
+            self.orchestrator.spawn(self._steer_deliver())
         if self.run.started_at is not None and self.run.finished_at is not None:
             seconds = (self.run.finished_at - self.run.started_at).total_seconds()
             RUN_DURATION.labels(self.run.runner_id, outcome.status).observe(max(0.0, seconds))

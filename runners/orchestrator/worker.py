@@ -3,7 +3,8 @@
 One `Orchestrator` per worker process owns: the asyncio loop thread and the one multiplexed runtime
 connection of `runtimes.link.RuntimeLink`, the proxy handlers registered on that connection, a
 database executor for the loop and the loop's own statement pool (result writes), the runs in flight
-(bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease heartbeat and the cancel listener.
+(bounded by `LANGBOT_WORKER_MAX_RUNS`), the lease heartbeat, the cancel listener and the steer listener
+(more input for a running run).
 
 `run_admit` (called by the `run_execute` task thread for each run of its message) waits for a free slot —
 a full process stops taking messages, which pushes back on the queue — claims the run
@@ -37,6 +38,7 @@ from runners.access.proxy import proxy_handlers_for_worker
 from runners.access.session import RunSession
 from runners.actions.delivery import deliveries_drain, run_results_observe
 from runners.live.cancel import CancelListener
+from runners.live.steer import SteerListener
 from runners.models import Run, RunEvent
 from runners.orchestrator.admission import run_claim
 from runners.orchestrator.execution import RunExecution
@@ -76,6 +78,7 @@ class Orchestrator:
         self._background: set[asyncio.Task[Any]] = set()
         self._heartbeat: asyncio.Task[None] | None = None
         self._listener: CancelListener | None = None
+        self._steer_listener: SteerListener | None = None
         self.audit = AuditLog(self.db)
         handlers = proxy_handlers_for_worker(sessions=self.session_of, db=self.db, audit=self.audit)
         link.register_handlers(handlers)
@@ -89,6 +92,8 @@ class Orchestrator:
         self._heartbeat = asyncio.get_running_loop().create_task(self._beat(), name="run-lease-heartbeat")
         self._listener = CancelListener(self._on_cancel)
         self._listener.start()
+        self._steer_listener = SteerListener(self._on_steer)
+        self._steer_listener.start()
         if settings.LANGBOT_LANGBOT_RUNTIME_URL:
             # This process holds LangBot's control connection: its runtime keeps plugins up only while one is open.
             from runtimes.langbot.catalog import langbot_connection_hold
@@ -115,6 +120,12 @@ class Orchestrator:
         execution = self.executions.get(run_id)
         if execution is not None:
             execution.request_cancel(reason)
+
+    def _on_steer(self, run_id: str, event_pk: int) -> None:
+        # The event is read from the run's row, not from the message: any worker may hear it.
+        execution = self.executions.get(run_id)
+        if execution is not None:
+            execution.steer()
 
     async def _beat(self) -> None:
         """Renew the leases of every run held here in one update; act on lost leases and cancels."""
@@ -167,6 +178,8 @@ class Orchestrator:
             self._heartbeat.cancel()
         if self._listener is not None:
             await self._listener.stop()
+        if self._steer_listener is not None:
+            await self._steer_listener.stop()
         if self._background:
             await asyncio.wait(list(self._background), timeout=2)
         # A reply still being edited on a chat platform gets to show its final text.

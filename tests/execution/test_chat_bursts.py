@@ -204,3 +204,35 @@ def test_steer_hands_the_message_to_the_running_run_of_a_runner_that_takes_it(se
     behind = _post(binding, "too late")
     assert behind.pk != idle.pk
     assert behind.status_reason == QUEUED_STEER_BEHIND
+
+
+def test_the_runs_api_and_admin_show_what_a_run_took_and_when_it_may_start(sent, api_client_for, admin_client):
+    from django.urls import reverse
+
+    binding = AgentBindingFactory.create(concurrency_policy="merge", merge_window_seconds=1.5)
+    merged = _post(binding, "one")
+    _post(binding, "two")
+    _post(binding, "three")
+    client = api_client_for(binding.workspace)
+
+    body = client.get(f"/api/v1/runs/{merged.run_id}").json()
+    [listed] = client.get("/api/v1/runs").json()["items"]
+
+    assert body["input_events"] == listed["input_events"] == ["e1", "e2"]  # the later messages, by event id
+    assert body["event_id"] == "e0"
+    assert body["not_before"] is not None
+    assert body["status_reason"] == ""
+    page = admin_client.get(reverse("admin:runners_run_change", args=[merged.pk])).content.decode()
+    assert ">e1</a>, <a" in page
+    assert ">e2</a>" in page
+
+
+def test_the_runs_api_says_why_a_steer_message_queued(sent, api_client_for):
+    binding = AgentBindingFactory.create(concurrency_policy="steer", runner_id=_runner(interrupt=True))
+    running = _post(binding, "one")
+    Run.objects.filter(pk=running.pk).update(status=Run.Status.RUNNING)
+    queued = _post(binding, "two")
+
+    body = api_client_for(binding.workspace).get(f"/api/v1/runs/{queued.run_id}").json()
+
+    assert (body["status"], body["status_reason"], body["input_events"]) == ("queued", QUEUED_NO_STEERING, [])
