@@ -58,7 +58,7 @@ def test_the_run_page_shows_the_model_usage_the_host_counted_per_model(admin_cli
 
     html = admin_client.get(reverse("admin:runners_run_change", args=[run.pk])).content.decode()
 
-    assert "usage (counted by the host)" in html
+    assert "usage and cost (counted by the host)" in html
     assert "<td>gpt-usage-model</td><td>2</td><td>11</td><td>5</td><td>16</td>" in html
     assert "reported_by" in html  # the runner's own figures stay on the page as they were
 

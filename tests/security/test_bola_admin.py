@@ -40,6 +40,7 @@ HOST_WIDE = {
     "auth.User": "accounts of the whole host; their permissions make a superuser",
     "auth.Group": "permission groups of the whole host",
     "bindings.RunnerDescriptor": "the runner catalog the plugin runtime offers every workspace",
+    "artifacts.WorkspaceArtifactSettings": "a workspace's upload cap; superusers only, so members cannot raise it",
     "django_celery_beat.PeriodicTask": "beat's own schedule rows; a holder of these permissions runs the host",
     "django_celery_beat.ClockedSchedule": "beat's own schedule rows",
     "django_celery_beat.CrontabSchedule": "beat's own schedule rows",
