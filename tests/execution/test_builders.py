@@ -48,9 +48,9 @@ def _build(permissions: dict, policy: dict, config: dict, state: dict | None = N
         config=config,
         resource_policy=ResourcePolicy.model_validate(policy),
         state_policy=StatePolicy.model_validate(state or {}),
-        models_read=lambda ids: {i: Model(model_id=i, name=i, kind="llm") for i in ids},
+        models_read=lambda ids: {i: Model(model_id=i, name=i, kind="llm") for i in ids or ()},
         tools_read=_tools_read,
-        knowledge_bases_read=lambda ids: {i: KnowledgeBase(kb_id=i, name=i.upper()) for i in ids if i in KBS},
+        knowledge_bases_read=lambda ids: {i: KnowledgeBase(kb_id=i, name=i.upper()) for i in ids or () if i in KBS},
     )
 
 
@@ -277,9 +277,10 @@ def test_snapshot_models_are_the_workspace_rows_with_their_kind_and_abilities():
 
 
 @pytest.mark.django_db
-def test_a_runner_selecting_no_model_reads_no_model_rows():
+def test_a_binding_allowing_no_model_reads_no_model_rows():
+    # (An unset selector narrows nothing — it means what the binding allows — so here the binding allows none.)
     workspace = WorkspaceFactory.create()
-    run, event, binding, descriptor = _model_run(workspace, config={}, policy={"allowed_model_ids": ["*"]})
+    run, event, binding, descriptor = _model_run(workspace, config={}, policy={"allowed_model_ids": []})
 
     with CaptureQueriesContext(connection) as queries:
         context_build(

@@ -115,7 +115,7 @@ def test_a_user_past_the_budget_is_told_so_in_the_chat(
 
     # then the run does not start, and the chat's user reads why and when it resets
     run = _run_of(bot)
-    assert (run.status, run.error["code"]) == (Run.Status.FAILED, "quota_exceeded")
+    assert (run.status, (run.error or {}).get("code")) == (Run.Status.FAILED, "quota_exceeded")
     assert _delivery(run).status == "delivered"
     (text,) = fake_telegram.texts(7171)
     assert "daily model budget of this workspace is used up" in text
