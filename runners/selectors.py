@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from bindings.models import Workspace
 from runners.models import Run, RunEvent
@@ -27,6 +28,22 @@ def input_event_ids(runs: list[Run]) -> dict[int, str]:
     workspaces = {run.workspace_id for run in runs}
     rows = EventLog.objects.filter(pk__in=pks, workspace_id__in=workspaces).values_list("pk", "event_id")
     return dict(rows)
+
+
+def runs_citations(runs: list[Run]) -> dict[int, list[dict[str, Any]]]:
+    """Run pk → the citations its runner gave with its reply (`run.completed`'s `metadata.citations`: the
+    knowledge chunks or documents the answer drew on, in the runner's own shape), in one query; a run
+    without any (or whose events the retention sweep removed) maps to []."""
+    found: dict[int, list[dict[str, Any]]] = {run.pk: [] for run in runs}
+    if not found:
+        return found
+    rows = RunEvent.objects.filter(run_id__in=list(found), type="run.completed").values_list("run_id", "data")
+    for run_pk, data in rows:
+        metadata = data.get("metadata") if isinstance(data, dict) else None
+        citations = metadata.get("citations") if isinstance(metadata, dict) else None
+        if isinstance(citations, list):
+            found[run_pk] = [c for c in citations if isinstance(c, dict)]
+    return found
 
 
 @dataclass(frozen=True)

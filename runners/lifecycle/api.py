@@ -27,7 +27,14 @@ from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle import services as run_services
 from runners.lifecycle.retry import run_attempt
 from runners.models import Run
-from runners.selectors import RUN_PAGE_LIMIT_MAX, input_event_ids, run_events_page, run_get, run_page
+from runners.selectors import (
+    RUN_PAGE_LIMIT_MAX,
+    input_event_ids,
+    run_events_page,
+    run_get,
+    run_page,
+    runs_citations,
+)
 from runtimes.catalog import runner_descriptors_refresh
 
 
@@ -162,6 +169,10 @@ class RunDetailOut(RunOut):
         "(the binding's delivery_policy.retry)."
     )
     retry_of: str | None = Field(description="The run this one retried, if it is a retry.")
+    citations: list[dict[str, Any]] = Field(
+        description="What the reply drew on, as the runner gave it in `run.completed.metadata.citations` (e.g. the "
+        "knowledge chunks of the local agent: `kb_id`, `document_name`, `score`, `excerpt`); [] when it gave none."
+    )
 
 
 class RunPageOut(BaseModel):
@@ -278,7 +289,10 @@ class RunDetailApi(APIView):
     def get(self, request: Request, run_id: str) -> Response:
         run = _run_or_404(request, run_id)
         attempt = run_attempt(run=run)
-        return Response({**run_out(run), "attempt": attempt.number, "retry_of": attempt.retry_of})
+        citations = runs_citations([run])[run.pk]
+        return Response(
+            {**run_out(run), "attempt": attempt.number, "retry_of": attempt.retry_of, "citations": citations}
+        )
 
 
 class RunEventListApi(APIView):
