@@ -43,7 +43,7 @@ from artifacts.services import (
     artifact_upload_store,
 )
 from hostapi.base import FamilyHandler, HandlerResult, ProxyCall, not_found
-from langbot_sdk.authorization import artifact_access
+from langbot_sdk.authorization import api_require, artifact_access
 from langbot_sdk.protocol import (
     Action,
     AgentAPIException,
@@ -215,6 +215,9 @@ def _held(call: ProxyCall) -> tuple[str, _Upload]:
 
 async def artifact_upload_open(call: ProxyCall) -> HandlerResult:
     session, request = call.session, call.request
+    # The grant frozen at the run's start (the limit was above 0 then); the limit is read again below,
+    # so a workspace whose uploads were turned off since refuses too.
+    api_require(session.available_apis.artifact_upload, "artifacts.upload")
     uploads_sweep()
     max_bytes = await call.db(runner_upload_max_bytes, workspace_id=session.scope.workspace_id)
     open_uploads = sum(1 for upload in _uploads.values() if upload.receiver.run_id == session.run_id)

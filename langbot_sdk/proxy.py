@@ -576,7 +576,7 @@ class ArtifactsAPI(_Namespace):
         the type (`mime_type` is a hint). Announce it to the user with
         `AgentRunResult.artifact_created(ctx.run_id, meta.name, meta.mime_type, artifact_id=meta.artifact_id)`.
         On any failure the upload is aborted and nothing is kept."""
-        proxy = self._proxy
+        self._require_upload()
         chunk_size = _clamp(chunk_size, limits.ARTIFACT_UPLOAD_CHUNK_MAX_BYTES)
         if isinstance(source, str | os.PathLike):
             path = os.fspath(source)
@@ -589,27 +589,57 @@ class ArtifactsAPI(_Namespace):
             pieces = _chunks_of(source, chunk_size)
         if not name:
             raise AgentAPIException.invalid_argument("an upload needs a name", field="name")
-        fields: dict[str, Any] = {"name": name, "mime_type": mime_type}
-        if size is not None:
-            fields["size"] = size
-        opened = await proxy._call(Action.ARTIFACT_UPLOAD_OPEN, fields, ArtifactUploadOpened)
+        opened = await self.upload_open(name, mime_type=mime_type, size=size)
         upload_id = opened.upload_id
         digest = hashlib.sha256()
         sent = 0
         try:
             async for piece in _rechunked(pieces, min(chunk_size, opened.chunk_max_bytes)):
                 digest.update(piece)
-                data = base64.b64encode(piece).decode("ascii")
-                chunk = {"upload_id": upload_id, "offset": sent, "data_base64": data}
-                await proxy._call(Action.ARTIFACT_UPLOAD_CHUNK, chunk, ArtifactUploadProgress)
+                await self.upload_chunk(upload_id, sent, piece)
                 sent += len(piece)
-            finish = {"upload_id": upload_id, "size": sent, "sha256": digest.hexdigest()}
-            return await proxy._call(Action.ARTIFACT_UPLOAD_FINISH, finish, ArtifactMetadata)
+            return await self.upload_finish(upload_id, size=sent, sha256=digest.hexdigest())
         except BaseException:
             # The host drops an upload that fails at finish, and one whose run ends; an abort frees it now.
             with contextlib.suppress(Exception):
-                await proxy._call(Action.ARTIFACT_UPLOAD_ABORT, {"upload_id": upload_id}, ArtifactUploadProgress)
+                await self.upload_abort(upload_id)
             raise
+
+    # The four steps `upload` is made of, for a runner that drives an upload itself (say, chunks it
+    # produces over time). Each is refused here, without reaching the host, when the run's context does
+    # not open uploads (`available_apis.artifact_upload`).
+
+    async def upload_open(
+        self, name: str, *, mime_type: str = "application/octet-stream", size: int | None = None
+    ) -> ArtifactUploadOpened:
+        """Open an upload; the answer carries its `upload_id`, the workspace's limit and the largest chunk."""
+        proxy = self._require_upload()
+        fields: dict[str, Any] = {"name": name, "mime_type": mime_type}
+        if size is not None:
+            fields["size"] = size
+        return await proxy._call(Action.ARTIFACT_UPLOAD_OPEN, fields, ArtifactUploadOpened)
+
+    async def upload_chunk(self, upload_id: str, offset: int, data: bytes) -> ArtifactUploadProgress:
+        """Send the bytes at `offset` (chunks go in order: `offset` is what the host has received)."""
+        proxy = self._require_upload()
+        chunk = {"upload_id": upload_id, "offset": offset, "data_base64": base64.b64encode(data).decode("ascii")}
+        return await proxy._call(Action.ARTIFACT_UPLOAD_CHUNK, chunk, ArtifactUploadProgress)
+
+    async def upload_finish(self, upload_id: str, *, size: int, sha256: str) -> ArtifactMetadata:
+        """Close the upload; the host checks the total size and sha256, then stores it as an artifact."""
+        proxy = self._require_upload()
+        finish = {"upload_id": upload_id, "size": size, "sha256": sha256}
+        return await proxy._call(Action.ARTIFACT_UPLOAD_FINISH, finish, ArtifactMetadata)
+
+    async def upload_abort(self, upload_id: str) -> ArtifactUploadProgress:
+        """Drop an open upload; nothing of it is kept."""
+        proxy = self._require_upload()
+        return await proxy._call(Action.ARTIFACT_UPLOAD_ABORT, {"upload_id": upload_id}, ArtifactUploadProgress)
+
+    def _require_upload(self) -> AgentRunAPIProxy:
+        proxy = self._proxy
+        proxy._require_api("artifacts.upload", proxy.ctx.context.available_apis.artifact_upload)
+        return proxy
 
     async def metadata(self, artifact_id: str) -> ArtifactMetadata:
         proxy = self._proxy

@@ -155,13 +155,15 @@ def make_context(
     require_action_approval: bool = True,
     deadline_in: float | None = 60.0,
     supports_streaming: bool = True,
+    uploads: bool = True,
 ) -> AgentRunContext:
     """A valid `AgentRunContext` as a host would build it for one message.
 
     Resources are what the run is *granted*: `models`/`tools`/`knowledge_bases`/`artifacts` take ids (or
     full resource dicts), `storage` the areas (`plugin`, `workspace`, `binding`), `state` the enabled scopes
     (`conversation`, `actor`, `subject`, `runner`, `binding`); `history`/`events` open the history and event
-    APIs and artifact reads of the conversation; `platform_actions` are the actions the binding allows.
+    APIs and artifact reads of the conversation; `platform_actions` are the actions the binding allows;
+    `uploads` opens `api.artifacts.upload` (as a host does when the workspace's upload limit is above 0).
     """
 
     def resources_of(items: Iterable[str | Mapping[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -181,6 +183,7 @@ def make_context(
         "event_page": events and has_conversation,
         "artifact_metadata": history,
         "artifact_read": history,
+        "artifact_upload": uploads,
         "state": bool(state_scopes),
         "storage": bool(storage_areas),
     }
@@ -965,6 +968,8 @@ class FakeHost:
         """Uploads held in memory, under the host's rules (`langbot_sdk.uploads`). Unlike the host, the fake
         keeps the declared MIME type as it is instead of sniffing the content."""
         if action is Action.ARTIFACT_UPLOAD_OPEN:
+            # Only an open needs the grant, as on the host: any other call names an upload this run opened.
+            api_require(grant.available_apis.artifact_upload, "artifacts.upload")
             open_uploads = sum(1 for receiver, _ in self._uploads.values() if receiver.run_id == grant.run_id)
             max_bytes = self.artifact_upload_max_bytes
             upload_open_check(max_bytes=max_bytes, declared_size=request.size, open_uploads=open_uploads)

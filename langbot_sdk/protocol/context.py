@@ -176,6 +176,8 @@ class ContextAPICapabilities(HostModel):
     event_page: bool = False
     artifact_metadata: bool = False
     artifact_read: bool = False
+    # Uploads (`api.artifacts.upload`): open when the workspace's upload limit is above 0.
+    artifact_upload: bool = False
     state: bool = False
     storage: bool = False
 

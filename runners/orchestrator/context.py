@@ -33,6 +33,7 @@ from django.conf import settings
 from django.utils.translation import to_locale
 from pydantic import ValidationError
 
+from artifacts.selectors import runner_upload_max_bytes
 from bindings.models import AgentBinding, RunnerDescriptor
 from bindings.policies import DeliveryPolicy, ResourcePolicy, StatePolicy
 from bindings.services import binding_runner_config_plain
@@ -403,6 +404,8 @@ def context_build(
         tools_read=lambda names: tools_by_name(workspace_id=run.workspace_id, tool_names=names),
         knowledge_bases_read=lambda kb_ids: knowledge_bases_by_id(workspace_id=run.workspace_id, kb_ids=kb_ids),
     )
+    # Uploads need no manifest permission: the workspace's limit alone opens them (0 turns them off).
+    apis = apis.model_copy(update={"artifact_upload": runner_upload_max_bytes(workspace_id=run.workspace_id) > 0})
     workspace = run.workspace
     bot = run.bot
     run_id = str(run.run_id)

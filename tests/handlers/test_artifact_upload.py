@@ -16,6 +16,7 @@ import pytest
 from artifacts.models import Artifact, WorkspaceArtifactSettings
 from hostapi import artifacts as artifact_handlers
 from runners.models import ProxyCallAudit
+from tests.factories import WorkspaceFactory
 from tests.handlers.conftest import HostRun
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -126,6 +127,22 @@ def test_the_default_limit_is_100_mib_and_zero_turns_uploads_off(host_run):
 
     WorkspaceArtifactSettings.objects.create(workspace=run.workspace, runner_upload_max_bytes=0)
     assert run.refused("artifact_upload_open", name="a.bin").code == "unauthorized"
+
+
+def test_the_run_context_says_whether_uploads_are_open(host_run):
+    # given one workspace on the default limit and one whose uploads are turned off
+    opened = host_run()
+    closed_workspace = WorkspaceFactory.create()
+    WorkspaceArtifactSettings.objects.create(workspace=closed_workspace, runner_upload_max_bytes=0)
+
+    # when a run starts in each
+    closed = host_run(workspace=closed_workspace)
+
+    # then only the first run's context opens uploads, and the second's open is refused
+    assert opened.built.context.context.available_apis.artifact_upload is True
+    assert closed.built.context.context.available_apis.artifact_upload is False
+    refusal = closed.refused("artifact_upload_open", name="a.bin")
+    assert (refusal.code, refusal.error.details.get("api")) == ("unauthorized", "artifacts.upload")
 
 
 def test_chunks_must_arrive_in_order(host_run):

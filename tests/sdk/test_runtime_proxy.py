@@ -23,6 +23,7 @@ ALL_APIS = {
     "event_page": True,
     "artifact_metadata": True,
     "artifact_read": True,
+    "artifact_upload": True,
     "state": True,
     "storage": True,
 }
@@ -58,6 +59,16 @@ HOST_ANSWERS: dict[str, Any] = {
     },
     "artifact_read": {"artifact_id": "qa-artifact", "offset": 0, "length": 2, "data_base64": "cWE=", "eof": True},
     "artifact_stream": [{"artifact_id": "qa-artifact", "offset": 0, "data_base64": "cWE=", "eof": True}],
+    "artifact_upload_open": {"upload_id": "up1", "max_bytes": 1024, "chunk_max_bytes": 1024},
+    "artifact_upload_chunk": {"upload_id": "up1", "received": 10},
+    "artifact_upload_finish": {
+        "artifact_id": "qa-upload",
+        "name": "qa-upload.txt",
+        "mime_type": "text/plain",
+        "size": 10,
+        "created_at": NOW,
+    },
+    "artifact_upload_abort": {"upload_id": "up1", "received": 0, "aborted": True},
     "state_get": {"found": False},
     "state_set": {"ok": True},
     "state_delete": {"deleted": True},
@@ -110,9 +121,11 @@ async def test_proxy_behaviour_reaches_every_host_api_with_run_id_and_stamped_id
     # when the qa runner exercises every API
     results = await runtime.run(context)
 
-    # then every action reached the host once, with the run id and the plugin identity stamped
+    # then every action reached the host once (an upload open twice: one upload finished, one aborted),
+    # with the run id and the plugin identity stamped
     assert {action for action, _ in calls} == {action.value for action in PROXY_REQUEST_MODELS}
-    assert len(calls) == len(PROXY_REQUEST_MODELS)
+    assert len(calls) == len(PROXY_REQUEST_MODELS) + 1
+    assert [action for action, _ in calls].count("artifact_upload_open") == 2
     for action, payload in calls:
         assert payload["run_id"] == context["run_id"], action
         assert payload["caller_plugin_identity"] == QA_IDENTITY, action

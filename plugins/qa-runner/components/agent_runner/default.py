@@ -38,6 +38,8 @@ MIB = 1024 * 1024
 # `steer` listens this long (seconds) for messages handed to the run while it runs, unless told otherwise.
 STEER_DEFAULT_SECONDS = 3.0
 PNG_HEAD = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+# What the `proxy` tour uploads.
+PROXY_UPLOAD = b"QA_UPLOAD\n"
 
 
 class QARunnerError(RuntimeError):
@@ -215,6 +217,22 @@ class QARunner(AgentRunner):
         async def drain_artifact_stream() -> Any:
             return [chunk async for chunk in api.artifacts.open_stream("qa-artifact")]
 
+        # One tiny upload taken step by step (open, one chunk, finish), each step its own report entry; an
+        # upload that was never opened goes on with a made-up id, so a refused open does not hide the rest.
+        upload_ids: list[str] = []
+
+        async def upload_open() -> Any:
+            opened = await api.artifacts.upload_open("qa-upload.txt", mime_type="text/plain", size=len(PROXY_UPLOAD))
+            upload_ids.append(opened.upload_id)
+
+        def upload_id() -> str:
+            return upload_ids[0] if upload_ids else "qa-missing-upload"
+
+        async def upload_abandoned() -> Any:
+            # A second upload, opened then aborted, so the abort is exercised on an upload of its own.
+            opened = await api.artifacts.upload_open("qa-abandoned.txt", mime_type="text/plain")
+            return await api.artifacts.upload_abort(opened.upload_id)
+
         calls: dict[str, Callable[[], Awaitable[Any]]] = {
             "models.invoke": lambda: api.models.invoke(model_id, messages),
             "models.stream": drain_model_stream,
@@ -230,6 +248,12 @@ class QARunner(AgentRunner):
             "artifacts.metadata": lambda: api.artifacts.metadata("qa-artifact"),
             "artifacts.read_range": lambda: api.artifacts.read_range("qa-artifact", 0, 16),
             "artifacts.open_stream": drain_artifact_stream,
+            "artifacts.upload_open": upload_open,
+            "artifacts.upload_chunk": lambda: api.artifacts.upload_chunk(upload_id(), 0, PROXY_UPLOAD),
+            "artifacts.upload_finish": lambda: api.artifacts.upload_finish(
+                upload_id(), size=len(PROXY_UPLOAD), sha256=hashlib.sha256(PROXY_UPLOAD).hexdigest()
+            ),
+            "artifacts.upload_abort": upload_abandoned,
             "state.get": lambda: api.state.get("conversation", "qa.proxy"),
             "state.set": lambda: api.state.set("conversation", "qa.proxy", True),
             "state.delete": lambda: api.state.delete("conversation", "qa.proxy"),
