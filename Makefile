@@ -68,8 +68,11 @@ lbp-venv: $(LBP_STAMP)
 run: venv
 	$(PY) scripts/run_stack.py
 
+# `make test` runs the suite in TEST_WORKERS pytest-xdist processes (0: in this one process); each keeps its own
+# test database, Redis database and real processes (docs/testing.md, "Running the suite").
+TEST_WORKERS ?= 2
 test: venv lbp-venv
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The schemathesis, chat socket and proxy fuzz tests with fresh random draws (CI keeps derandomized ones).
 fuzz: venv
