@@ -98,6 +98,8 @@ class Bot(models.Model):
         WECHAT_OA = "wechat_oa", _("WeChat Official Account")
         LINE = "line", "LINE"
         QQ = "qq", "QQ"
+        QQ_OFFICIAL = "qq_official", "QQ Official"
+        MATTERMOST = "mattermost", "Mattermost"
         OTHER = "other", _("other")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bots")

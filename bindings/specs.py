@@ -37,6 +37,8 @@ BOT_PLATFORMS = (
     "wechat_oa",
     "line",
     "qq",
+    "qq_official",
+    "mattermost",
     "other",
 )
 TIMEOUT_MAX_SECONDS = 3600
@@ -114,7 +116,20 @@ class BotIn(_Input):
     """Generated from the name (or randomly) when omitted; unique per workspace."""
     name: str = Field(default="", max_length=200)
     platform: Literal[
-        "webui", "api", "telegram", "discord", "slack", "lark", "dingtalk", "wecom", "wechat_oa", "line", "qq", "other"
+        "webui",
+        "api",
+        "telegram",
+        "discord",
+        "slack",
+        "lark",
+        "dingtalk",
+        "wecom",
+        "wechat_oa",
+        "line",
+        "qq",
+        "qq_official",
+        "mattermost",
+        "other",
     ] = "webui"
     credentials: dict[str, Any] = Field(default_factory=dict)
     """Write-only: answers show every value as the mask; sending the mask back keeps the stored value;
@@ -138,6 +153,8 @@ class BotPatchIn(_Input):
             "wechat_oa",
             "line",
             "qq",
+            "qq_official",
+            "mattermost",
             "other",
         ]
         | None

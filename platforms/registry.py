@@ -22,6 +22,8 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.wecom.WeComAdapter",
     "platforms.adapters.wechat_oa.WeChatOAAdapter",
     "platforms.adapters.line.LineAdapter",
+    "platforms.adapters.qq_official.QQOfficialAdapter",
+    "platforms.adapters.mattermost.MattermostAdapter",
 )
 
 
