@@ -3,6 +3,11 @@ a worker, as over REST), and its documents inline with their status (coloured), 
 count. Removing a document inline deletes its chunks and artifact as the API does; deleting a knowledge
 base deletes everything of it.
 
+The knowledge base's page has a hit test below its form (`resources.knowledge.hit_test`, as
+`POST /api/v1/knowledge-bases/{kb_id}/search`): a query box, and the ranked chunks with their scores and
+documents. A file the knowledge base already holds (the same bytes) is refused on upload, naming the
+document it repeats.
+
 Superusers see everything; other staff see and edit only the knowledge bases of workspaces they belong to,
 and may only pick embedding models of those workspaces.
 """
@@ -14,19 +19,25 @@ from typing import Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import WorkspaceScopedAdmin
+from resources.knowledge.hit_test import SEARCH_MODES, HitTestError, knowledge_base_hit_test
 from resources.knowledge.parsing import document_type
+from resources.knowledge.search import MAX_TOP_K
 from resources.knowledge.services import (
+    DocumentDuplicateError,
     DocumentTypeUnsupportedError,
     knowledge_base_delete,
     knowledge_document_delete,
+    knowledge_document_duplicate,
     knowledge_document_upload,
+    upload_sha256,
 )
 from resources.models import KnowledgeBase, KnowledgeDocument, Model
 
@@ -58,6 +69,16 @@ class KnowledgeBaseAdminForm(forms.ModelForm[KnowledgeBase]):
             raise forms.ValidationError(f"The file is {upload.size} bytes; the limit is {limit}.")
         if document_type(name=upload.name or "", mime_type=upload.content_type or "") is None:
             raise forms.ValidationError("Unsupported type: upload text, Markdown, HTML, PDF or DOCX.")
+        if self.instance.pk is not None:
+            existing = knowledge_document_duplicate(knowledge_base=self.instance, sha256=upload_sha256(upload))
+            if existing is not None:
+                raise forms.ValidationError(
+                    gettext(
+                        "This knowledge base already holds the same file as %(name)s; delete that one to upload "
+                        "it again."
+                    )
+                    % {"name": existing.name}
+                )
         return upload
 
     def clean(self) -> dict[str, Any] | None:
@@ -92,6 +113,8 @@ class KnowledgeDocumentInline(admin.TabularInline[KnowledgeDocument, KnowledgeBa
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(WorkspaceScopedAdmin[KnowledgeBase]):
     form = KnowledgeBaseAdminForm
+    # The hit test below the form (a GET form of its own: a query changes nothing).
+    change_form_template = "admin/resources/knowledgebase/change_form.html"
     inlines = [KnowledgeDocumentInline]
     list_display = ["kb_id", "workspace", "name", "embedding_model", "updated_at"]
     list_filter = ["workspace"]
@@ -109,6 +132,28 @@ class KnowledgeBaseAdmin(WorkspaceScopedAdmin[KnowledgeBase]):
             field.queryset = field.queryset.filter(kind=Model.Kind.EMBEDDING)
         return field
 
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "hit_modes": SEARCH_MODES, "hit_top_k_max": MAX_TOP_K}
+        # Through the admin's own queryset: a knowledge base of another workspace is not found here either.
+        knowledge_base = self.get_object(request, unquote(object_id)) if request.method == "GET" else None
+        query = request.GET.get("hit_query", "").strip()
+        if knowledge_base is not None and query:
+            context.update(hit_query=query, hit_mode=request.GET.get("hit_mode", ""))
+            try:
+                top_k = int(request.GET.get("hit_top_k") or 5)
+            except ValueError:
+                top_k = 0
+            context["hit_top_k"] = top_k
+            try:
+                context["hit_test"] = knowledge_base_hit_test(
+                    knowledge_base=knowledge_base, query=query, top_k=top_k, mode=request.GET.get("hit_mode") or None
+                )
+            except HitTestError as exc:
+                context["hit_error"] = str(exc)
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
         upload = form.cleaned_data.get("upload")
@@ -117,7 +162,7 @@ class KnowledgeBaseAdmin(WorkspaceScopedAdmin[KnowledgeBase]):
                 knowledge_document_upload(
                     knowledge_base=obj, file=upload, name=upload.name or "document", mime_type=upload.content_type or ""
                 )
-            except DocumentTypeUnsupportedError as exc:
+            except (DocumentTypeUnsupportedError, DocumentDuplicateError) as exc:
                 messages.error(request, gettext("Not added: %(reason)s") % {"reason": exc})
                 return
             messages.success(request, gettext("%(name)s is queued for ingestion.") % {"name": upload.name})

@@ -5,11 +5,17 @@ Everything is scoped to the caller's workspace; another workspace's knowledge ba
 An upload answers 202 with the queued document; a worker ingests it and the document's `status`,
 `progress` and `error` say how that goes. Uploads above `KNOWLEDGE_DOCUMENT_MAX_BYTES` answer 413
 `payload_too_large` (refused from the declared length before the body is parsed, or as soon as the
-streamed file passes the cap); a type no parser reads answers 415 `unsupported_media_type`.
+streamed file passes the cap); a type no parser reads answers 415 `unsupported_media_type`; a copy of a
+document the knowledge base already holds (the same SHA-256, not failed) answers 409
+`knowledge.document_duplicate` naming it.
+
+`POST /api/v1/knowledge-bases/{kb_id}/search` is the hit test (`resources.knowledge.hit_test`): the ranked
+chunks a run's retrieval would get for a query, with their scores and documents.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from datetime import datetime
@@ -18,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,7 +35,9 @@ from bindings.api import WORKSPACE_PARAMETER
 from bindings.models import Workspace
 from foundation.api_errors import ApiError, invalid_fields
 from foundation.api_input import MultiPartParser, body_parse
+from resources.knowledge.hit_test import QUERY_MAX_CHARS, HitTestError, SearchMode, knowledge_base_hit_test
 from resources.knowledge.parsing import SUPPORTED_TYPES
+from resources.knowledge.search import MAX_TOP_K
 from resources.knowledge.selectors import (
     knowledge_base_get,
     knowledge_base_list,
@@ -37,6 +45,7 @@ from resources.knowledge.selectors import (
     knowledge_document_list,
 )
 from resources.knowledge.services import (
+    DocumentDuplicateError,
     DocumentTypeUnsupportedError,
     knowledge_base_create,
     knowledge_base_delete,
@@ -86,6 +95,41 @@ class KnowledgeDocumentOut(BaseModel):
 
 class KnowledgeDocumentListOut(BaseModel):
     items: list[KnowledgeDocumentOut]
+
+
+class KnowledgeSearchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=QUERY_MAX_CHARS)
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K)
+    mode: SearchMode | None = Field(
+        default=None,
+        description="full_text, vector (needs an embedding model) or hybrid; by default what a run gets: hybrid "
+        "with an embedding model, full_text without.",
+    )
+
+
+class KnowledgeHitOut(BaseModel):
+    rank: int = Field(description="1 for the best.")
+    score: float = Field(
+        description="The ranking's score (full text: the engine's relevance; vector: the cosine; hybrid: the fused "
+        "score). Compare hits of one answer, not of different queries."
+    )
+    chunk_id: str
+    document_id: str
+    document_name: str
+    position: int = Field(description="The chunk's place in its document (0 first).")
+    content: str
+    full_text_score: float | None
+    vector_score: float | None
+    metadata: dict[str, Any] = Field(description="The chunk's page, heading and the document's upload metadata.")
+
+
+class KnowledgeSearchOut(BaseModel):
+    query: str
+    mode: str = Field(description="The mode the ranking used: full_text when a hybrid query's embedding failed.")
+    hits: list[KnowledgeHitOut] = Field(description="Best first.")
+    embedding_error: str | None = Field(description="Why the query's embedding failed (then full text alone).")
 
 
 def knowledge_base_out(knowledge_base: KnowledgeBase) -> dict[str, Any]:
@@ -142,6 +186,8 @@ def _too_large(exc: DocumentTooLargeError) -> ApiError:
 
 
 class KnowledgeBaseListApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "POST": "knowledge:write"}
+
     @extend_schema(
         operation_id="knowledge_bases_list", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeBaseListOut
     )
@@ -163,6 +209,8 @@ class KnowledgeBaseListApi(APIView):
 
 
 class KnowledgeBaseDetailApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "PATCH": "knowledge:write", "DELETE": "knowledge:write"}
+
     @extend_schema(
         operation_id="knowledge_bases_retrieve", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeBaseOut
     )
@@ -189,6 +237,8 @@ class KnowledgeBaseDetailApi(APIView):
 
 
 class KnowledgeDocumentListApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "POST": "knowledge:write"}
+
     parser_classes = [MultiPartParser]
 
     @extend_schema(
@@ -227,6 +277,7 @@ class KnowledgeDocumentListApi(APIView):
         responses={
             202: KnowledgeDocumentOut,
             400: _INVALID,
+            409: OpenApiResponse(description="`knowledge.document_duplicate`: the same bytes are already a document"),
             413: OpenApiResponse(description="`payload_too_large`: over KNOWLEDGE_DOCUMENT_MAX_BYTES"),
             415: OpenApiResponse(description=f"`unsupported_media_type`: supported are {', '.join(SUPPORTED_TYPES)}"),
         },
@@ -263,6 +314,13 @@ class KnowledgeDocumentListApi(APIView):
                 mime_type=str(upload.content_type or ""),
                 metadata=metadata,
             )
+        except DocumentDuplicateError as exc:
+            raise ApiError(
+                409,
+                "knowledge.document_duplicate",
+                f"Not added: {exc}. Delete that document first to upload it again.",
+                {"document_id": str(exc.existing.document_id), "name": exc.existing.name},
+            ) from None
         except DocumentTypeUnsupportedError as exc:
             raise ApiError(
                 415,
@@ -274,6 +332,8 @@ class KnowledgeDocumentListApi(APIView):
 
 
 class KnowledgeDocumentDetailApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "DELETE": "knowledge:write"}
+
     @extend_schema(
         operation_id="knowledge_documents_retrieve", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeDocumentOut
     )
@@ -286,3 +346,36 @@ class KnowledgeDocumentDetailApi(APIView):
         document = _document_or_404(_kb_or_404(request_workspace(request), kb_id), document_id)
         knowledge_document_delete(document=document)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class KnowledgeBaseSearchApi(APIView):
+    @extend_schema(
+        operation_id="knowledge_bases_search",
+        parameters=[WORKSPACE_PARAMETER],
+        request=KnowledgeSearchIn,
+        responses={
+            200: KnowledgeSearchOut,
+            400: _INVALID,
+            502: OpenApiResponse(description="`provider.error`: a vector query whose embedding call failed"),
+        },
+        description="The hit test: the chunks a run's retrieval would get for `query`, best first, with scores.",
+    )
+    def post(self, request: Request, kb_id: str) -> Response:
+        knowledge_base = _kb_or_404(request_workspace(request), kb_id)
+        search = body_parse(KnowledgeSearchIn, request.data)
+        try:
+            answer = knowledge_base_hit_test(
+                knowledge_base=knowledge_base, query=search.query, top_k=search.top_k, mode=search.mode
+            )
+        except HitTestError as exc:
+            if exc.code == "provider.error":
+                raise ApiError(502, exc.code, str(exc)) from None
+            raise invalid_fields({exc.field: str(exc)}) from None
+        return Response(
+            {
+                "query": answer.query,
+                "mode": answer.mode,
+                "hits": [dataclasses.asdict(hit) for hit in answer.hits],
+                "embedding_error": answer.embedding_error,
+            }
+        )

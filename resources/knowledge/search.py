@@ -194,9 +194,11 @@ def chunks_search(
     top_k: int,
     filters: dict[str, Any] | None = None,
     query_vector: np.ndarray | None = None,
+    vector_only: bool = False,
 ) -> list[dict[str, Any]]:
     """The best `top_k` (≤ 50) chunks for the query as `KnowledgeEntry` dicts, best first. Pass the query's
-    vector (from the knowledge base's embedding model) for hybrid ranking; without it, full text only."""
+    vector (from the knowledge base's embedding model) for hybrid ranking; without it, full text only.
+    `vector_only` (with a vector) ranks by the cosine alone — the hit test's `vector` mode."""
     top_k = max(1, min(top_k, MAX_TOP_K))
     restricted = None
     if filters:
@@ -209,5 +211,5 @@ def chunks_search(
     allowed = None if restricted is None else set(restricted.values_list("id", flat=True))
     index = vector_index(knowledge_base)
     vector = _vector_pool.submit(index.ranked, query_vector, limit=candidates, allowed=allowed)
-    full_text = _full_text(knowledge_base, query_text, candidates, restricted)
+    full_text = [] if vector_only else _full_text(knowledge_base, query_text, candidates, restricted)
     return _entries(_fused(full_text, vector.result(), top_k))

@@ -9,6 +9,7 @@ leaves a document pointing at nothing.
 from __future__ import annotations
 
 import functools
+import hashlib
 import uuid
 from typing import Any
 
@@ -34,6 +35,37 @@ DOCUMENT_METADATA_MAX_KEYS = 32
 
 class DocumentTypeUnsupportedError(Exception):
     """The upload is of a type no parser reads."""
+
+
+class DocumentDuplicateError(Exception):
+    """The knowledge base already holds a document of the same bytes (same SHA-256), queued, being ingested
+    or ready: a second copy would only return every passage of it twice. A copy whose ingestion failed does
+    not count, so the same file can be uploaded again after a failure."""
+
+    def __init__(self, existing: KnowledgeDocument):
+        super().__init__(f"{existing.name!r} has the same content (document {existing.document_id})")
+        self.existing = existing
+
+
+def upload_sha256(file: File[bytes]) -> str:
+    """The SHA-256 of an upload, read in chunks (the artifact reads it again to store it)."""
+    file.seek(0)
+    digest = hashlib.sha256()
+    for chunk in file.chunks():
+        digest.update(chunk)
+    file.seek(0)
+    return digest.hexdigest()
+
+
+def knowledge_document_duplicate(*, knowledge_base: KnowledgeBase, sha256: str) -> KnowledgeDocument | None:
+    """The document of the knowledge base with these bytes that counts as a duplicate (see
+    `DocumentDuplicateError`), if any."""
+    return (
+        KnowledgeDocument.objects.filter(knowledge_base=knowledge_base, artifact__sha256=sha256)
+        .exclude(status=KnowledgeDocument.Status.FAILED)
+        .order_by("created_at", "id")
+        .first()
+    )
 
 
 def _embedding_model(*, workspace: Workspace, model_id: str | None) -> Model | None:
@@ -184,13 +216,19 @@ def knowledge_document_upload(
     mime_type: str,
     metadata: dict[str, Any] | None = None,
 ) -> KnowledgeDocument:
-    """Store the upload as an artifact and queue its ingestion (sent to a worker after commit)."""
+    """Store the upload as an artifact and queue its ingestion (sent to a worker after commit). Refuses a
+    copy of a document the knowledge base holds (`DocumentDuplicateError`)."""
     from resources.tasks import knowledge_document_ingest
 
     kind = document_type(name=name, mime_type=mime_type)
     if kind is None:
         raise DocumentTypeUnsupportedError(f"{mime_type or 'unknown type'} ({name})")
     document_metadata = _document_metadata(metadata)
+    # Under the knowledge base's row lock, so two uploads of one file at once cannot both pass the check.
+    KnowledgeBase.objects.select_for_update().filter(pk=knowledge_base.pk).first()
+    existing = knowledge_document_duplicate(knowledge_base=knowledge_base, sha256=upload_sha256(file))
+    if existing is not None:
+        raise DocumentDuplicateError(existing)
     artifact = artifact_create_from_file(
         workspace=knowledge_base.workspace,
         file=file,
