@@ -186,8 +186,6 @@ def _too_large(exc: DocumentTooLargeError) -> ApiError:
 
 
 class KnowledgeBaseListApi(APIView):
-    required_scopes = {"GET": "knowledge:read", "POST": "knowledge:write"}
-
     @extend_schema(
         operation_id="knowledge_bases_list", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeBaseListOut
     )
@@ -209,8 +207,6 @@ class KnowledgeBaseListApi(APIView):
 
 
 class KnowledgeBaseDetailApi(APIView):
-    required_scopes = {"GET": "knowledge:read", "PATCH": "knowledge:write", "DELETE": "knowledge:write"}
-
     @extend_schema(
         operation_id="knowledge_bases_retrieve", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeBaseOut
     )
@@ -237,8 +233,6 @@ class KnowledgeBaseDetailApi(APIView):
 
 
 class KnowledgeDocumentListApi(APIView):
-    required_scopes = {"GET": "knowledge:read", "POST": "knowledge:write"}
-
     parser_classes = [MultiPartParser]
 
     @extend_schema(
@@ -332,8 +326,6 @@ class KnowledgeDocumentListApi(APIView):
 
 
 class KnowledgeDocumentDetailApi(APIView):
-    required_scopes = {"GET": "knowledge:read", "DELETE": "knowledge:write"}
-
     @extend_schema(
         operation_id="knowledge_documents_retrieve", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeDocumentOut
     )
