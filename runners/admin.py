@@ -1,6 +1,7 @@
 """Admin for runner descriptors (read-only, with a "Refresh from runtime" button on the list and the last
 refresh's plugin errors above it; labels in the admin's language, the config schema as a table) and runs
-(read-only, with their result events inline and a "Cancel selected runs" action; the list fits a laptop:
+(read-only, with their result events as a timeline and usage as tables — runners/run_timeline.py — and a
+"Cancel selected runs" action; the list fits a laptop:
 short ids, coloured status, duration). The development tokens and sessions are `runtimes.admin`'s."""
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from bindings.models import RunnerDescriptor
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle.retry import run_attempt
 from runners.lifecycle.services import run_cancel_request
-from runners.models import Run, RunEvent
+from runners.models import Run
+from runners.run_timeline import run_timeline_html, runner_usage_html
 from runtimes.catalog import runner_descriptors_refresh, runner_refresh_problems
 from transcripts.admin import (
     ConversationFilter,
@@ -233,20 +235,6 @@ class RunnerFilter(admin.SimpleListFilter):
         return queryset.filter(runner_id=value) if value else queryset
 
 
-class RunEventInline(ReadOnlyAdminMixin, admin.TabularInline[RunEvent, Run]):
-    """The run's persisted results in seq order, read-only."""
-
-    model = RunEvent
-    extra = 0
-    can_delete = False
-    fields = readonly_fields = ("seq", "type", "data_display", "created_at")
-    ordering = ["seq"]
-
-    @admin.display(description=_("data"))
-    def data_display(self, obj: RunEvent) -> SafeString:
-        return pretty_json(obj.data)
-
-
 @admin.register(Run)
 class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     # Fits a 1400 px screen: the full id, reason, workspace and end time are on the run's page.
@@ -265,7 +253,6 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     list_select_related = ["workspace", "event"]
     date_hierarchy = "created_at"
     actions = ["cancel_runs"]
-    inlines = [RunEventInline]
     fields = (
         "run_id",
         "workspace",
@@ -283,6 +270,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
         "conversation",
         "thread_id",
         "output",
+        "timeline",
         "usage_display",
         "host_usage_display",
         "timeout_seconds",
@@ -385,9 +373,13 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     def error_display(self, obj: Run) -> SafeString:
         return pretty_json(obj.error)
 
-    @admin.display(description=_("usage"))
+    @admin.display(description=_("results"))
+    def timeline(self, obj: Run) -> SafeString:
+        return run_timeline_html(obj)
+
+    @admin.display(description=_("usage (reported by the runner)"))
     def usage_display(self, obj: Run) -> SafeString:
-        return pretty_json(obj.usage)
+        return runner_usage_html(obj)
 
     @admin.display(description=_("model usage and cost (counted by the host)"))
     def host_usage_display(self, obj: Run) -> SafeString | str:
