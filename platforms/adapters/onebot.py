@@ -1,11 +1,18 @@
-"""QQ through OneBot v11 (NapCat, Lagrange.OneBot, go-cqhttp and the like): the implementation connects to
-the host's reverse WebSocket (`/platforms/onebot/<workspace slug>/<bot_id>/ws`, `platforms.consumers`),
-pushes its events there, and takes the bot's API calls (`send_msg`, ...) back over the same socket, each
-answered by a response carrying the call's `echo`.
+"""QQ through OneBot v11 (NapCat, Lagrange.OneBot, go-cqhttp and the like), in either of OneBot's two ways:
+
+- reverse WebSocket: the implementation connects to the host's `/platforms/onebot/<workspace slug>/<bot_id>/ws`
+  (`platforms.consumers`), pushes its events there, and takes the bot's API calls (`send_msg`, ...) back
+  over the same socket, each answered by a response carrying the call's `echo`;
+- HTTP: the implementation posts each event to the bot's webhook (`/platforms/qq/<workspace slug>/<bot_id>/
+  webhook`, OneBot's "HTTP POST" reporting), signed in `X-Signature: sha1=<hex>` (HMAC-SHA1 of the raw body
+  with the secret), and the host calls the implementation's HTTP API (`POST <api_base_url>/send_msg`, with
+  `Authorization: Bearer <access_token>`). Set `api_base_url` and the replies take this way.
 
 Credentials: `access_token` (required; OneBot sends it as `Authorization: Bearer <token>`, or as the
-`access_token` query parameter), optional `api_base_url` (unused: OneBot has no API of its own to reach).
-The bot's `platform` is `qq`.
+`access_token` query parameter, and takes it on its HTTP API), `secret` (optional: OneBot's HTTP POST
+`secret`; once set, a posted event must carry its `X-Signature`; without it an `X-Signature` is checked
+with the access token, as NapCat signs with its one token), `api_base_url` (optional: the implementation's
+HTTP API, e.g. `http://127.0.0.1:3000`). The bot's `platform` is `qq`.
 
 Private messages are answered; in groups, the messages that @ the bot (answered as a reply to them).
 Segments read: text, at, image (fetched lazily from its `url`), reply; others are left out of the text.
@@ -31,7 +38,9 @@ import httpx
 from channels.layers import get_channel_layer
 from django.core.cache import cache
 
+from foundation.outbound import AddressRefusedError, guarded_async_transport
 from platforms.interface import (
+    CredentialField,
     FetchedFile,
     InboundBatch,
     InboundRefusedError,
@@ -46,6 +55,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    transport_failure,
 )
 
 CALL_TIMEOUT_SECONDS = 30.0
@@ -89,7 +99,29 @@ class OneBotAdapter(PlatformAdapter):
         edit_interval_seconds=1.0,
         max_file_bytes=30 * 1024 * 1024,
     )
-    credential_keys: ClassVar[tuple[str, ...]] = ("access_token", "api_base_url")
+    credential_keys: ClassVar[tuple[str, ...]] = ("access_token", "secret", "api_base_url")
+    credential_schema: ClassVar[tuple[CredentialField, ...]] = (
+        CredentialField(
+            "access_token",
+            required=True,
+            secret=True,
+            help="A token you choose and set as the access token in your OneBot v11 implementation "
+            "(NapCat, Lagrange, go-cqhttp): it sends it with every event.",
+        ),
+        CredentialField(
+            "secret",
+            secret=True,
+            help="HTTP mode only: the secret set for HTTP POST reporting in your OneBot implementation; "
+            "every posted event must then carry its X-Signature (HMAC-SHA1 of the body).",
+        ),
+        CredentialField(
+            "api_base_url",
+            help="HTTP mode only: the implementation's HTTP API (e.g. http://127.0.0.1:3000); replies go there "
+            "instead of over the reverse WebSocket.",
+        ),
+    )
+
+    _http: httpx.AsyncClient | None = None
 
     @property
     def access_token(self) -> str:
@@ -97,10 +129,20 @@ class OneBotAdapter(PlatformAdapter):
 
     # -- inbound --------------------------------------------------------------------------------
     def verify(self, request: InboundRequest) -> None:
-        """The token as OneBot v11 sends it: `Authorization: Bearer <token>` (or `Token <token>`), else
-        the `access_token` query parameter."""
+        """A posted event by its `X-Signature` (required once `secret` is set); else the token as OneBot v11
+        sends it: `Authorization: Bearer <token>` (or `Token <token>`), else the `access_token` query
+        parameter (the reverse WebSocket's handshake, whose body is empty, is always checked so)."""
         if not self.access_token:
             raise InboundRefusedError("forged", "the bot has no access_token; set the same one in OneBot", status=403)
+        secret = str(self.credentials.get("secret") or "")
+        signature = request.header("x-signature")
+        if request.body and (secret or signature):
+            expected = hmac.new((secret or self.access_token).encode(), request.body, hashlib.sha1).hexdigest()
+            if not signature:
+                raise InboundRefusedError("forged", "the event carries no X-Signature", status=401)
+            if not hmac.compare_digest(signature.strip().lower().encode(), f"sha1={expected}".encode()):
+                raise InboundRefusedError("forged", "the X-Signature does not match", status=403)
+            return
         header = request.header("authorization")
         scheme, _, given = header.partition(" ")
         if not (header and scheme.lower() in ("bearer", "token")):
@@ -200,7 +242,10 @@ class OneBotAdapter(PlatformAdapter):
 
     # -- outbound -------------------------------------------------------------------------------
     async def call(self, action: str, params: dict[str, Any]) -> dict[str, Any]:
-        """One OneBot API call over the bot's socket; its response's `data`."""
+        """One OneBot API call, over the implementation's HTTP API when the bot has `api_base_url`, else
+        over its socket; the response's `data`."""
+        if self.api_base_url:
+            return _response_data(action, await self._http_call(action, params))
         channel = await cache.aget(onebot_channel_key(self.bot_id, self.access_token))
         if not channel:
             raise PlatformAPIError("no OneBot implementation is connected for this bot", retryable=True)
@@ -227,11 +272,44 @@ class OneBotAdapter(PlatformAdapter):
                 retryable=True,
                 outcome_unknown=not answer.get("not_sent"),
             )
-        if response.get("status") == "failed" or response.get("retcode") not in (0, 1, None):
-            message = response.get("wording") or response.get("message") or response.get("msg") or ""
-            raise PlatformAPIError(f"OneBot {action}: retcode {response.get('retcode')} {message}".strip())
-        data = response.get("data")
-        return data if isinstance(data, dict) else {}
+        return _response_data(action, response)
+
+    async def _http_call(self, action: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`POST <api_base_url>/<action>` with the params as JSON (OneBot v11's HTTP API)."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                headers={"Authorization": f"Bearer {self.access_token}"},
+                transport=guarded_async_transport(allow_private=self.allow_private),
+                trust_env=False,
+                timeout=CALL_TIMEOUT_SECONDS,
+                follow_redirects=False,
+            )
+        try:
+            response = await self._http.post(f"{self.api_base_url}/{action}", json=params)
+        except AddressRefusedError as exc:
+            raise PlatformAPIError(f"OneBot {action}: refused: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise transport_failure(f"OneBot {action}: {exc}", exc) from exc
+        # 401/403: the access token is missing or wrong; 404: no such action; 400/406: not a call it reads.
+        if response.status_code >= 400:
+            why = {401: " (no access token)", 403: " (the access token is refused)", 404: " (no such action)"}
+            raise PlatformAPIError(
+                f"OneBot {action}: HTTP {response.status_code}{why.get(response.status_code, '')}",
+                retryable=response.status_code >= 500,
+                outcome_unknown=response.status_code >= 500,
+            )
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise PlatformAPIError(f"OneBot {action}: not a OneBot response", outcome_unknown=True)
+        return body
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
 
     async def _send(self, target: ReplyTarget, segments: list[dict[str, Any]]) -> SentMessage:
         kind, _, peer = target.chat_id.partition(":")
@@ -258,3 +336,12 @@ class OneBotAdapter(PlatformAdapter):
         if file.caption:
             segments.append({"type": "text", "data": {"text": file.caption}})
         return await self._send(target, segments)
+
+
+def _response_data(action: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A OneBot response's `data`, or the failure it reports (`status: failed`, a retcode not 0 or 1)."""
+    if response.get("status") == "failed" or response.get("retcode") not in (0, 1, None):
+        message = response.get("wording") or response.get("message") or response.get("msg") or ""
+        raise PlatformAPIError(f"OneBot {action}: retcode {response.get('retcode')} {message}".strip())
+    data = response.get("data")
+    return data if isinstance(data, dict) else {}
