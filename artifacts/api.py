@@ -70,6 +70,8 @@ def _not_found(artifact_id: str) -> ApiError:
 
 
 class ArtifactUploadApi(APIView):
+    required_scopes = {"POST": "artifacts:write"}
+
     parser_classes = [MultiPartParser]
 
     @extend_schema(
@@ -120,6 +122,8 @@ class ArtifactUploadApi(APIView):
 
 
 class ArtifactDetailApi(APIView):
+    required_scopes = {"GET": "artifacts:read"}
+
     @extend_schema(operation_id="artifacts_retrieve", parameters=[WORKSPACE_PARAMETER], responses=ArtifactOut)
     def get(self, request: Request, artifact_id: str) -> Response:
         artifact = artifact_get(workspace=request_workspace(request), artifact_id=artifact_id)
@@ -152,6 +156,8 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | bool | None:
 
 
 class ArtifactContentApi(APIView):
+    required_scopes = {"GET": "artifacts:read"}
+
     @extend_schema(
         operation_id="artifacts_content",
         parameters=[

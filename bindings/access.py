@@ -23,11 +23,17 @@ def request_workspace(request: Request) -> Workspace:
         return user.workspace
     if user is None or not user.is_authenticated:
         raise exceptions.NotAuthenticated()
+    # Asked twice per request (the role check in bindings.roles, then the view): the choice is made once.
+    chosen: Workspace | None = getattr(request, "_langbot_workspace", None)
+    if chosen is not None:
+        return chosen
     try:
-        return workspace_for_user(user=user, requested_slug=request.query_params.get("workspace") or None)
+        chosen = workspace_for_user(user=user, requested_slug=request.query_params.get("workspace") or None)
     except WorkspaceChoiceError as exc:
         details = {"fields": {"workspace": exc.message}} if exc.status == 400 else None
         raise ApiError(exc.status, exc.code, exc.message, details) from None
+    request._langbot_workspace = chosen  # type: ignore[attr-defined]
+    return chosen
 
 
 def require_operator(request: Request) -> None:

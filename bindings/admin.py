@@ -17,7 +17,13 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from bindings.admin_scope import ScopedListFilters, WorkspaceScopedAdmin, is_superuser, member_workspaces
+from bindings.admin_scope import (
+    ScopedListFilters,
+    WorkspaceRoleAdmin,
+    WorkspaceScopedAdmin,
+    is_superuser,
+    member_workspaces,
+)
 from bindings.forms import (
     CONFIG_FIELD_PREFIX,
     AgentBindingAdminForm,
@@ -31,15 +37,53 @@ from bindings.services import api_key_create, binding_save
 
 
 class WorkspaceMembershipInline(admin.TabularInline[WorkspaceMembership, Workspace]):
+from bindings.roles import SCOPES, member_change_refusal, request_role_in
     model = WorkspaceMembership
     extra = 0
     autocomplete_fields = ["user"]
 
+class WorkspaceMembershipFormSet(
+    forms.BaseInlineFormSet[WorkspaceMembership, Workspace, forms.ModelForm[WorkspaceMembership]]
+):
+    """The membership rules of bindings.roles (only owners grant or take the owner role; the last owner stays)
+    applied to the rows the form adds, changes and deletes."""
+
+    request: HttpRequest
+
+    def clean(self) -> None:
+        super().clean()
+        workspace = self.instance
+        if is_superuser(self.request) or workspace.pk is None:
+            return
+        actor = request_role_in(self.request, workspace.pk)
+        owners_after = 0
+        for form in self.forms:
+            if not getattr(form, "cleaned_data", None):
+                continue
+            before = form.initial.get("role") if form.instance.pk else None
+            after = None if form.cleaned_data.get("DELETE") else form.cleaned_data.get("role")
+            owners_after += after == WorkspaceMembership.Role.OWNER
+            if before == after:
+                continue
+            refusal = member_change_refusal(actor_role=actor, workspace=workspace, before=before, after=after)
+            # The last owner is counted over the whole form below: another row may be made owner in it.
+            if refusal is not None and refusal.code != "members.last_owner":
+                raise forms.ValidationError(refusal.message)
+        if owners_after == 0 and workspace.memberships.filter(role=WorkspaceMembership.Role.OWNER).exists():
+            raise forms.ValidationError(gettext("The workspace's last owner stays: make another member owner first."))
+
+
 
 @admin.register(Workspace)
-class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
+    formset = WorkspaceMembershipFormSet
+class WorkspaceAdmin(WorkspaceRoleAdmin[Workspace]):
     list_display = ["slug", "name", "allow_private_addresses", "created_at"]
     list_filter = ["allow_private_addresses"]
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        formset = super().get_formset(request, obj, **kwargs)
+        formset.request = request  # type: ignore[attr-defined]
+        return formset
+
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [WorkspaceMembershipInline]
@@ -55,6 +99,10 @@ class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
         queryset = super().get_queryset(request)
         return queryset if is_superuser(request) else queryset.filter(pk__in=member_workspaces(request))
 
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        # A new tenant is the host's to make: its first owner is added with it, by a superuser.
+        return is_superuser(request) and super().has_add_permission(request, *args)
+
     @admin.action(description=_("Create an API key (shown once)"))
     def create_api_key(self, request: HttpRequest, queryset: QuerySet[Workspace]) -> None:
         for workspace in queryset:
@@ -68,17 +116,39 @@ class WorkspaceAdmin(admin.ModelAdmin[Workspace]):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
-    list_display = ["prefix", "workspace", "name", "is_operator", "created_at", "last_used_at", "revoked_at"]
+    form = ApiKeyAdminForm
+    list_display = [
+        "prefix", "workspace", "name", "scopes_display", "is_operator", "created_at", "last_used_at", "revoked_at"
+    ]  # fmt: skip
     list_filter = ["is_operator", "workspace"]
     readonly_fields = ["prefix", "created_at", "last_used_at"]
-    fields = ["workspace", "name", "prefix", "is_operator", "created_at", "last_used_at", "revoked_at"]
+class ApiKeyAdminForm(forms.ModelForm[ApiKey]):
+    # Ticked boxes rather than a JSON list: a key's scopes are names from bindings.roles.SCOPES only.
+    scopes = forms.MultipleChoiceField(
+        choices=[(name, f"{name} — {scope.description}") for name, scope in SCOPES.items()],
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        label=_("scopes"),
+        help_text=_("What the key may do. None ticked: everything in its workspace."),
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ["workspace", "name", "scopes", "is_operator", "revoked_at"]
+
+
+    fields = ["workspace", "name", "prefix", "scopes", "is_operator", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             # Adding mints a key: what is stored besides (prefix, digest, times) is not the operator's to type.
-            return ["workspace", "name", "is_operator"]
+            return ["workspace", "name", "scopes", "is_operator"]
         return self.fields
+    @admin.display(description=_("scopes"))
+    def scopes_display(self, obj: ApiKey) -> str:
+        return ", ".join(obj.scopes) if obj.scopes else gettext("all of its workspace")
+
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
@@ -86,7 +156,10 @@ class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
             return
         # Minted by the service, which alone sees the plaintext: shown here once, never stored.
         key, plaintext = api_key_create(
-            workspace=obj.workspace, name=obj.name, is_operator=obj.is_operator and is_superuser(request)
+            workspace=obj.workspace,
+            name=obj.name,
+            is_operator=obj.is_operator and is_superuser(request),
+            scopes=list(obj.scopes or []),
         )
         obj.pk, obj.prefix, obj.created_at = key.pk, key.prefix, key.created_at
         messages.warning(

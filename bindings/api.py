@@ -162,6 +162,8 @@ def _bot_or_404(workspace: Workspace, bot_id: str) -> Bot:
 
 
 class BindingListApi(APIView):
+    required_scopes = {"GET": "bindings:read", "POST": "bindings:write"}
+
     @extend_schema(
         operation_id="bindings_list",
         parameters=[
@@ -194,6 +196,8 @@ class BindingListApi(APIView):
 
 
 class BindingDetailApi(APIView):
+    required_scopes = {"GET": "bindings:read", "PATCH": "bindings:write", "DELETE": "bindings:write"}
+
     @extend_schema(operation_id="bindings_retrieve", parameters=[WORKSPACE_PARAMETER], responses=BindingOut)
     def get(self, request: Request, binding_id: str) -> Response:
         return Response(binding_out(_binding_or_404(request_workspace(request), binding_id)))
@@ -220,6 +224,8 @@ class BindingDetailApi(APIView):
 
 
 class BotListApi(APIView):
+    required_scopes = {"GET": "bots:read", "POST": "bots:write"}
+
     @extend_schema(operation_id="bots_list", parameters=[WORKSPACE_PARAMETER], responses=BotListOut)
     def get(self, request: Request) -> Response:
         return Response({"items": [bot_out(b) for b in bot_list(workspace=request_workspace(request))]})
@@ -238,6 +244,8 @@ class BotListApi(APIView):
 
 
 class BotDetailApi(APIView):
+    required_scopes = {"GET": "bots:read", "PATCH": "bots:write", "DELETE": "bots:write"}
+
     @extend_schema(operation_id="bots_retrieve", parameters=[WORKSPACE_PARAMETER], responses=BotOut)
     def get(self, request: Request, bot_id: str) -> Response:
         return Response(bot_out(_bot_or_404(request_workspace(request), bot_id)))

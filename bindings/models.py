@@ -44,13 +44,21 @@ class Workspace(models.Model):
 
 
 class WorkspaceMembership(models.Model):
+    """A person's place in a workspace. What each role may do, and the scopes it stands for, are in
+    `bindings.roles`; the roles are ranked, each one may do what the roles below it may."""
+
     class Role(models.TextChoices):
-        OWNER = "owner"
-        MEMBER = "member"
+        # Ordered from least to most: bindings.roles.ROLE_ORDER ranks them in this order.
+        VIEWER = "viewer", _("viewer")
+        OPERATOR = "operator", _("operator")
+        DEVELOPER = "developer", _("developer")
+        ADMIN = "admin", _("admin")
+        OWNER = "owner", _("owner")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    # A row made without naming a role gets the least one; bindings.services.workspace_member_add names it.
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="uniq_workspace_member")]
@@ -74,6 +82,13 @@ class ApiKey(models.Model):
     # act beyond its workspace. Granted by superusers only (admin, `create_api_key --operator`).
     is_operator = models.BooleanField(
         default=False, help_text=_("May call host-wide operations such as refreshing the runner catalog.")
+    )
+    # The scope names (bindings.roles.SCOPES) the key may use, e.g. ["events:write", "runs:read"]. Empty: every
+    # scope of its workspace, as keys had before scopes existed.
+    scopes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_("What the key may do, e.g. events:write and runs:read. None chosen: everything in its workspace."),
     )
 
     class Meta:

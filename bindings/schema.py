@@ -75,3 +75,47 @@ class BindingsPydanticModelExtension(OpenApiSerializerExtension):
             )
             auto_schema.registry.register_on_missing(component)
         return dict(openapi30(schema))
+
+
+_SCOPE_NOTE = (
+    "\n\n**Scope:** `{scope}`. An API key narrowed to scopes needs this one; a session needs the role {role} "
+    'or above in the workspace (docs/security.md, "Workspace roles and API-key scopes").'
+)
+_ANY_MEMBER_NOTE = "\n\n**Scope:** none; any member of the workspace, or any key of it."
+_STREAM = ("/api/v1/runs/{run_id}/stream", "get", "runs:read")
+
+
+def scopes_document(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: each operation says the scope it uses (`x-required-scope`, the least
+    role as `x-least-role`, and a line of its description), from its view's `required_scopes`
+    (`bindings.roles`); the key's security scheme lists every scope."""
+    from bindings.roles import SCOPES, view_scope
+
+    def note(operation: dict[str, Any], declared: bool, scope: str | None) -> None:
+        if declared and scope is None:
+            operation["description"] = (operation.get("description") or "") + _ANY_MEMBER_NOTE
+            return
+        assert scope is not None
+        operation["x-required-scope"] = scope
+        operation["x-least-role"] = str(SCOPES[scope].role)
+        operation["description"] = (operation.get("description") or "") + _SCOPE_NOTE.format(
+            scope=scope, role=SCOPES[scope].role
+        )
+
+    paths = result.get("paths", {})
+    for path, _regex, method, callback in getattr(generator, "endpoints", None) or []:
+        operation = paths.get(path, {}).get(method.lower())
+        view = getattr(callback, "cls", None)
+        if operation is not None and view is not None:
+            note(operation, *view_scope(view, method.upper()))
+    stream_path, stream_method, stream_scope = _STREAM
+    if stream_method in paths.get(stream_path, {}):
+        note(paths[stream_path][stream_method], True, stream_scope)
+    scheme = result.get("components", {}).get("securitySchemes", {}).get(ApiKeyAuthenticationScheme.name)
+    if scheme is not None:
+        listed = ", ".join(f"`{name}` ({scope.role}+: {scope.description})" for name, scope in SCOPES.items())
+        scheme["description"] = (
+            f"{scheme.get('description', '')} A key made with scopes may use only those; one without, every "
+            f"scope of its workspace. Scopes: {listed}."
+        )
+    return result

@@ -35,8 +35,11 @@ def workspace_get_or_create(*, slug: str, name: str | None = None) -> Workspace:
 
 
 def workspace_member_add(
-    *, workspace: Workspace, user: AbstractBaseUser, role: str = WorkspaceMembership.Role.MEMBER
+    *, workspace: Workspace, user: AbstractBaseUser, role: str = WorkspaceMembership.Role.ADMIN
 ) -> WorkspaceMembership:
+    """Add or re-role a member, with no rule applied: for the host's own tools (seed, commands, tests).
+    The default is admin, the role members had before roles (every right their model permissions gave);
+    members added through the API go through `bindings.roles.member_add` and its rules."""
     membership, _ = WorkspaceMembership.objects.update_or_create(
         workspace=workspace, user=user, defaults={"role": role}
     )
@@ -44,9 +47,12 @@ def workspace_member_add(
 
 
 @transaction.atomic
-def api_key_create(*, workspace: Workspace, name: str = "", is_operator: bool = False) -> tuple[ApiKey, str]:
+def api_key_create(
+    *, workspace: Workspace, name: str = "", is_operator: bool = False, scopes: list[str] | None = None
+) -> tuple[ApiKey, str]:
     """Create a key and return it with its plaintext, which is never stored and cannot be shown again.
-    `is_operator` gives it the operator scope (host-wide operations, docs/architecture.md, "The REST API")."""
+    `is_operator` gives it the operator scope (host-wide operations, docs/architecture.md, "The REST API");
+    `scopes` narrows it to those scopes of its workspace (bindings.roles.SCOPES; none: all of them)."""
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
     api_key = ApiKey.objects.create(
@@ -55,6 +61,7 @@ def api_key_create(*, workspace: Workspace, name: str = "", is_operator: bool = 
         prefix=prefix,
         secret_sha256=api_key_secret_digest(secret),
         is_operator=is_operator,
+        scopes=list(scopes or []),
     )
     return api_key, f"{API_KEY_PREFIX}_{prefix}_{secret}"
 

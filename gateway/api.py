@@ -178,6 +178,8 @@ def _wait_seconds(request: Request) -> float:
 
 
 class EventIngestApi(APIView):
+    required_scopes = {"POST": "events:write"}
+
     parser_classes = [EventJSONParser]
 
     @extend_schema(
@@ -246,6 +248,8 @@ class EventIngestApi(APIView):
 
 
 class EventDetailApi(APIView):
+    required_scopes = {"GET": "events:read"}
+
     @extend_schema(operation_id="events_retrieve", parameters=[WORKSPACE_PARAMETER], responses=EventOut)
     def get(self, request: Request, event_id: str) -> Response:
         event = event_get(workspace=request_workspace(request), event_id=event_id)

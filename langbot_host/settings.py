@@ -372,7 +372,8 @@ REST_FRAMEWORK = {
         "bindings.authentication.ApiKeyAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # Then the caller's role (a session) or scopes (an API key) against the scope each view names (bindings.roles).
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated", "bindings.roles.ScopePermission"],
     "DEFAULT_THROTTLE_CLASSES": ["bindings.throttling.ApiKeyRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "foundation.api_schema.ApiAutoSchema",
     # The API takes JSON (docs/architecture.md, "The REST API"); the artifact upload names its own multipart parser.
@@ -399,6 +400,8 @@ SPECTACULAR_SETTINGS = {
     ],
     # Several resources have a `status` field with its own set of values; name each set after its owner.
     "ENUM_NAME_OVERRIDES": {
+        # Each operation's scope and least role (bindings.roles), after the stream's operation exists.
+        "bindings.schema.scopes_document",
         "RunStatusEnum": ["queued", "running", "completed", "failed", "cancelled", "timeout"],
         "EventStatusEnum": ["accepted", "no_binding", "conflict"],
         "RunnerStatusEnum": "bindings.models.RunnerDescriptor.Status",

@@ -149,6 +149,8 @@ def _model_or_404(workspace: Workspace, model_id: str) -> Model:
 
 
 class ModelProviderListApi(APIView):
+    required_scopes = {"GET": "resources:read", "POST": "resources:write"}
+
     @extend_schema(
         operation_id="model_providers_list", parameters=[WORKSPACE_PARAMETER], responses=ModelProviderListOut
     )
@@ -170,6 +172,8 @@ class ModelProviderListApi(APIView):
 
 
 class ModelProviderDetailApi(APIView):
+    required_scopes = {"GET": "resources:read", "PATCH": "resources:write", "DELETE": "resources:write"}
+
     @extend_schema(
         operation_id="model_providers_retrieve", parameters=[WORKSPACE_PARAMETER], responses=ModelProviderOut
     )
@@ -206,6 +210,8 @@ class ModelProviderDetailApi(APIView):
 
 
 class ModelListApi(APIView):
+    required_scopes = {"GET": "resources:read", "POST": "resources:write"}
+
     @extend_schema(
         operation_id="models_list",
         parameters=[
@@ -237,6 +243,8 @@ class ModelListApi(APIView):
 
 
 class ModelDetailApi(APIView):
+    required_scopes = {"GET": "resources:read", "PATCH": "resources:write", "DELETE": "resources:write"}
+
     @extend_schema(operation_id="models_retrieve", parameters=[WORKSPACE_PARAMETER], responses=ModelOut)
     def get(self, request: Request, model_id: str) -> Response:
         return Response(model_out(_model_or_404(request_workspace(request), model_id)))

@@ -96,6 +96,8 @@ def _budget_or_404(workspace: Workspace, budget_id: str) -> Budget:
 
 
 class BudgetListApi(APIView):
+    required_scopes = {"GET": "budgets:read", "POST": "budgets:write"}
+
     @extend_schema(
         operation_id="budgets_list",
         parameters=[WORKSPACE_PARAMETER],
@@ -121,6 +123,8 @@ class BudgetListApi(APIView):
 
 
 class BudgetDetailApi(APIView):
+    required_scopes = {"GET": "budgets:read", "PATCH": "budgets:write", "DELETE": "budgets:write"}
+
     @extend_schema(operation_id="budgets_retrieve", parameters=[WORKSPACE_PARAMETER], responses=BudgetOut)
     def get(self, request: Request, budget_id: str) -> Response:
         return Response(budget_out(_budget_or_404(request_workspace(request), budget_id)))
@@ -157,6 +161,8 @@ def _query_day(request: Request, name: str, default: date) -> date:
 
 
 class CostListApi(APIView):
+    required_scopes = {"GET": "budgets:read"}
+
     @extend_schema(
         operation_id="costs_list",
         parameters=[

@@ -69,6 +69,8 @@ def transcript_item_out(item: TranscriptItem) -> dict[str, Any]:
 
 
 class ConversationTranscriptApi(APIView):
+    required_scopes = {"GET": "conversations:read"}
+
     @extend_schema(
         operation_id="conversations_transcript",
         parameters=[

@@ -82,6 +82,8 @@ def _principal(request: Request) -> tuple[str, str]:
 
 
 class WsTicketApi(APIView):
+    required_scopes = {"POST": "events:write"}
+
     @extend_schema(
         operation_id="ws_tickets_create", parameters=[WORKSPACE_PARAMETER], request=None, responses={201: WsTicketOut}
     )

@@ -83,6 +83,8 @@ def _schedule_or_404(workspace: Workspace, schedule_id: str) -> Schedule:
 
 
 class ScheduleListApi(APIView):
+    required_scopes = {"GET": "schedules:read", "POST": "schedules:write"}
+
     @extend_schema(operation_id="schedules_list", parameters=[WORKSPACE_PARAMETER], responses=ScheduleListOut)
     def get(self, request: Request) -> Response:
         schedules = schedule_list(workspace=request_workspace(request))
@@ -102,6 +104,8 @@ class ScheduleListApi(APIView):
 
 
 class ScheduleDetailApi(APIView):
+    required_scopes = {"GET": "schedules:read", "PATCH": "schedules:write", "DELETE": "schedules:write"}
+
     @extend_schema(operation_id="schedules_retrieve", parameters=[WORKSPACE_PARAMETER], responses=ScheduleOut)
     def get(self, request: Request, schedule_id: str) -> Response:
         return Response(schedule_out(_schedule_or_404(request_workspace(request), schedule_id)))

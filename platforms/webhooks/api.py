@@ -143,6 +143,8 @@ def _endpoint_or_404(workspace: Workspace, webhook_id: str) -> WebhookEndpoint:
 
 
 class WebhookListApi(APIView):
+    required_scopes = {"GET": "webhooks:read", "POST": "webhooks:write"}
+
     @extend_schema(operation_id="webhooks_list", parameters=[WORKSPACE_PARAMETER], responses=WebhookEndpointListOut)
     def get(self, request: Request) -> Response:
         endpoints = webhook_endpoint_list(workspace=request_workspace(request))
@@ -162,6 +164,8 @@ class WebhookListApi(APIView):
 
 
 class WebhookDetailApi(APIView):
+    required_scopes = {"GET": "webhooks:read", "PATCH": "webhooks:write", "DELETE": "webhooks:write"}
+
     @extend_schema(operation_id="webhooks_retrieve", parameters=[WORKSPACE_PARAMETER], responses=WebhookEndpointOut)
     def get(self, request: Request, webhook_id: str) -> Response:
         return Response(endpoint_out(_endpoint_or_404(request_workspace(request), webhook_id)))
@@ -184,6 +188,8 @@ class WebhookDetailApi(APIView):
 
 
 class WebhookSecretRotateApi(APIView):
+    required_scopes = {"POST": "webhooks:write"}
+
     @extend_schema(
         operation_id="webhooks_rotate_secret",
         parameters=[WORKSPACE_PARAMETER],
@@ -203,6 +209,8 @@ class WebhookSecretRotateApi(APIView):
 
 
 class WebhookDeliveryListApi(APIView):
+    required_scopes = {"GET": "webhooks:read"}
+
     @extend_schema(
         operation_id="webhooks_deliveries_list",
         parameters=[
@@ -225,6 +233,8 @@ class WebhookDeliveryListApi(APIView):
 
 
 class WebhookRedeliverApi(APIView):
+    required_scopes = {"POST": "webhooks:write"}
+
     @extend_schema(
         operation_id="webhooks_deliveries_redeliver",
         parameters=[WORKSPACE_PARAMETER],

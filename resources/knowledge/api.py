@@ -186,6 +186,8 @@ def _too_large(exc: DocumentTooLargeError) -> ApiError:
 
 
 class KnowledgeBaseListApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "POST": "knowledge:write"}
+
     @extend_schema(
         operation_id="knowledge_bases_list", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeBaseListOut
     )
@@ -207,6 +209,8 @@ class KnowledgeBaseListApi(APIView):
 
 
 class KnowledgeBaseDetailApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "PATCH": "knowledge:write", "DELETE": "knowledge:write"}
+
     @extend_schema(
         operation_id="knowledge_bases_retrieve", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeBaseOut
     )
@@ -233,6 +237,8 @@ class KnowledgeBaseDetailApi(APIView):
 
 
 class KnowledgeDocumentListApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "POST": "knowledge:write"}
+
     parser_classes = [MultiPartParser]
 
     @extend_schema(
@@ -326,6 +332,8 @@ class KnowledgeDocumentListApi(APIView):
 
 
 class KnowledgeDocumentDetailApi(APIView):
+    required_scopes = {"GET": "knowledge:read", "DELETE": "knowledge:write"}
+
     @extend_schema(
         operation_id="knowledge_documents_retrieve", parameters=[WORKSPACE_PARAMETER], responses=KnowledgeDocumentOut
     )

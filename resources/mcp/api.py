@@ -185,6 +185,8 @@ def _address_refused(exc: MCPServerAddressRefusedError) -> ApiError:
 
 
 class MCPServerListApi(APIView):
+    required_scopes = {"GET": "resources:read", "POST": "resources:write"}
+
     @extend_schema(operation_id="mcp_servers_list", parameters=[WORKSPACE_PARAMETER], responses=MCPServerListOut)
     def get(self, request: Request) -> Response:
         servers = mcp_server_list(workspace=request_workspace(request))
@@ -209,6 +211,8 @@ class MCPServerListApi(APIView):
 
 
 class MCPServerDetailApi(APIView):
+    required_scopes = {"GET": "resources:read", "PATCH": "resources:write", "DELETE": "resources:write"}
+
     @extend_schema(operation_id="mcp_servers_retrieve", parameters=[WORKSPACE_PARAMETER], responses=MCPServerOut)
     def get(self, request: Request, server_id: str) -> Response:
         return Response(mcp_server_out(_server_or_404(request_workspace(request), server_id)))
@@ -238,6 +242,8 @@ class MCPServerDetailApi(APIView):
 
 
 class MCPServerRefreshApi(APIView):
+    required_scopes = {"POST": "resources:write"}
+
     @extend_schema(
         operation_id="mcp_servers_refresh",
         parameters=[WORKSPACE_PARAMETER],
@@ -272,6 +278,8 @@ class MCPServerRefreshApi(APIView):
 
 
 class ToolListApi(APIView):
+    required_scopes = {"GET": "resources:read"}
+
     @extend_schema(operation_id="tools_list", parameters=[WORKSPACE_PARAMETER], responses=ToolListOut)
     def get(self, request: Request) -> Response:
         tools = mcp_tool_list(workspace=request_workspace(request))

@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from bindings.admin_scope import WorkspaceRoleAdmin
 from bindings.models import Workspace
 from runners.actions.platform_actions import platform_action_approve, platform_action_reject, platform_actions_expire
 from runners.models import PlatformActionRequest, ProxyCallAudit
@@ -53,7 +54,7 @@ class RunnerIdFilter(_TextFilter):
 
 
 @admin.register(ProxyCallAudit)
-class ProxyCallAuditAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[ProxyCallAudit]):
+class ProxyCallAuditAdmin(ReadOnlyAdminMixin, WorkspaceRoleAdmin[ProxyCallAudit]):
     list_display = ["created_at", "action", "outcome", "resource", "run_id", "runner_id", "scope", "duration_ms"]
     list_filter = ["outcome", "action", RunnerIdFilter, RunIdFilter]
     search_fields = ["run_id", "resource", "scope"]

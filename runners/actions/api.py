@@ -132,6 +132,8 @@ _DECISION_RESPONSES = {
 
 
 class ActionListApi(APIView):
+    required_scopes = {"GET": "actions:read"}
+
     @extend_schema(
         operation_id="actions_list",
         parameters=[
@@ -168,12 +170,16 @@ class ActionListApi(APIView):
 
 
 class ActionDetailApi(APIView):
+    required_scopes = {"GET": "actions:read"}
+
     @extend_schema(operation_id="actions_retrieve", parameters=[WORKSPACE_PARAMETER], responses=ActionOut)
     def get(self, request: Request, action_id: str) -> Response:
         return Response(action_out(_action_or_404(request, action_id)))
 
 
 class ActionApproveApi(APIView):
+    required_scopes = {"POST": "actions:write"}
+
     @extend_schema(
         operation_id="actions_approve",
         parameters=[WORKSPACE_PARAMETER],
@@ -188,6 +194,8 @@ class ActionApproveApi(APIView):
 
 
 class ActionRejectApi(APIView):
+    required_scopes = {"POST": "actions:write"}
+
     @extend_schema(
         operation_id="actions_reject",
         parameters=[WORKSPACE_PARAMETER],

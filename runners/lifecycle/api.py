@@ -69,6 +69,8 @@ class RunnerListQuerySerializer(serializers.Serializer[Any]):
 
 
 class RunnerListApi(APIView):
+    required_scopes = {"GET": "runners:read"}
+
     @extend_schema(
         parameters=[RunnerListQuerySerializer],
         responses=inline_serializer("RunnerList", {"items": RunnerOutputSerializer(many=True)}),
@@ -83,6 +85,9 @@ class RunnerListApi(APIView):
 
 
 class RunnerRefreshApi(APIView):
+    required_scopes = {"POST": "runners:write"}
+    host_wide = True  # the view's own operator check decides for sessions
+
     @extend_schema(
         request=None,
         responses=inline_serializer(
@@ -253,6 +258,8 @@ def _run_or_404(request: Request, run_id: str) -> Run:
 
 
 class RunListApi(APIView):
+    required_scopes = {"GET": "runs:read"}
+
     @extend_schema(
         operation_id="runs_list",
         parameters=[
@@ -285,6 +292,8 @@ class RunListApi(APIView):
 
 
 class RunDetailApi(APIView):
+    required_scopes = {"GET": "runs:read"}
+
     @extend_schema(operation_id="runs_retrieve", parameters=[WORKSPACE_PARAMETER], responses=RunDetailOut)
     def get(self, request: Request, run_id: str) -> Response:
         run = _run_or_404(request, run_id)
@@ -296,6 +305,8 @@ class RunDetailApi(APIView):
 
 
 class RunEventListApi(APIView):
+    required_scopes = {"GET": "runs:read"}
+
     @extend_schema(
         operation_id="runs_events_list",
         parameters=[
@@ -319,6 +330,8 @@ class RunEventListApi(APIView):
 
 
 class RunCancelApi(APIView):
+    required_scopes = {"POST": "runs:write"}
+
     @extend_schema(
         operation_id="runs_cancel",
         parameters=[WORKSPACE_PARAMETER],

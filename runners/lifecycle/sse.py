@@ -69,6 +69,11 @@ def _workspace_of(authorization: str, user: Any, requested_slug: str | None) -> 
         api_key = api_key_by_plaintext(key=key.strip())
         if api_key is None:
             raise _RefusedError(401, "unauthenticated", "Invalid or revoked API key.")
+        # The scope of reading a run (bindings.roles); every role has it, so a session needs only membership.
+        if api_key.scopes and "runs:read" not in api_key.scopes:
+            raise _RefusedError(
+                403, "forbidden", "This API key does not have the scope `runs:read`.", {"required_scope": "runs:read"}
+            )
         return api_key.workspace
     if user is None or not user.is_authenticated:
         raise _RefusedError(401, "unauthenticated", "Authentication credentials were not provided.")

@@ -117,6 +117,8 @@ def theirs(db: Any) -> Theirs:
     )  # fmt: skip
     key, _ = api_key_create(workspace=workspace, name=_m("key"))
     dev_token, _ = dev_token_create(workspace=workspace, name=_m("devtoken"))
+    member = UserFactory.create(username=_m("member"))
+    membership = workspace_member_add(workspace=workspace, user=member, role="owner")
     dev_session = DevelopmentSession.objects.create(
         session_id=_m("session"), workspace=workspace, token=dev_token, peer=_m("peer"), runner_ids=[_m("runner")]
     )
@@ -134,10 +136,10 @@ def theirs(db: Any) -> Theirs:
         "run_id": str(run.run_id), "conversation_id": conversation, "artifact_id": str(artifact.artifact_id),
         "schedule_id": schedule.schedule_id, "webhook_id": str(endpoint.webhook_id),
         "delivery_id": str(delivery.delivery_id), "tool_name": tool.tool_name, "action_id": str(action.pk),
-        "budget_id": str(budget.budget_id),
+        "budget_id": str(budget.budget_id), "username": member.username,
     }  # fmt: skip
     rows: list[models.Model] = [
-        workspace, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
+        workspace, membership, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
         storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
         budget, spend,
     ]  # fmt: skip
@@ -175,7 +177,8 @@ class Mine:
 def mine(db: Any) -> Mine:
     workspace = WorkspaceFactory.create(slug="mine", name="mine")
     staff = UserFactory.create(username="mine-staff", is_staff=True)
-    workspace_member_add(workspace=workspace, user=staff)
+    # The workspace's only owner: every role's right in it, and the membership routes' last-owner rule.
+    workspace_member_add(workspace=workspace, user=staff, role="owner")
     return Mine(workspace=workspace, staff=staff)
 
 

@@ -92,6 +92,11 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "api/v1/bindings/<slug:binding_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
     "api/v1/bots": {"GET": (OWN, None), "POST": (OWN, None)},  # a bot names nothing of another workspace
     "api/v1/bots/<slug:bot_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    # Members: their member is no member of mine; adding a host account names nothing of another workspace.
+    "api/v1/members": {"GET": (OWN, None), "POST": ({400}, None)},
+    "api/v1/members/<str:username>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
+    # The caller's own membership: a key is none (403); the staff member is mine's last owner (409).
+    "api/v1/membership": {"GET": (OWN, None), "DELETE": ({403, 409}, None)},
     # Conversation ids are per workspace: theirs is an empty conversation of mine.
     "api/v1/conversations/<path:conversation_id>/transcript": {"GET": (OWN | GONE, None)},
     "api/v1/artifacts": {"POST": ({400, 415}, None)},  # an upload names nothing of another workspace
