@@ -7,6 +7,7 @@ author's directory outside the repository; the edited runner answers in the debu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -50,6 +51,8 @@ class Terminal:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            # Ctrl-C as in a terminal, even when the suite was started in the background with SIGINT ignored.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         self.lines: list[str] = []
         self._changed = threading.Condition()
@@ -80,10 +83,16 @@ class Terminal:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
-                self.process.wait(10)
+                self.process.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(5)
+        # The CLI starts its runtime in a session of its own (langbot_sdk/dev.py), which the kill above does
+        # not reach: a CLI killed mid-stop would leave it running after the test.
+        for line in self.lines:
+            if found := re.search(r"local runtime \(pid (\d+)\)", line):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(found.group(1)), signal.SIGKILL)
 
 
 @pytest.fixture

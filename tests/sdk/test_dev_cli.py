@@ -398,6 +398,12 @@ async def test_a_refused_token_ends_the_command_with_the_reason(tmp_path: Path, 
     assert host.connections == 0
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    # A suite started in the background by a non-interactive shell inherits SIGINT ignored, and so would the
+    # CLI (Python keeps an ignored SIGINT ignored); in a terminal it is the default, which this test is about.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_ctrl_c_stops_the_local_runtime(fake_host: FakeDevHost, tmp_path: Path) -> None:
     env = {**runtime_env(), "LANGBOT_DEV_TOKEN": GOOD_TOKEN}
     process = await asyncio.create_subprocess_exec(
@@ -406,6 +412,7 @@ async def test_ctrl_c_stops_the_local_runtime(fake_host: FakeDevHost, tmp_path: 
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     assert process.stdout is not None
     seen: list[str] = []
@@ -428,6 +435,11 @@ async def test_ctrl_c_stops_the_local_runtime(fake_host: FakeDevHost, tmp_path: 
         if process.returncode is None:
             process.kill()
             await process.wait()
+            # Its runtime has a session of its own, which the kill does not reach.
+            for line in seen:
+                if found := re.search(r"local runtime \(pid (\d+)\)", line):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(found.group(1)), signal.SIGKILL)
 
     assert process.returncode == 0, err.decode()
     assert "Traceback" not in err.decode()
