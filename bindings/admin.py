@@ -32,15 +32,10 @@ from bindings.forms import (
     policy_field_names,
 )
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
+from bindings.roles import SCOPES, member_change_refusal, request_role_in
 from bindings.selectors import workspaces_of_member
 from bindings.services import api_key_create, binding_save
 
-
-class WorkspaceMembershipInline(admin.TabularInline[WorkspaceMembership, Workspace]):
-from bindings.roles import SCOPES, member_change_refusal, request_role_in
-    model = WorkspaceMembership
-    extra = 0
-    autocomplete_fields = ["user"]
 
 class WorkspaceMembershipFormSet(
     forms.BaseInlineFormSet[WorkspaceMembership, Workspace, forms.ModelForm[WorkspaceMembership]]
@@ -73,17 +68,22 @@ class WorkspaceMembershipFormSet(
             raise forms.ValidationError(gettext("The workspace's last owner stays: make another member owner first."))
 
 
-
-@admin.register(Workspace)
+class WorkspaceMembershipInline(admin.TabularInline[WorkspaceMembership, Workspace]):
+    model = WorkspaceMembership
     formset = WorkspaceMembershipFormSet
-class WorkspaceAdmin(WorkspaceRoleAdmin[Workspace]):
-    list_display = ["slug", "name", "allow_private_addresses", "created_at"]
-    list_filter = ["allow_private_addresses"]
+    extra = 0
+    autocomplete_fields = ["user"]
+
     def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
         formset = super().get_formset(request, obj, **kwargs)
         formset.request = request  # type: ignore[attr-defined]
         return formset
 
+
+@admin.register(Workspace)
+class WorkspaceAdmin(WorkspaceRoleAdmin[Workspace]):
+    list_display = ["slug", "name", "allow_private_addresses", "created_at"]
+    list_filter = ["allow_private_addresses"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [WorkspaceMembershipInline]
@@ -94,14 +94,14 @@ class WorkspaceAdmin(WorkspaceRoleAdmin[Workspace]):
         readonly = list(super().get_readonly_fields(request, obj))
         return readonly if is_superuser(request) else [*readonly, "allow_private_addresses"]
 
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        # A new tenant is the host's to make: its first owner is added with it, by a superuser.
+        return is_superuser(request) and super().has_add_permission(request, *args)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Workspace]:
         # Other staff see (and so may mint keys for) only the workspaces they belong to.
         queryset = super().get_queryset(request)
         return queryset if is_superuser(request) else queryset.filter(pk__in=member_workspaces(request))
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        # A new tenant is the host's to make: its first owner is added with it, by a superuser.
-        return is_superuser(request) and super().has_add_permission(request, *args)
 
     @admin.action(description=_("Create an API key (shown once)"))
     def create_api_key(self, request: HttpRequest, queryset: QuerySet[Workspace]) -> None:
@@ -114,14 +114,6 @@ class WorkspaceAdmin(WorkspaceRoleAdmin[Workspace]):
             )
 
 
-@admin.register(ApiKey)
-class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
-    form = ApiKeyAdminForm
-    list_display = [
-        "prefix", "workspace", "name", "scopes_display", "is_operator", "created_at", "last_used_at", "revoked_at"
-    ]  # fmt: skip
-    list_filter = ["is_operator", "workspace"]
-    readonly_fields = ["prefix", "created_at", "last_used_at"]
 class ApiKeyAdminForm(forms.ModelForm[ApiKey]):
     # Ticked boxes rather than a JSON list: a key's scopes are names from bindings.roles.SCOPES only.
     scopes = forms.MultipleChoiceField(
@@ -137,18 +129,26 @@ class ApiKeyAdminForm(forms.ModelForm[ApiKey]):
         fields = ["workspace", "name", "scopes", "is_operator", "revoked_at"]
 
 
+@admin.register(ApiKey)
+class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
+    form = ApiKeyAdminForm
+    list_display = [
+        "prefix", "workspace", "name", "scopes_display", "is_operator", "created_at", "last_used_at", "revoked_at"
+    ]  # fmt: skip
+    list_filter = ["is_operator", "workspace"]
+    readonly_fields = ["prefix", "created_at", "last_used_at"]
     fields = ["workspace", "name", "prefix", "scopes", "is_operator", "created_at", "last_used_at", "revoked_at"]
     actions = ["revoke"]
+
+    @admin.display(description=_("scopes"))
+    def scopes_display(self, obj: ApiKey) -> str:
+        return ", ".join(obj.scopes) if obj.scopes else gettext("all of its workspace")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is None:
             # Adding mints a key: what is stored besides (prefix, digest, times) is not the operator's to type.
             return ["workspace", "name", "scopes", "is_operator"]
         return self.fields
-    @admin.display(description=_("scopes"))
-    def scopes_display(self, obj: ApiKey) -> str:
-        return ", ".join(obj.scopes) if obj.scopes else gettext("all of its workspace")
-
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:

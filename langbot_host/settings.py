@@ -397,11 +397,11 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         # The SSE endpoint is a plain Django view the generator cannot see.
         "foundation.api_schema.run_stream_document",
+        # Each operation's scope and least role (bindings.roles), after the stream's operation exists.
+        "bindings.schema.scopes_document",
     ],
     # Several resources have a `status` field with its own set of values; name each set after its owner.
     "ENUM_NAME_OVERRIDES": {
-        # Each operation's scope and least role (bindings.roles), after the stream's operation exists.
-        "bindings.schema.scopes_document",
         "RunStatusEnum": ["queued", "running", "completed", "failed", "cancelled", "timeout"],
         "EventStatusEnum": ["accepted", "no_binding", "conflict"],
         "RunnerStatusEnum": "bindings.models.RunnerDescriptor.Status",
