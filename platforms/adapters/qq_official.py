@@ -353,6 +353,10 @@ class QQOfficialAdapter(PlatformAdapter):
         sent = await self.openapi("send message", "POST", path, payload)
         return SentMessage(chat_id=target.chat_id, message_id=str(sent.get("id") or ""))
 
+    async def identity(self) -> str:
+        await self.access_token()
+        return f"QQ gave an access token to AppID {self._secret('app_id')} (getAppAccessToken)"
+
     async def webhook_register(self, url: str) -> str:
         await self.access_token()  # checks app_id and app_secret
         return (
