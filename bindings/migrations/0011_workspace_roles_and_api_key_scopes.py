@@ -29,7 +29,7 @@ def roles_backward(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("bindings", "0009_bot_platform_wechat_oa_line"),
+        ("bindings", "0010_bot_platform_qq_official_mattermost"),
     ]
 
     operations = [
