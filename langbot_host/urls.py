@@ -11,6 +11,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
 from langbot_host.metrics_view import metrics
+from runners.conversations_admin import conversation_detail_view, conversation_list_view
 from runners.usage_report import usage_report_view
 from webchat.chat import chat_urlpatterns, home_page
 
@@ -32,6 +33,12 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     # Before the admin site's own catch-all: a page of the admin that belongs to no model.
     path("admin/usage/", admin.site.admin_view(usage_report_view), name="admin-usage"),
+    path("admin/conversations/", admin.site.admin_view(conversation_list_view), name="admin-conversations"),
+    path(
+        "admin/conversations/<int:workspace_id>/<path:conversation_id>",
+        admin.site.admin_view(conversation_detail_view),
+        name="admin-conversation",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

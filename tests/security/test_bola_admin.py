@@ -59,6 +59,8 @@ EXTRA_PAGES: dict[str, set[int]] = {
     "admin:autocomplete": {200, 403},  # tried per foreign key below
     "admin:view_on_site": {404},  # none of the models has a public URL
     "admin-usage": {200},  # scoped to the member's workspaces
+    "admin-conversations": {200},  # scoped to the member's workspaces
+    "admin-conversation": {404},  # tried with their conversation
     "admin:bindings_runnerdescriptor_refresh": {405},  # POST only; host-wide, the same for every operator
     "admin:logout": {200, 302},
 }
@@ -148,6 +150,9 @@ def test_a_staff_member_reaches_nothing_of_another_workspace_in_admin(theirs: Th
 def _reverse_extra(name: str, theirs: Theirs) -> str:
     if name == "admin:app_list":
         return reverse(name, kwargs={"app_label": "bindings"})
+    if name == "admin-conversation":
+        item = theirs.objects["transcripts.TranscriptItem"]
+        return reverse(name, kwargs={"workspace_id": item.workspace_id, "conversation_id": item.conversation_id})
     if name == "admin:view_on_site":
         bot = theirs.objects["bindings.Bot"]
         return reverse(name, args=[ContentType.objects.get_for_model(bot).pk, bot.pk])
