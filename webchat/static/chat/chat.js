@@ -251,6 +251,7 @@
         h("pre", { text: pretty({ target: data.target, payload: data.payload }) })));
     } else if (type === "run.completed") {
       view.el.classList.remove("streaming");
+      showCitations(view, data.metadata && data.metadata.citations);
       setRunState(runId, "completed");
     } else if (type === "run.failed") {
       view.el.classList.remove("streaming");
@@ -258,6 +259,21 @@
       setRunState(runId, data.code === "cancelled" ? "cancelled" : "failed");
     }
     renderActivity(view);
+  }
+
+  // The sources a reply drew on (`run.completed.metadata.citations`), under it: each runner names them its own
+  // way (the local agent and Dify `document_name`, DashScope `doc_name` or `title`), with a score and an excerpt.
+  function showCitations(view, citations) {
+    if (!Array.isArray(citations) || !citations.length || view.el.querySelector(".citations")) return;
+    const items = citations.filter((c) => c && typeof c === "object").map((c) => {
+      const title = c.document_name || c.doc_name || c.title || c.dataset_name || c.document_id || c.kb_id || "?";
+      const score = typeof (c.rerank_score ?? c.score) === "number" ? ` (${(c.rerank_score ?? c.score).toFixed(2)})` : "";
+      const excerpt = c.excerpt || c.content || "";
+      return h("li", { title: excerpt }, h("span", { class: "citation-title", text: title + score }),
+        excerpt ? h("div", { class: "muted tiny citation-excerpt", text: excerpt.length > 160 ? excerpt.slice(0, 159) + "…" : excerpt }) : null);
+    });
+    const box = h("details", { class: "citations" }, h("summary", { text: fmt(_("Sources (%(count)s)"), { count: items.length }) }), h("ol", {}, ...items));
+    view.el.insertBefore(box, view.el.querySelector(".meta"));
   }
 
   function showRunError(view, error) {
