@@ -4,7 +4,6 @@
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path
-from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -57,6 +56,3 @@ urlpatterns = [
 # JSON error bodies under /api/ for what no API view handled (docs/architecture.md, "The REST API").
 handler404 = "foundation.api_errors.page_not_found"
 handler500 = "foundation.api_errors.server_error"
-
-admin.site.site_header = "LangBot Host"
-admin.site.site_title = _("LangBot Host admin")

@@ -11,6 +11,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import AgentBinding, Workspace
 from foundation.crypto import EncryptedJSONField
@@ -92,6 +93,8 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name = _("webhook delivery")
+        verbose_name_plural = _("webhook deliveries")
         indexes = [
             models.Index(fields=["endpoint", "id"], name="webhook_delivery_log_idx"),
             models.Index(fields=["run_id"], name="webhook_delivery_run_idx"),

@@ -41,11 +41,6 @@ HOST_WIDE = {
     "auth.Group": "permission groups of the whole host",
     "bindings.RunnerDescriptor": "the runner catalog the plugin runtime offers every workspace",
     "artifacts.WorkspaceArtifactSettings": "a workspace's upload cap; superusers only, so members cannot raise it",
-    "django_celery_beat.PeriodicTask": "beat's own schedule rows; a holder of these permissions runs the host",
-    "django_celery_beat.ClockedSchedule": "beat's own schedule rows",
-    "django_celery_beat.CrontabSchedule": "beat's own schedule rows",
-    "django_celery_beat.SolarSchedule": "beat's own schedule rows",
-    "django_celery_beat.IntervalSchedule": "beat's own schedule rows",
 }
 """Admins of host-wide data: only those given its permissions (host operators) use them."""
 
