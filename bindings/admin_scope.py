@@ -107,6 +107,15 @@ class ScopedListFilters(WorkspaceRoleAdmin[_M]):
             return filters
         return [self._related_only(f) for f in filters]
 
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        """A person who may pick one workspace only finds it picked on an add form."""
+        formfield = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        if db_field.name == "workspace" and formfield is not None and formfield.initial is None:
+            only = list(formfield.queryset.values_list("pk", flat=True)[:2])
+            if len(only) == 1:
+                formfield.initial = only[0]
+        return formfield
+
     def _related_only(self, list_filter: Any) -> Any:
         if not isinstance(list_filter, str) or "__" in list_filter:
             return list_filter

@@ -30,7 +30,8 @@ PORT = env.int("PORT", default=8000)
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # Django's admin with the console's site as `admin.site` (langbot_host/admin_site: menu and dashboard).
+    "langbot_host.admin_site.apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -42,7 +43,6 @@ INSTALLED_APPS = [
     "channels",
     "bindings",
     "runners",
-    "runners.takeover",
     "runtimes",
     "transcripts",
     "artifacts",
@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "hostapi",
     "webchat",
     "django_celery_beat",
+    "langbot_host.admin_site",
 ]
 
 MIDDLEWARE = [

@@ -4,13 +4,13 @@
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path
-from django.utils.translation import gettext_lazy as _
 from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from langbot_host.health import healthz
 from langbot_host.metrics_view import metrics
+from runners.conversations_admin import conversation_detail_view, conversation_list_view
 from runners.usage_report import usage_report_view
 from webchat.chat import chat_urlpatterns, home_page
 
@@ -32,6 +32,12 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     # Before the admin site's own catch-all: a page of the admin that belongs to no model.
     path("admin/usage/", admin.site.admin_view(usage_report_view), name="admin-usage"),
+    path("admin/conversations/", admin.site.admin_view(conversation_list_view), name="admin-conversations"),
+    path(
+        "admin/conversations/<int:workspace_id>/<path:conversation_id>",
+        admin.site.admin_view(conversation_detail_view),
+        name="admin-conversation",
+    ),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
@@ -50,6 +56,3 @@ urlpatterns = [
 # JSON error bodies under /api/ for what no API view handled (docs/architecture.md, "The REST API").
 handler404 = "foundation.api_errors.page_not_found"
 handler500 = "foundation.api_errors.server_error"
-
-admin.site.site_header = "LangBot Host"
-admin.site.site_title = _("LangBot Host admin")

@@ -38,6 +38,8 @@ class PlatformDelivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name = _("platform delivery")
+        verbose_name_plural = _("platform deliveries")
         indexes = [models.Index(fields=["run"], name="platform_delivery_run")]
 
     def __str__(self) -> str:

@@ -127,6 +127,8 @@ class MCPServer(models.Model):
 
     class Meta:
         ordering = ["workspace", "server_id"]
+        verbose_name = _("MCP server")
+        verbose_name_plural = _("MCP servers")
         constraints = [models.UniqueConstraint(fields=["workspace", "server_id"], name="uniq_mcp_server_per_workspace")]
 
     def __str__(self) -> str:
@@ -147,6 +149,8 @@ class MCPTool(models.Model):
 
     class Meta:
         ordering = ["workspace", "tool_name"]
+        verbose_name = _("MCP tool")
+        verbose_name_plural = _("MCP tools")
         constraints = [models.UniqueConstraint(fields=["workspace", "tool_name"], name="uniq_tool_name_per_workspace")]
 
     def __str__(self) -> str:

@@ -18,7 +18,8 @@ Environment (see `.env.example`; a `.env` file in the repository root is read to
 the real environment): PORT (web, default 8000; the runtime listens on PORT+1), HOST (web bind address,
 default 127.0.0.1), REDIS_URL, LANGBOT_PLUGIN_DIRS, LANGBOT_RUNTIME_TOKEN (generated when unset),
 LANGBOT_DEMO_PASSWORD, LANGBOT_STOP_GRACE (seconds, default 15), LANGBOT_START_TIMEOUT (seconds to wait
-for /healthz, default 120).
+for /healthz, default 120), LANGBOT_BANNER_AGAIN (seconds after the "is up" banner to print it once more, past
+the worker's and beat's start-up lines; default 20, 0: once only).
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class Stack:
         self.host = env.get("HOST") or "127.0.0.1"
         self.grace = float(env.get("LANGBOT_STOP_GRACE") or 15)
         self.start_timeout = float(env.get("LANGBOT_START_TIMEOUT") or 120)
+        self.banner_again = float(env.get("LANGBOT_BANNER_AGAIN") or 20)
         self.redis_url = env.get("REDIS_URL") or DEFAULT_REDIS_URL
         self.token = env.get("LANGBOT_RUNTIME_TOKEN") or secrets.token_urlsafe(32)
         self.printer = Printer(sys.stdout, colour=not env.get("NO_COLOR"), width=NAME_WIDTH)
@@ -355,6 +357,21 @@ class Stack:
         if sync.returncode != 0:
             print(f"ERROR: `manage.py sync_runners` failed with status {sync.returncode}", flush=True)
             return 1
+        banner = self.banner(healthy)
+        print(banner, flush=True)
+        # The worker's and beat's start-up lines come after /healthz answers and would scroll the banner away:
+        # say it once more when they are done.
+        if self.banner_again > 0:
+            time.sleep(self.banner_again)
+            print(
+                banner.replace("LangBot Host is up", "LangBot Host is up (again, after the start-up logs)", 1),
+                flush=True,
+            )
+        while True:
+            signal.pause()
+
+    def banner(self, healthy: bool) -> str:
+        """Where things are, and the demo login."""
         base = self.probe_base()
         lines = [
             "",
@@ -368,9 +385,7 @@ class Stack:
             "Press Ctrl-C to stop everything.",
             "",
         ]
-        print("\n".join(lines), flush=True)
-        while True:
-            signal.pause()
+        return "\n".join(lines)
 
     def wait_healthy(self) -> bool:
         url = f"{self.probe_base()}/healthz"

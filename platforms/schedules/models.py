@@ -48,7 +48,12 @@ class Schedule(models.Model):
     periodic_task = models.OneToOneField(
         PeriodicTask, on_delete=models.SET_NULL, null=True, blank=True, related_name="langbot_schedule"
     )
-    last_fired_at = models.DateTimeField(null=True, blank=True, help_text=_("The tick last posted (not when)."))
+    last_fired_at = models.DateTimeField(
+        _("last tick posted"),
+        null=True,
+        blank=True,
+        help_text=_("When the last tick that posted an event was due by the schedule (not when it was sent)."),
+    )
     last_event_id = models.CharField(max_length=200, blank=True)
     last_error = models.TextField(blank=True)
     last_error_at = models.DateTimeField(null=True, blank=True)

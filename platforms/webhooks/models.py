@@ -11,6 +11,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from bindings.models import AgentBinding, Workspace
 from foundation.crypto import EncryptedJSONField
@@ -22,8 +23,6 @@ class WebhookEventType(models.TextChoices):
     RUN_CANCELLED = "run.cancelled"
     # A runner's platform action waits for an operator's approval (optional: only endpoints that ask).
     ACTION_REQUESTED = "action.requested"
-    # A runner asked for a human in a conversation (human takeover's inbox; optional like the above).
-    HANDOFF_REQUESTED = "handoff.requested"
 
 
 class WebhookEndpoint(models.Model):
@@ -94,6 +93,8 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name = _("webhook delivery")
+        verbose_name_plural = _("webhook deliveries")
         indexes = [
             models.Index(fields=["endpoint", "id"], name="webhook_delivery_log_idx"),
             models.Index(fields=["run_id"], name="webhook_delivery_run_idx"),

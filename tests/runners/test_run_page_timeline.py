@@ -60,8 +60,11 @@ def test_results_read_as_a_timeline_with_labels_times_and_summaries(admin_client
     html = page(admin_client, run)
 
     assert 'class="run-timeline"' in html
-    assert "Tool called" in html and "Tool answered" in html and "Run completed" in html
-    assert "+0.50 s" in html and "+1.25 s" in html
+    assert "Tool called" in html
+    assert "Tool answered" in html
+    assert "Run completed" in html
+    assert "+0.50 s" in html
+    assert "+1.25 s" in html
     assert "It is 3 degrees." in html  # the streamed pieces joined into one row
     assert "in 2 pieces" in html
     assert html.count('data-type="message.delta"') == 1

@@ -33,7 +33,6 @@ SCOPED = [
     "resources.ModelProvider", "resources.Model", "resources.KnowledgeBase", "resources.MCPServer",
     "platforms.PlatformDelivery", "platforms.InboundRefusal",
     "webhooks.WebhookEndpoint", "webhooks.WebhookDelivery", "schedules.Schedule",
-    "takeover.ConversationHold", "takeover.WaitingConversation",
 ]  # fmt: skip
 """Admins of objects that belong to one workspace: other staff must not see or touch another's."""
 
@@ -42,11 +41,6 @@ HOST_WIDE = {
     "auth.Group": "permission groups of the whole host",
     "bindings.RunnerDescriptor": "the runner catalog the plugin runtime offers every workspace",
     "artifacts.WorkspaceArtifactSettings": "a workspace's upload cap; superusers only, so members cannot raise it",
-    "django_celery_beat.PeriodicTask": "beat's own schedule rows; a holder of these permissions runs the host",
-    "django_celery_beat.ClockedSchedule": "beat's own schedule rows",
-    "django_celery_beat.CrontabSchedule": "beat's own schedule rows",
-    "django_celery_beat.SolarSchedule": "beat's own schedule rows",
-    "django_celery_beat.IntervalSchedule": "beat's own schedule rows",
 }
 """Admins of host-wide data: only those given its permissions (host operators) use them."""
 
@@ -60,11 +54,10 @@ EXTRA_PAGES: dict[str, set[int]] = {
     "admin:autocomplete": {200, 403},  # tried per foreign key below
     "admin:view_on_site": {404},  # none of the models has a public URL
     "admin-usage": {200},  # scoped to the member's workspaces
+    "admin-conversations": {200},  # scoped to the member's workspaces
+    "admin-conversation": {404},  # tried with their conversation
     "admin:bindings_runnerdescriptor_refresh": {405},  # POST only; host-wide, the same for every operator
     "admin:logout": {200, 302},
-    # POST only; a member of another workspace is refused (tests/takeover).
-    "admin:takeover_conversation_takeover": {405},
-    "admin:takeover_conversation_release": {405},
 }
 _STANDARD = ("_changelist", "_add", "_history", "_delete", "_change")
 
@@ -152,12 +145,12 @@ def test_a_staff_member_reaches_nothing_of_another_workspace_in_admin(theirs: Th
 def _reverse_extra(name: str, theirs: Theirs) -> str:
     if name == "admin:app_list":
         return reverse(name, kwargs={"app_label": "bindings"})
+    if name == "admin-conversation":
+        item = theirs.objects["transcripts.TranscriptItem"]
+        return reverse(name, kwargs={"workspace_id": item.workspace_id, "conversation_id": item.conversation_id})
     if name == "admin:view_on_site":
         bot = theirs.objects["bindings.Bot"]
         return reverse(name, args=[ContentType.objects.get_for_model(bot).pk, bot.pk])
-    if name.startswith("admin:takeover_conversation_"):
-        kwargs = {"workspace_id": theirs.workspace.pk, "conversation_id": theirs.ids["conversation_id"]}
-        return reverse(name, kwargs=kwargs)
     return reverse(name)
 
 
