@@ -7,12 +7,15 @@ belong to. Secrets (bot credentials, secret runner config fields) are only ever 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -26,9 +29,11 @@ from bindings.admin_scope import (
 )
 from bindings.forms import (
     CONFIG_FIELD_PREFIX,
+    CREDENTIAL_FIELD_PREFIX,
     AgentBindingAdminForm,
     BotAdminForm,
     binding_admin_form,
+    bot_admin_form,
     policy_field_names,
 )
 from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembership
@@ -181,10 +186,55 @@ class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
 
 @admin.register(Bot)
 class BotAdmin(WorkspaceScopedAdmin[Bot]):
+    """Bots: one field per credential of the selected platform, and a "Test connection" button on a
+    saved bot's page (its check is the platforms app's, set as `connection_check` when the admin is
+    assembled; without it the button is not shown)."""
+
     form = BotAdminForm
+    change_form_template = "admin/bindings/bot/change_form.html"
     list_display = ["bot_id", "workspace", "name", "platform", "enabled", "updated_at"]
     list_filter = ["platform", "enabled", "workspace"]
     search_fields = ["bot_id", "name"]
+    connection_check: ClassVar[Callable[[Bot], tuple[bool, str]] | None] = None
+
+    def get_form(self, request: HttpRequest, obj: Bot | None = None, change: bool = False, **kwargs: Any) -> Any:
+        kwargs["form"] = bot_admin_form()
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request: HttpRequest, obj: Bot | None = None) -> Any:
+        form = bot_admin_form()
+        credential_fields = [name for name in form.base_fields if name.startswith(CREDENTIAL_FIELD_PREFIX)]
+        readonly = [name for name in self.get_readonly_fields(request, obj) if name not in ("workspace",)]
+        return [
+            (None, {"fields": ["workspace", "bot_id", "name", "platform", "enabled", *readonly]}),
+            (_("Credentials"), {"fields": [*credential_fields, "credentials_input"]}),
+        ]
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.connection_test_view)
+        return [
+            path("<path:object_id>/test-connection/", view, name="bindings_bot_test_connection"),
+            *super().get_urls(),
+        ]
+
+    def connection_test_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST: call the platform's identity endpoint with the stored credentials and say what it answered."""
+        bot = self.get_object(request, object_id)
+        if bot is None or not self.has_change_permission(request, bot):
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        check = type(self).connection_check
+        if check is None:
+            self.message_user(request, gettext("Nothing on this host can test a bot's connection."), messages.ERROR)
+        else:
+            worked, line = check(bot)
+            self.message_user(request, line, messages.SUCCESS if worked else messages.ERROR)
+        return HttpResponseRedirect(reverse(f"{self.admin_site.name}:bindings_bot_change", args=[bot.pk]))
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        context["connection_testable"] = type(self).connection_check is not None
+        return super().render_change_form(request, context, *args, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Bot, form: Any, change: bool) -> None:
         obj.credentials = form.credentials
@@ -250,21 +300,54 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fieldsets(self, request: HttpRequest, obj: AgentBinding | None = None) -> Any:
-        form = binding_admin_form(runner_id=self._runner_id(request, obj), user=request.user, instance=obj)
-        config_fields = [CONFIG_FIELD_PREFIX + item.name for item in form.config_items]
-        runner_section: list[str] = ["runner_id", *config_fields]
-        fieldsets: list[tuple[Any, dict[str, Any]]] = [  # titles are lazy translations
-            (None, {"fields": ["binding_id", "name", "workspace", "enabled"]}),
-            (_("Routing"), {"fields": ["scope_type", "scope_id", "event_types", "priority"]}),
-            (_("Runner and its config"), {"fields": runner_section}),
-            (_("Resource policy"), {"fields": policy_field_names("resource_policy")}),
-            (_("State policy"), {"fields": policy_field_names("state_policy")}),
-            (_("Delivery policy"), {"fields": policy_field_names("delivery_policy")}),
-            (_("Trigger filter"), {"fields": policy_field_names("trigger_policy")}),
-            (_("Run policies"), {"fields": ["concurrency_policy", "merge_window_seconds", "timeout_seconds"]}),
+        # One section per question an operator asks (when does it run, what runs, with what, remembering
+        # what, answering how), the rarely needed ones collapsed; titles are lazy translations.
+        form_class = binding_admin_form(runner_id=self._runner_id(request, obj), user=request.user, instance=obj)
+        form = form_class(instance=obj) if request.method != "POST" else form_class(request.POST, instance=obj)
+        kept = form.langbot_kept_field_names()
+        config_fields = [
+            CONFIG_FIELD_PREFIX + item.name
+            for item in form.config_items
+            if CONFIG_FIELD_PREFIX + item.name in form.fields and CONFIG_FIELD_PREFIX + item.name not in kept
         ]
+        resource = dict.fromkeys(policy_field_names("resource_policy"))
+        context_keys = ["history_conversations", "history_same_actor", "storage_areas"]
+        context_fields = [f"resource_policy__{key}" for key in context_keys]
+        resource_fields = [name for name in resource if name not in context_fields and name != "resource_policy__other"]
+        others = [
+            f"{policy}__other" for policy in ("resource_policy", "state_policy", "delivery_policy", "trigger_policy")
+        ]
+        state_fields = [name for name in policy_field_names("state_policy") if name not in others]
+        delivery_fields = [name for name in policy_field_names("delivery_policy") if name not in others]
+        trigger_fields = [name for name in policy_field_names("trigger_policy") if name not in others]
+        fieldsets: list[tuple[Any, dict[str, Any]]] = [
+            (None, {"fields": ["binding_id", "name", "workspace", "enabled"]}),
+            (
+                _("Trigger"),
+                {
+                    "fields": ["scope_type", "scope_id", "event_types", "priority", *trigger_fields],
+                    "description": _("Which events of which bots start this binding's runner."),
+                },
+            ),
+            (_("Runner"), {"fields": ["runner_id", *config_fields]}),
+            (
+                _("Resources"),
+                {
+                    "fields": resource_fields,
+                    "description": _("The models, tools and knowledge bases runs may use."),
+                },
+            ),
+            (_("Context & state"), {"fields": [*context_fields, *state_fields]}),
+            (
+                _("Delivery & concurrency"),
+                {"fields": [*delivery_fields, "concurrency_policy", "merge_window_seconds", "timeout_seconds"]},
+            ),
+            (_("Advanced"), {"fields": others, "classes": ["collapse"]}),
+        ]
+        if kept:
+            fieldsets.append((_("Imported from LangBot"), {"fields": kept, "classes": ["collapse"]}))
         if obj is not None:
-            fieldsets.append((_("Record"), {"fields": self.readonly_fields}))
+            fieldsets.append((_("Record"), {"fields": self.readonly_fields, "classes": ["collapse"]}))
         return fieldsets
 
     def save_model(self, request: HttpRequest, obj: AgentBinding, form: Any, change: bool) -> None:

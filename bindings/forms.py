@@ -54,6 +54,7 @@ from bindings.selectors import (
 )
 from bindings.services import (
     BindingValidationError,
+    BotCredentialSpec,
     binding_prepare,
     bot_api_base_url_check,
     bot_credential_schemas,
@@ -70,6 +71,13 @@ from langbot_sdk.protocol.manifest import DynamicFormItemSchema, DynamicFormItem
 from langbot_sdk.protocol.state import StateScope, StorageArea
 
 CONFIG_FIELD_PREFIX = "cfg__"
+# Config items LangBot's own runner has that the host keeps only so that an imported pipeline loses
+# nothing: the form shows them, in a collapsed "Imported from LangBot" group, only when they hold a value.
+LANGBOT_KEPT_ITEMS = frozenset({"knowledge-base", "model-reasoning", "box-session-id-template"})
+# A multiple model selector of these names lists the models tried after the primary one (`model`): the
+# primary is not offered in it and may not be picked.
+FALLBACK_MODEL_ITEMS = frozenset({"fallback-models", "fallback_models"})
+PRIMARY_MODEL_ITEM = "model"
 # While no workspace is chosen, the resource selects list the resources of at most this many workspaces.
 CATALOG_GROUPED_WORKSPACES_MAX = 20
 
@@ -361,6 +369,10 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
 
     config_items: ClassVar[list[DynamicFormItemSchema]] = []
     runner_platform_actions: ClassVar[list[str]] = []
+
+    class Media:
+        js = ["bindings/binding_form.js"]
+
     user: ClassVar[AbstractBaseUser | AnonymousUser | None] = None
 
     binding_id = forms.SlugField(
@@ -548,7 +560,10 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
                 self.initial.setdefault(name, item.default)
             # A stored value, or a default the schema names, stays offered even when no resource has it.
             self._catalog_config_field(item, stored=self.initial.get(name))
+        self._langbot_kept_fields_drop(masked)
+        self._fallback_models_set_up()
         self._policy_controls_set_up()
+        self._runner_selection_help()
         for field in self.fields.values():
             if field.help_text and not isinstance(field.help_text, SafeString):
                 field.help_text = inline_code_html(str(field.help_text))
@@ -649,6 +664,81 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         else:
             self.fields[name] = forms.ChoiceField(choices=[("", "---------"), *choices], **options)
 
+    # --- imported fields, fallbacks, the runner's selections ----------------------------------------
+
+    def langbot_kept_field_names(self) -> list[str]:
+        """The LangBot-only config fields still on the form (they hold a value)."""
+        return [
+            CONFIG_FIELD_PREFIX + item.name
+            for item in self.config_items
+            if item.name in LANGBOT_KEPT_ITEMS and CONFIG_FIELD_PREFIX + item.name in self.fields
+        ]
+
+    def _langbot_kept_fields_drop(self, stored: dict[str, Any]) -> None:
+        """A LangBot-only item that holds nothing (unset, empty or its default) is not shown: it does
+        nothing on this host, and a new binding never needs it."""
+        for item in self.config_items:
+            name = CONFIG_FIELD_PREFIX + item.name
+            if item.name not in LANGBOT_KEPT_ITEMS:
+                continue
+            value = self.data.get(self.add_prefix(name)) if self.is_bound else stored.get(item.name)
+            if value in (None, "", [], {}, "{}", "[]") or value == item.default:
+                del self.fields[name]
+
+    def _fallback_items(self) -> tuple[DynamicFormItemSchema | None, DynamicFormItemSchema | None]:
+        by_name = {item.name: item for item in self.config_items}
+        fallback = next((by_name[n] for n in FALLBACK_MODEL_ITEMS if n in by_name), None)
+        primary = by_name.get(PRIMARY_MODEL_ITEM)
+        if fallback is None or primary is None or not fallback.multiple:
+            return None, None
+        return primary, fallback
+
+    def _fallback_models_set_up(self) -> None:
+        """The primary model is not offered among its own fallbacks (the page's script keeps the two in
+        step while the primary is changed; `clean` refuses it whatever was posted)."""
+        primary, fallback = self._fallback_items()
+        if primary is None or fallback is None:
+            return
+        field = self.fields.get(CONFIG_FIELD_PREFIX + fallback.name)
+        if field is None:
+            return
+        field.widget.attrs["data-fallback-of"] = "id_" + CONFIG_FIELD_PREFIX + primary.name
+        current = (
+            self.data.get(self.add_prefix(CONFIG_FIELD_PREFIX + primary.name))
+            if self.is_bound
+            else self.initial.get(CONFIG_FIELD_PREFIX + primary.name)
+        )
+        if current and isinstance(field, forms.ChoiceField) and not self.is_bound:
+            offered: list[Any] = list(field.choices)  # type: ignore[arg-type]  # set as a list above
+            field.choices = [
+                (value, label)
+                if not isinstance(label, (list, tuple))
+                else (value, [c for c in label if c[0] != current])
+                for value, label in offered
+                if value != current
+            ]
+
+    def _runner_selection_help(self) -> None:
+        """Under each allowed-resources list, what the runner's own config picks of that kind."""
+        picks: dict[ResourceKind, list[str]] = {ResourceKind.MODELS: [], ResourceKind.KNOWLEDGE_BASES: []}
+        for item in self.config_items:
+            if item.type is DynamicFormItemType.MODEL_SELECTOR:
+                kind = ResourceKind.MODELS
+            elif item.type is DynamicFormItemType.KNOWLEDGE_BASE_SELECTOR:
+                kind = ResourceKind.KNOWLEDGE_BASES
+            else:
+                continue
+            value = self.initial.get(CONFIG_FIELD_PREFIX + item.name)
+            values = value if isinstance(value, list) else [value]
+            picks[kind].extend(str(v) for v in values if v)
+        for key, kind, _noun in POLICY_RESOURCE_LISTS:
+            chosen = list(dict.fromkeys(picks.get(kind, [])))
+            if not chosen:
+                continue
+            field = self.fields[policy_field_name("resource_policy", key)]
+            line = gettext("The runner's config picks: %(ids)s.") % {"ids": ", ".join(chosen)}
+            field.help_text = f"{line} {field.help_text}"
+
     # --- policies ----------------------------------------------------------------------------------
 
     def _stored_policy(self, policy: str) -> dict[str, Any]:
@@ -681,7 +771,7 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
                 )
                 continue
             assert isinstance(field, forms.MultipleChoiceField)
-            field.widget = forms.SelectMultiple(attrs={"size": 8})
+            field.widget = forms.CheckboxSelectMultiple()
             field.choices = _with_stored(
                 _wildcard_first(self._resource_choices(kind)), resource.get(key), suffix=gettext("(missing)")
             )
@@ -774,8 +864,21 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
             target = parts[0]
         return target if target in self.fields and not self.fields[target].disabled else None
 
+    def _fallbacks_check(self, cleaned: dict[str, Any]) -> None:
+        primary, fallback = self._fallback_items()
+        if primary is None or fallback is None:
+            return
+        chosen = cleaned.get(CONFIG_FIELD_PREFIX + primary.name)
+        fallbacks = cleaned.get(CONFIG_FIELD_PREFIX + fallback.name) or []
+        if chosen and chosen in fallbacks:
+            self.add_error(
+                CONFIG_FIELD_PREFIX + fallback.name,
+                gettext("%(model)s is the primary model; it cannot be its own fallback.") % {"model": chosen},
+            )
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        self._fallbacks_check(cleaned)
         if self.errors:
             return cleaned
         instance: AgentBinding = self.instance
@@ -842,15 +945,48 @@ def binding_admin_form(
     return type("AgentBindingRunnerForm", (AgentBindingAdminForm,), attrs)
 
 
+CREDENTIAL_FIELD_PREFIX = "cred__"
+
+
+def credential_field_name(platform: str, name: str) -> str:
+    """The bot form's field of one credential of one platform (every platform's are on the page; the
+    platform select shows only its own)."""
+    return f"{CREDENTIAL_FIELD_PREFIX}{platform}__{name}"
+
+
+class StoredSecretInput(forms.PasswordInput):
+    """A secret credential: never rendered back; while one is stored the empty box says so, and leaving it
+    empty keeps it."""
+
+    def __init__(self, *, stored: bool, attrs: dict[str, Any] | None = None) -> None:
+        attrs = {"autocomplete": "new-password", **(attrs or {})}
+        if stored:
+            attrs["placeholder"] = gettext("stored — leave empty to keep")
+        super().__init__(attrs=attrs, render_value=False)
+
+
+def _credential_help(spec: BotCredentialSpec) -> SafeString:
+    """The credential's help with a link to where the platform issues it (the platform's words, escaped)."""
+    text = str(escape(spec.help))
+    if spec.link:
+        where = escape(gettext("where to get it"))
+        text = f'{text} <a href="{escape(spec.link)}" target="_blank" rel="noopener noreferrer">{where}</a>'
+    return mark_safe(text)
+
+
 class BotAdminForm(forms.ModelForm[Bot]):
+    """A bot: one field per credential its platform's adapter declares (switched with the platform select
+    by `bindings/bot_credentials.js`); platforms that declare none (the web UI, the API) keep a JSON
+    object of credentials. Saving checks the platform's schema (required, formats), as the API does."""
+
     credentials_input = StorableJSONField(
         label=_("Credentials"),
         required=False,
-        widget=forms.Textarea(attrs={"rows": 4}),
+        widget=forms.Textarea(attrs={"rows": 4, "data-credential-platform": ""}),
         help_text=format_lazy(
             _(
-                "A JSON object. Stored values show as {mask}; leave them so to keep them. "
-                "A key removed here is deleted."
+                "A JSON object, for a platform without credential fields. Stored values show as {mask}; leave "
+                "them so to keep them. A key removed here is deleted."
             ),
             mask=SECRET_MASK,
         ),
@@ -860,15 +996,45 @@ class BotAdminForm(forms.ModelForm[Bot]):
         model = Bot
         fields = ["workspace", "bot_id", "name", "platform", "enabled"]
 
+    class Media:
+        js = ["bindings/bot_credentials.js"]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.credentials: dict[str, Any] = {}
-        if self.instance.pk:
-            self.initial["credentials_input"] = bot_credentials_masked(self.instance)
         schemas = bot_credential_schemas.installed
-        if schemas is not None and schemas.help_text():
-            field = self.fields["credentials_input"]
-            field.help_text = f"{field.help_text} {schemas.help_text()}"
+        self.credential_specs: dict[str, tuple[BotCredentialSpec, ...]] = (
+            {platform: specs for platform, specs in schemas.fields().items() if specs} if schemas else {}
+        )
+        stored_platform = self.instance.platform if self.instance.pk else None
+        stored = (self.instance.credentials or {}) if self.instance.pk else {}
+        if self.instance.pk and stored_platform not in self.credential_specs:
+            self.initial["credentials_input"] = bot_credentials_masked(self.instance)
+        self.fields["platform"].widget.attrs["data-credential-switch"] = "1"
+        for platform, specs in self.credential_specs.items():
+            own = platform == stored_platform
+            for spec in specs:
+                attrs = {"data-credential-platform": platform}
+                label = spec.name if not spec.required else gettext("%(name)s (required)") % {"name": spec.name}
+                widget: forms.Widget = (
+                    StoredSecretInput(stored=own and spec.name in stored, attrs=attrs)
+                    if spec.secret
+                    else forms.TextInput(attrs={**attrs, "size": 60})
+                )
+                name = credential_field_name(platform, spec.name)
+                self.fields[name] = forms.CharField(
+                    label=label, required=False, widget=widget, help_text=_credential_help(spec), strip=True
+                )
+                if own and not spec.secret and spec.name in stored:
+                    self.initial[name] = stored[spec.name]
+
+    def credential_field_names(self) -> list[str]:
+        """The credential fields, in the order the page shows them."""
+        return [
+            credential_field_name(platform, spec.name)
+            for platform, specs in self.credential_specs.items()
+            for spec in specs
+        ]
 
     def clean_credentials_input(self) -> Any:
         value = self.cleaned_data.get("credentials_input")
@@ -876,28 +1042,74 @@ class BotAdminForm(forms.ModelForm[Bot]):
             value = {}
         if not isinstance(value, dict):
             raise forms.ValidationError(gettext("Must be a JSON object."))
-        stored = (self.instance.credentials or {}) if self.instance.pk else {}
-        try:
-            self.credentials = credentials_merge(given=value, stored=stored)
-        except BindingValidationError as exc:
-            raise forms.ValidationError(list(exc.fields.values())) from None
         return value
+
+    def _credentials_of(self, platform: str) -> dict[str, Any]:
+        """The credentials posted for `platform`: its fields when it declares some (an empty secret keeps
+        the stored one, while the platform stays the same), else the JSON object."""
+        kept = self.instance.pk and self.instance.platform == platform
+        stored = (self.instance.credentials or {}) if kept else {}
+        specs = self.credential_specs.get(platform)
+        if specs is None:
+            given = self.cleaned_data.get("credentials_input") or {}
+            try:
+                return credentials_merge(
+                    given=given, stored=(self.instance.credentials or {}) if self.instance.pk else {}
+                )
+            except BindingValidationError as exc:
+                self.add_error("credentials_input", list(exc.fields.values()))
+                return {}
+        credentials: dict[str, Any] = {}
+        for spec in specs:
+            value = self.cleaned_data.get(credential_field_name(platform, spec.name)) or ""
+            if value:
+                credentials[spec.name] = value
+            elif spec.secret and spec.name in stored:
+                credentials[spec.name] = stored[spec.name]
+        return credentials
+
+    def _credential_error(self, platform: str, key: str, message: str) -> None:
+        name = key.split(".", 1)[1] if key.startswith("credentials.") else key
+        field = credential_field_name(platform, name)
+        if field in self.fields:
+            self.add_error(field, message)
+        elif key in self.fields:
+            self.add_error(key, message)
+        else:
+            self.add_error("credentials_input" if platform not in self.credential_specs else None, f"{key}: {message}")
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        platform = str(cleaned.get("platform") or self.instance.platform or "")
+        if not platform or self.errors:
+            return cleaned
+        self.credentials = self._credentials_of(platform)
+        if self.errors:
+            return cleaned
         workspace = cleaned.get("workspace") or (self.instance.workspace if self.instance.pk else None)
         # A bot moved to another workspace is checked afresh, under that workspace's policy.
         kept = self.instance.pk and "workspace" not in self.changed_data
         stored = (self.instance.credentials or {}) if kept else {}
-        if workspace is not None and "credentials_input" not in self.errors:
+        if workspace is not None:
             try:
                 bot_api_base_url_check(workspace=workspace, credentials=self.credentials, stored=stored)
             except URLRefusedError as exc:
-                self.add_error("credentials_input", list(exc.fields.values()))
-        platform = cleaned.get("platform") or self.instance.platform
-        if platform and "credentials_input" not in self.errors:
-            try:
-                bot_credentials_check(platform=str(platform), credentials=self.credentials)
-            except BindingValidationError as exc:
-                self.add_error("credentials_input", [f"{k}: {v}" for k, v in exc.fields.items()])
+                for key, message in exc.fields.items():
+                    self._credential_error(platform, key, message)
+        try:
+            bot_credentials_check(platform=platform, credentials=self.credentials)
+        except BindingValidationError as exc:
+            for key, message in exc.fields.items():
+                self._credential_error(platform, key, message)
         return cleaned
+
+
+def bot_admin_form() -> type[BotAdminForm]:
+    """The bot form class with a field declared for every platform's credentials (the admin renders only
+    declared fields); `BotAdminForm.__init__` fills in each one's label, help and widget."""
+    schemas = bot_credential_schemas.installed
+    attrs: dict[str, Any] = {"__module__": __name__}
+    for platform, specs in (schemas.fields() if schemas is not None else {}).items():
+        for spec in specs:
+            attrs[credential_field_name(platform, spec.name)] = forms.CharField(required=False)
+    return type("BotCredentialsForm", (BotAdminForm,), attrs)

@@ -89,8 +89,30 @@ def credentials_merge(*, given: dict[str, Any], stored: dict[str, Any]) -> dict[
     return merged
 
 
+class BotPlatformUnsupportedError(BindingValidationError):
+    """A bot of a platform no adapter serves (nor the host itself): it could never take or send a message."""
+
+    code = "platform.unsupported"
+
+
+class BotCredentialSpec(Protocol):
+    """One credential of a platform's bots, as the bot form shows it (`platforms.interface.CredentialField`)."""
+
+    name: str
+    required: bool
+    secret: bool
+    help: str
+    link: str
+
+
 class BotCredentialSchemas(Protocol):
     """What the platforms app (above this one) says about a platform's bot credentials."""
+
+    def served(self, platform: str) -> bool:
+        """Whether bots of `platform` can work: an adapter serves it, or the host itself (web UI, API)."""
+
+    def fields(self) -> dict[str, tuple[BotCredentialSpec, ...]]:
+        """Each platform's declared credentials, in the order the form shows them."""
 
     def problems(self, platform: str, credentials: dict[str, Any]) -> dict[str, str]:
         """`{"credentials.<key>": message}` for what the platform's schema refuses (empty: nothing)."""
@@ -106,6 +128,8 @@ def bot_credentials_check(*, platform: str, credentials: dict[str, Any]) -> None
     """A bot's credentials against its platform's declared schema, when the platform has one and the
     platforms app installed it (`BindingValidationError` naming each key)."""
     schemas = bot_credential_schemas.installed
+    if schemas is not None and not schemas.served(platform):
+        raise BotPlatformUnsupportedError({"platform": f"No adapter serves {platform} bots on this host."})
     problems = schemas.problems(platform, credentials) if schemas is not None else {}
     if problems:
         raise BindingValidationError(problems)

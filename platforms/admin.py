@@ -19,7 +19,12 @@ from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.models import Bot
 from platforms.connectors import connected_platforms, connection_label, connection_statuses
 from platforms.models import InboundRefusal, PlatformDelivery
-from platforms.services import WebhookRegisterError, bot_webhook_register
+from platforms.services import (
+    ConnectionTestError,
+    WebhookRegisterError,
+    bot_connection_test,
+    bot_webhook_register,
+)
 from runners.models import Run
 
 
@@ -83,7 +88,28 @@ def platform_webhook_set(modeladmin: admin.ModelAdmin[Bot], request: HttpRequest
         except WebhookRegisterError as exc:
             modeladmin.message_user(request, f"{bot}: {exc}", messages.ERROR)
         else:
-            modeladmin.message_user(request, f"{bot}: {note}", messages.SUCCESS)
+            modeladmin.message_user(request, f"{bot}: {note} (webhook URL: {url})", messages.SUCCESS)
+
+
+def bot_connection_check(bot: Bot) -> tuple[bool, str]:
+    """Test connection of one bot: (whether it worked, the line for the operator)."""
+    from platforms.adapters.onebot import OneBotAdapter
+
+    if bot.platform == OneBotAdapter.platform:
+        # OneBot has no API to call: the implementation connects to the host, and its socket's state says it all.
+        state = connection_label(connection_statuses([bot]).get(bot.pk))
+        return True, f"{bot}: OneBot connects to the host; its connection: {state}"
+    try:
+        return True, f"{bot}: {bot_connection_test(bot=bot)}"
+    except ConnectionTestError as exc:
+        return False, f"{bot}: {exc}"
+
+
+@admin.action(description=_("Test connection"))
+def platform_connection_test(modeladmin: admin.ModelAdmin[Bot], request: HttpRequest, queryset: QuerySet[Bot]) -> None:
+    for bot in queryset.select_related("workspace"):
+        worked, line = bot_connection_check(bot)
+        modeladmin.message_user(request, line, messages.SUCCESS if worked else messages.ERROR)
 
 
 @admin.display(description=_("connection"))
@@ -102,8 +128,12 @@ def _extend_lower_admins() -> None:
         type(run_admin).inlines = [*run_admin.inlines, PlatformDeliveryInline]
     bot_admin = admin.site.get_model_admin(Bot)
     actions = list(bot_admin.actions or [])
-    if platform_webhook_set not in actions:
-        bot_admin.actions = [*actions, platform_webhook_set]
+    for action in (platform_webhook_set, platform_connection_test):
+        if action not in actions:
+            actions.append(action)
+    bot_admin.actions = actions
+    # The bot's page has a "Test connection" button; its view (the bot admin's) calls this.
+    type(bot_admin).connection_check = staticmethod(bot_connection_check)  # type: ignore[attr-defined]
     if bot_connection not in bot_admin.list_display:
         bot_admin.list_display = [*bot_admin.list_display, bot_connection]
         # django-stubs types readonly_fields as names only; Django takes callables as list_display does.

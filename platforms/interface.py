@@ -104,6 +104,12 @@ class CredentialField:
     """What it is and where the platform issues it."""
     types: tuple[str, ...] = ("string",)
     """JSON Schema types the value may have (an id some consoles show as a number: `("string", "integer")`)."""
+    link: str = ""
+    """The page where the platform issues it (the bot form links there)."""
+    pattern: str = ""
+    """A regular expression a string value must match (checked on save), e.g. Telegram's token shape."""
+    pattern_hint: str = ""
+    """What the pattern asks for, in words, for the message when a value does not match."""
 
 
 @dataclass(frozen=True)
@@ -355,6 +361,8 @@ class PlatformAdapter(abc.ABC):
             allowed: dict[str, Any] = {"type": list(item.types) if len(item.types) > 1 else item.types[0]}
             if item.required:
                 allowed["minLength"] = 1
+            if item.pattern:
+                allowed["pattern"] = item.pattern
             properties[item.name] = allowed
         return {
             "type": "object",
@@ -385,7 +393,13 @@ class PlatformAdapter(abc.ABC):
                 name = str(error.absolute_path[0]) if error.absolute_path else ""
                 expected = schema["properties"].get(name, {}).get("type")
                 kinds = " or ".join(expected) if isinstance(expected, list) else expected
-                message = "May not be empty." if error.validator == "minLength" else f"Must be a {kinds}."
+                if error.validator == "minLength":
+                    message = "May not be empty."
+                elif error.validator == "pattern":
+                    field = next((item for item in cls.credential_schema if item.name == name), None)
+                    message = f"Does not look like {field.pattern_hint if field else 'the expected value'}."
+                else:
+                    message = f"Must be a {kinds}."
                 problems.setdefault(f"credentials.{name}", message)
         return problems
 
@@ -444,7 +458,14 @@ class PlatformAdapter(abc.ABC):
 
     async def webhook_register(self, url: str) -> str:
         """Tell the platform where to send updates (an admin action); returns a line for the operator."""
-        raise PlatformAPIError(f"{self.platform} webhooks are configured on the platform's own console")
+        raise PlatformAPIError(
+            f"{self.platform} webhooks are configured on the platform's own console: paste {url} there"
+        )
+
+    async def identity(self) -> str:
+        """Call the platform's identity endpoint with the bot's credentials (the admin's "Test
+        connection"): a line naming the bot as the platform knows it; `PlatformAPIError` when refused."""
+        raise PlatformAPIError(f"{self.platform} has no identity call")
 
     async def aclose(self) -> None:  # noqa: B027 - most adapters hold nothing to release
         """Release clients opened by outbound calls."""

@@ -105,6 +105,7 @@ class DingTalkAdapter(PlatformAdapter):
             required=True,
             help="The app's Client ID (once AppKey): DingTalk developer console → the app → Credentials "
             "and basic information. It is also the robot's robotCode.",
+            link="https://open-dev.dingtalk.com/",
         ),
         CredentialField(
             "client_secret",
@@ -112,6 +113,7 @@ class DingTalkAdapter(PlatformAdapter):
             secret=True,
             help="The app's Client Secret (once AppSecret), on the same page. It signs every callback "
             "and buys the access token.",
+            link="https://open-dev.dingtalk.com/",
         ),
         CredentialField(
             "api_base_url",
@@ -457,6 +459,10 @@ class DingTalkAdapter(PlatformAdapter):
                 raise PlatformAPIError(f"DingTalk media.upload: {detail} (errcode {code})")
             return str(body["media_id"])
         raise PlatformAPIError("DingTalk media.upload: the access token is refused")  # pragma: no cover
+
+    async def identity(self) -> str:
+        await self.access_token()
+        return f"DingTalk issued an access token to the app {self._secret('client_id')}"
 
     async def webhook_register(self, url: str) -> str:
         """DingTalk takes the message receiving address only on the developer console; this checks the

@@ -34,6 +34,7 @@ from websockets.asyncio.client import ClientConnection
 
 from foundation.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
 from platforms.interface import (
+    CredentialField,
     FetchedFile,
     InboundBatch,
     InboundRefusedError,
@@ -110,6 +111,17 @@ class DiscordAdapter(PlatformAdapter):
         max_file_bytes=10 * 1024 * 1024,
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("token", "api_base_url")
+    credential_schema: ClassVar[tuple[CredentialField, ...]] = (
+        CredentialField(
+            "token",
+            required=True,
+            secret=True,
+            help="The bot's token: Developer Portal → the application → Bot → Reset Token. Turn on the "
+            "Message Content intent on the same page.",
+            link="https://discord.com/developers/applications",
+        ),
+        CredentialField("api_base_url", help="Optional: the REST API's origin (default https://discord.com/api/v10)."),
+    )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
 
     _http: httpx.AsyncClient | None = None
@@ -277,6 +289,10 @@ class DiscordAdapter(PlatformAdapter):
     async def add_reaction(self, message: SentMessage, reaction: str) -> None:
         emoji = quote(reaction.strip(":"), safe="")
         await self.request("PUT", f"/channels/{message.chat_id}/messages/{message.message_id}/reactions/{emoji}/@me")
+
+    async def identity(self) -> str:
+        me = await self.request("GET", "/users/@me")
+        return f"Discord knows this bot as {me.get('username') or '?'} (id {me.get('id') or '?'})"
 
     async def webhook_register(self, url: str) -> str:
         """Discord needs no webhook: checks the token and says that the connector process carries messages."""

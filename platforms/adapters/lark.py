@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from platforms.interface import (
+    CredentialField,
     FetchedFile,
     InboundBatch,
     InboundRefusedError,
@@ -116,6 +117,46 @@ class LarkAdapter(PlatformAdapter):
         "encrypt_key",
         "api_base_url",
         "bot_open_id",
+    )
+    credential_schema: ClassVar[tuple[CredentialField, ...]] = (
+        CredentialField(
+            "app_id",
+            required=True,
+            help="The app's App ID: Lark / Feishu developer console → the app → Credentials & Basic Info.",
+            link="https://open.feishu.cn/app",
+            pattern=r"^cli_",
+            pattern_hint="an App ID (starting cli_)",
+        ),
+        CredentialField(
+            "app_secret",
+            required=True,
+            secret=True,
+            help="The App Secret, on the same page. It buys the tenant access token.",
+            link="https://open.feishu.cn/app",
+        ),
+        CredentialField(
+            "verification_token",
+            secret=True,
+            help="Events and callbacks → Encryption strategy → Verification Token (this or the encrypt key "
+            "is needed for events to be taken).",
+            link="https://open.feishu.cn/app",
+        ),
+        CredentialField(
+            "encrypt_key",
+            secret=True,
+            help="Events and callbacks → Encryption strategy → Encrypt Key (optional; when set, pushes are "
+            "signed and encrypted).",
+            link="https://open.feishu.cn/app",
+        ),
+        CredentialField(
+            "bot_open_id",
+            help="Optional: the bot's open_id, for mentions in groups; filled by Test connection and by "
+            "setting the platform webhook.",
+        ),
+        CredentialField(
+            "api_base_url",
+            help="Optional: the Open Platform's origin (default Feishu's; https://open.larksuite.com for Lark).",
+        ),
     )
 
     _client: lark.Client | None = None
@@ -580,9 +621,12 @@ class LarkAdapter(PlatformAdapter):
         )
         await self._call("message_reaction.create", self.client().im.v1.message_reaction.acreate, request)
 
-    async def webhook_register(self, url: str) -> str:
-        """The Open Platform takes the request URL only on the app's console; this learns the bot's open_id
-        (for mentions in groups) and says what to paste where."""
+    async def identity(self) -> str:
+        await self._tenant_token()
+        info = await self._bot_info()
+        return f"Lark issued a tenant token; the bot is {info.get('app_name') or self._secret('app_id')}"
+
+    async def _bot_info(self) -> dict[str, Any]:
         import lark_oapi as lark
 
         request = (
@@ -597,6 +641,12 @@ class LarkAdapter(PlatformAdapter):
         bot = body.get("bot") if isinstance(body.get("bot"), dict) else {}
         if bot.get("open_id"):
             self.credentials["bot_open_id"] = str(bot["open_id"])
+        return bot
+
+    async def webhook_register(self, url: str) -> str:
+        """The Open Platform takes the request URL only on the app's console; this learns the bot's open_id
+        (for mentions in groups) and says what to paste where."""
+        bot = await self._bot_info()
         name = bot.get("app_name") or self._secret("app_id")
         return (
             f"{name}: paste {url} as the request URL under Events and callbacks on the app's console and "

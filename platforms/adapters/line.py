@@ -76,12 +76,14 @@ class LineAdapter(PlatformAdapter):
             required=True,
             secret=True,
             help="The channel secret: LINE Developers console → the Messaging API channel → Basic settings.",
+            link="https://developers.line.biz/console/",
         ),
         CredentialField(
             "channel_access_token",
             required=True,
             secret=True,
             help="A long-lived channel access token: the channel → Messaging API tab → Channel access token (issue).",
+            link="https://developers.line.biz/console/",
         ),
         CredentialField(
             "api_base_url",
@@ -225,6 +227,13 @@ class LineAdapter(PlatformAdapter):
                 outcome_unknown=response.status_code >= 500 and method == "POST",
             )
         return response
+
+    async def identity(self) -> str:
+        base = self.api_base_url or DEFAULT_API_BASE_URL
+        info = (await self._call("bot/info", "GET", f"{base}/v2/bot/info")).json()
+        name = info.get("displayName") if isinstance(info, dict) else None
+        basic = info.get("basicId") if isinstance(info, dict) else None
+        return f"LINE knows this bot as {name or '?'} ({basic or 'no basic id'})"
 
     # -- files in -------------------------------------------------------------------------------
     async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:

@@ -107,6 +107,7 @@ class OneBotAdapter(PlatformAdapter):
             secret=True,
             help="A token you choose and set as the access token in your OneBot v11 implementation "
             "(NapCat, Lagrange, go-cqhttp): it sends it with every event.",
+            link="https://github.com/botuniverse/onebot-11",
         ),
         CredentialField(
             "secret",

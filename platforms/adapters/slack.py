@@ -24,6 +24,7 @@ from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
 from platforms.interface import (
+    CredentialField,
     FetchedFile,
     InboundBatch,
     InboundRefusedError,
@@ -69,6 +70,26 @@ class SlackAdapter(PlatformAdapter):
         max_file_bytes=1024 * 1024 * 1024,
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("bot_token", "signing_secret", "api_base_url")
+    credential_schema: ClassVar[tuple[CredentialField, ...]] = (
+        CredentialField(
+            "bot_token",
+            required=True,
+            secret=True,
+            help="The Bot User OAuth Token: the Slack app's page → OAuth & Permissions (install the app first).",
+            link="https://api.slack.com/apps",
+            pattern=r"^xoxb-",
+            pattern_hint="a bot token (starting xoxb-)",
+        ),
+        CredentialField(
+            "signing_secret",
+            required=True,
+            secret=True,
+            help="The Signing Secret: the Slack app's page → Basic Information → App Credentials. It signs "
+            "every request Slack sends.",
+            link="https://api.slack.com/apps",
+        ),
+        CredentialField("api_base_url", help="Optional: the Web API's origin (default https://slack.com/api)."),
+    )
 
     _client: AsyncWebClient | None = None
 
@@ -297,6 +318,10 @@ class SlackAdapter(PlatformAdapter):
         except PlatformAPIError as exc:
             if "already_reacted" not in str(exc):
                 raise
+
+    async def identity(self) -> str:
+        me = await self._call("auth_test")
+        return f"Slack knows this bot as {me.get('user') or '?'} in {me.get('team') or '?'} (auth.test)"
 
     async def webhook_register(self, url: str) -> str:
         """Slack takes the request URL only on the app's page; this checks the token and says what to paste."""

@@ -25,6 +25,7 @@ from telegram.warnings import PTBDeprecationWarning
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
 from platforms.interface import (
+    CredentialField,
     FetchedFile,
     InboundBatch,
     InboundRefusedError,
@@ -73,6 +74,36 @@ class TelegramAdapter(PlatformAdapter):
         max_file_bytes=50 * 1024 * 1024,
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("token", "secret_token", "api_base_url", "username")
+    credential_schema: ClassVar[tuple[CredentialField, ...]] = (
+        CredentialField(
+            "token",
+            required=True,
+            secret=True,
+            help="The bot's token: BotFather (/newbot, or /token for an existing bot) answers it.",
+            link="https://t.me/BotFather",
+            pattern=r"^[0-9]+:[A-Za-z0-9_-]+$",
+            pattern_hint="a Telegram bot token (digits, a colon, then letters)",
+        ),
+        CredentialField(
+            "secret_token",
+            required=True,
+            secret=True,
+            help="A secret you choose (1-256 letters, digits, _ or -): Telegram sends it with every update "
+            "and the host refuses updates without it. Set the platform webhook again after changing it.",
+            link="https://core.telegram.org/bots/api#setwebhook",
+            pattern=r"^[A-Za-z0-9_-]{1,256}$",
+            pattern_hint="1-256 letters, digits, _ or -",
+        ),
+        CredentialField(
+            "username",
+            help="Optional: the bot's @name, for mentions in groups; filled by Test connection and by "
+            "setting the platform webhook.",
+        ),
+        CredentialField(
+            "api_base_url",
+            help="Optional: a self-hosted Bot API server or a proxy (default https://api.telegram.org).",
+        ),
+    )
 
     _client: Bot | None = None
 
@@ -316,6 +347,12 @@ class TelegramAdapter(PlatformAdapter):
             message_id=int(message.message_id),
             reaction=[ReactionTypeEmoji(reaction)],
         )
+
+    async def identity(self) -> str:
+        me = await self._call(self.client().get_me)
+        if me.username:
+            self.credentials["username"] = me.username
+        return f"Telegram knows this bot as @{me.username} (id {me.id})"
 
     async def webhook_register(self, url: str) -> str:
         secret = str(self.credentials.get("secret_token") or "")

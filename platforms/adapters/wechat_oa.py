@@ -137,24 +137,28 @@ class WeChatOAAdapter(PlatformAdapter):
             "app_id",
             required=True,
             help="The account's AppID: Official Accounts Platform → Settings and Development → Basic Configuration.",
+            link="https://mp.weixin.qq.com/",
         ),
         CredentialField(
             "app_secret",
             required=True,
             secret=True,
             help="The AppSecret, on the same page (shown once when reset; add this server to the IP whitelist).",
+            link="https://mp.weixin.qq.com/",
         ),
         CredentialField(
             "token",
             required=True,
             secret=True,
             help="The server Token: Basic Configuration → Server Configuration (your own, 3-32 characters).",
+            link="https://mp.weixin.qq.com/",
         ),
         CredentialField(
             "encoding_aes_key",
             secret=True,
             help="The EncodingAESKey (43 characters), on the same page: needed for safe mode; "
             "when set, plaintext pushes are refused.",
+            link="https://mp.weixin.qq.com/",
         ),
         CredentialField(
             "api_base_url",
@@ -475,6 +479,10 @@ class WeChatOAAdapter(PlatformAdapter):
         if file.caption:
             await self._custom_send(target, "text", {"content": file.caption})
         return sent
+
+    async def identity(self) -> str:
+        await self.access_token()
+        return f"WeChat issued an access token to the account {self._secret('app_id')}"
 
     async def webhook_register(self, url: str) -> str:
         """The callback URL is set on the platform's console only; this checks app_id and app_secret (by

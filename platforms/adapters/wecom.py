@@ -98,30 +98,35 @@ class WeComAdapter(PlatformAdapter):
             "corp_id",
             required=True,
             help="The company's CorpID: WeCom admin console → My Company → Company Information → Company ID.",
+            link="https://work.weixin.qq.com/wework_admin/frame#apps",
         ),
         CredentialField(
             "corp_secret",
             required=True,
             secret=True,
             help="The app's Secret: admin console → App Management → the app → Secret (sent to the admin's WeCom).",
+            link="https://work.weixin.qq.com/wework_admin/frame#apps",
         ),
         CredentialField(
             "agent_id",
             required=True,
             types=("string", "integer"),
             help="The app's AgentId, on the same page.",
+            link="https://work.weixin.qq.com/wework_admin/frame#apps",
         ),
         CredentialField(
             "token",
             required=True,
             secret=True,
             help="The callback Token: the app → Receive Messages → Set API Receive (random, or your own).",
+            link="https://work.weixin.qq.com/wework_admin/frame#apps",
         ),
         CredentialField(
             "encoding_aes_key",
             required=True,
             secret=True,
             help="The callback EncodingAESKey (43 characters), on the same page.",
+            link="https://work.weixin.qq.com/wework_admin/frame#apps",
         ),
         CredentialField(
             "api_base_url",
@@ -383,6 +388,10 @@ class WeComAdapter(PlatformAdapter):
         if file.caption:
             await self.send_text(target, file.caption)
         return sent
+
+    async def identity(self) -> str:
+        await self.access_token()
+        return f"WeCom issued an access token (gettoken) to corp {self._secret('corp_id')}"
 
     async def webhook_register(self, url: str) -> str:
         """WeCom takes the callback URL only on its admin console; this checks corp_id and corp_secret (by

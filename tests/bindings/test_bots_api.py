@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 def test_create_a_bot_and_see_its_credentials_only_masked(api_client):
     response = api_client.post(
         "/api/v1/bots",
-        {"bot_id": "tg", "name": "Telegram", "platform": "telegram", "credentials": {"token": "123:abc"}},
+        {"bot_id": "tg", "name": "Telegram", "platform": "api", "credentials": {"token": "123:abc"}},
         format="json",
     )
 

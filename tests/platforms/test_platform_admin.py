@@ -39,7 +39,7 @@ def test_set_the_platform_webhook_registers_the_bots_url_and_secret_with_telegra
     assert fake_telegram.webhook["secret_token"] == SECRET
     text = page.content.decode()
     assert f"@{BOT_USERNAME}" in text
-    assert "no adapter serves &#x27;webui&#x27; bots" in text
+    assert "no adapter serves webui bots" in text
     bot.refresh_from_db()
     assert bot.credentials["username"] == BOT_USERNAME  # kept for mentions in groups
 
