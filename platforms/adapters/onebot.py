@@ -232,9 +232,18 @@ class OneBotAdapter(PlatformAdapter):
         url = str(ref.ref.get("url") or "")
         if not url.startswith(("http://", "https://")):
             raise PlatformAPIError("the image has no URL to fetch it from")
+        # The URL comes from the event, which whoever holds the bot's token can write: the outbound guard keeps
+        # it off the host's internal addresses (unless an operator allowed them for the workspace).
         try:
-            async with httpx.AsyncClient(timeout=FILE_DOWNLOAD_TIMEOUT, follow_redirects=True) as http:
+            async with httpx.AsyncClient(
+                timeout=FILE_DOWNLOAD_TIMEOUT,
+                follow_redirects=True,
+                trust_env=False,
+                transport=guarded_async_transport(allow_private=self.allow_private),
+            ) as http:
                 response = await http.get(url)
+        except AddressRefusedError as exc:
+            raise PlatformAPIError(f"the image's address is refused: {exc}") from exc
         except httpx.HTTPError as exc:
             raise PlatformAPIError(f"fetching a QQ image failed: {exc}", retryable=True) from exc
         if response.status_code != 200:

@@ -25,8 +25,10 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Bot
 from langbot_host.asgi import application
+from platforms.adapters.onebot import OneBotAdapter
 from platforms.connectors import connection_label, connection_statuses
 from platforms.delivery import PlatformDeliveryPort
+from platforms.interface import PlatformAPIError, PlatformFileRef
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.tasks import platform_update_ingest
 from runners.actions.delivery import surface_delivery
@@ -310,3 +312,16 @@ def test_napcat_connected_to_daphne_gets_the_qa_runners_answer_as_a_send_msg_cal
     connection = call["healthz"]["connections"][f"qq/{bot.workspace.slug}/{bot.bot_id}"]
     assert connection == "connected: QQ 10001"
     assert connection_label(connection_statuses([bot]).get(bot.pk)).startswith("disconnected")
+
+
+async def test_an_image_url_at_an_internal_address_is_not_fetched_unless_the_operator_allowed_it():
+    # The URL comes from the event, which whoever holds the bot's token writes: it must not make the host
+    # fetch from its own network.
+    with serving(FakePlatformServer(ImageHandler)) as images:
+        ref = PlatformFileRef(ref={"url": f"{images.origin}/abc.png"}, name="abc.png", mime_type="image/png")
+        guarded = OneBotAdapter(bot_id="b", credentials={"access_token": "t"}, allow_private=False)
+        with pytest.raises(PlatformAPIError, match="refused"):
+            await guarded.fetch_file(ref)
+
+        allowed = OneBotAdapter(bot_id="b", credentials={"access_token": "t"}, allow_private=True)
+        assert (await allowed.fetch_file(ref)).data == PNG
