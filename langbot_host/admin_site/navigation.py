@@ -53,11 +53,13 @@ GROUPS: tuple[Group, ...] = (
         (
             "takeover.WaitingConversation",
             "takeover.ConversationHold",
+            "people.Person",
             "transcripts.TranscriptItem",
             "runners.Run",
             "transcripts.EventLog",
             "runners.PlatformActionRequest",
             "runners.ProxyCallAudit",
+            "people.PersonAudit",
             "runners.DailySpend",
             "artifacts.Artifact",
             "transcripts.StateEntry",
