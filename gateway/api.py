@@ -57,7 +57,7 @@ class RoutingErrorOut(BaseModel):
 class EventAcceptedOut(BaseModel):
     event_id: str
     duplicate: bool = Field(description="True when this event_id was accepted before; the runs are the earlier ones.")
-    status: Literal["accepted", "no_binding", "conflict"]
+    status: Literal["accepted", "no_binding", "conflict", "held"]
     conversation_id: str
     runs: list[RunSummaryOut]
     error: RoutingErrorOut | None = Field(default=None, description="Present only when routing failed.")
@@ -77,7 +77,7 @@ class EventOut(BaseModel):
     input_summary: str
     data: dict[str, Any]
     raw_ref: dict[str, Any] | None = Field(description="`{artifact_id, size, mime_type}` of a raw payload kept apart.")
-    status: Literal["accepted", "no_binding", "conflict"]
+    status: Literal["accepted", "no_binding", "conflict", "held"]
     error: RoutingErrorOut | None
     event_time: datetime | None
     created_at: datetime

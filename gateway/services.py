@@ -31,9 +31,11 @@ from foundation.sql import insert_with_children
 from gateway.envelope import ContentIn, EventEnvelopeIn
 from langbot_sdk.protocol import AgentInput, ArtifactRef, ContentElement
 from runners.lifecycle import services as run_services
+from runners.live.publish import conversation_item_publish_on_commit
 from runners.models import Run
 from runners.orchestrator.capabilities import NON_TEXT_REFUSED_CODE, input_refusal
 from runners.orchestrator.context import descriptor_manifest
+from runners.takeover.services import conversation_held
 from transcripts.models import EventLog, TranscriptItem
 
 SUMMARY_TEXT_CHARS = 200
@@ -167,6 +169,11 @@ def event_ingest(
             bot_id=bot.bot_id if bot else None,
             trigger=trigger_context_of(envelope),
         )
+    # A conversation a person has taken over starts no run: the event and its transcript item are kept
+    # and shown to the operator live (README "Human takeover").
+    held = conversation_held(workspace_id=workspace.pk, conversation_id=conversation_id)
+    if held:
+        resolution = BindingResolution(strip_prefix=resolution.strip_prefix)
     resolution = _non_text_refusals(workspace, event_id, envelope, resolution)
     attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
     if resolution.strip_prefix:
@@ -186,7 +193,7 @@ def event_ingest(
         **({"message_chain": envelope.input.message_chain} if envelope.input.message_chain is not None else {}),
     }
 
-    status, error = _routing_outcome(resolution)
+    status, error = (EventLog.Status.HELD, None) if held else _routing_outcome(resolution)
     event = EventLog(
         workspace=workspace,
         event_id=event_id,
@@ -238,6 +245,13 @@ def event_ingest(
                 raise IntegrityError(f"event {event_id} could not be recorded")
             return EventIngestResult(event=existing, runs=list(existing.runs.order_by("id")), duplicate=True)
 
+        if held and children:
+            user_item = children[0]
+            conversation_item_publish_on_commit(
+                workspace_id=workspace.pk,
+                conversation_id=conversation_id,
+                message={"type": "transcript.item", "action": "message.send", "item": held_item_out(user_item, event)},
+            )
         # Uploads made without a conversation become readable by this conversation's runs.
         artifacts_bind_to_conversation(artifacts=stored_attachments.values(), conversation_id=conversation_id)
         if raw_to_artifact:
@@ -266,6 +280,20 @@ def event_ingest(
                 run_services.run_dispatch_on_commit(run_id=str(run.run_id))
             runs.append(run)
     return EventIngestResult(event=event, runs=runs)
+
+
+def held_item_out(item: TranscriptItem | Run, event: EventLog) -> dict[str, Any]:
+    """A user's message in a held conversation as the live group shows it to the operator."""
+    assert isinstance(item, TranscriptItem)
+    return {
+        "message_id": str(item.pk),
+        "role": item.role,
+        "content": item.content,
+        "contents": item.contents,
+        "actor": item.actor,
+        "event_id": event.event_id,
+        "created_at": item.created_at.isoformat() if item.created_at else None,
+    }
 
 
 def _refuses_non_text(binding: AgentBinding) -> bool:

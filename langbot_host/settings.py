@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "channels",
     "bindings",
     "runners",
+    "runners.takeover",
     "runtimes",
     "transcripts",
     "artifacts",

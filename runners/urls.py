@@ -1,5 +1,5 @@
 """Routes of the runners app under `/api/v1/`: runners, runs and their streams, platform action requests and
-their approval, budgets and costs. (Events in are the gateway's, `gateway.urls`; WebSocket tickets the
+their approval, budgets and costs, human takeover. (Events in are the gateway's, `gateway.urls`; WebSocket tickets the
 chat's, `webchat.urls`.)
 
 Run ids are matched as plain strings and parsed in the view, so a malformed id answers the API's JSON 404
@@ -9,6 +9,12 @@ rather than the URL resolver's HTML one.
 from django.urls import path
 
 from runners.actions.api import ActionApproveApi, ActionDetailApi, ActionListApi, ActionRejectApi
+from runners.actions.takeover_api import (
+    ConversationOperatorMessageApi,
+    ConversationReleaseApi,
+    ConversationTakeoverApi,
+    HandoffListApi,
+)
 from runners.costs_api import BudgetDetailApi, BudgetListApi, CostListApi
 from runners.lifecycle.api import (
     RunCancelApi,
@@ -35,4 +41,15 @@ urlpatterns = [
     path("actions/<str:action_id>", ActionDetailApi.as_view(), name="action-detail"),
     path("actions/<str:action_id>/approve", ActionApproveApi.as_view(), name="action-approve"),
     path("actions/<str:action_id>/reject", ActionRejectApi.as_view(), name="action-reject"),
+    # Human takeover (a conversation id may contain slashes, hence `path`).
+    path(
+        "conversations/<path:conversation_id>/takeover", ConversationTakeoverApi.as_view(), name="conversation-takeover"
+    ),
+    path("conversations/<path:conversation_id>/release", ConversationReleaseApi.as_view(), name="conversation-release"),
+    path(
+        "conversations/<path:conversation_id>/messages",
+        ConversationOperatorMessageApi.as_view(),
+        name="conversation-operator-message",
+    ),
+    path("handoffs", HandoffListApi.as_view(), name="handoff-list"),
 ]

@@ -19,6 +19,8 @@ class EventLog(models.Model):
         ACCEPTED = "accepted", _("accepted (runs created)")
         NO_BINDING = "no_binding", _("no binding matched")
         CONFLICT = "conflict", _("binding conflict")
+        # A person holds the conversation (human takeover): recorded and shown to them, no run.
+        HELD = "held", _("held by a person (no run)")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="events")
     # Client-supplied or generated; idempotency key within the workspace.

@@ -148,7 +148,12 @@ def chat_message_submit(
                 "event_id": event.event_id,
             }
         )
-    if event.status == EventLog.Status.NO_BINDING:
+    if event.status == EventLog.Status.HELD:
+        submission.error = {
+            "code": "conversation.held",
+            "message": _("A person holds this conversation: your message reached them and started no run."),
+        }
+    elif event.status == EventLog.Status.NO_BINDING:
         submission.error = {"code": "no_binding", "message": _("No binding handles this message; nothing ran.")}
     elif event.error:
         submission.error = {"code": event.error.get("code", "error"), "message": event.error.get("message", "")}

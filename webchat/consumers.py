@@ -83,7 +83,7 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_SLOW = 4408
 
 # Channel-layer messages (from `runners.live.publish`) handled without a trip through the sync thread.
-LIVE_MESSAGE_TYPES = frozenset({"run.event", "run.status", "transcript.item"})
+LIVE_MESSAGE_TYPES = frozenset({"run.event", "run.status", "transcript.item", "conversation.hold"})
 
 # What a `transcript.item` from `runners.live.publish` carries to the client; anything else stays on the server.
 TRANSCRIPT_ITEM_KEYS = ("type", "action", "run_id", "item", "reaction")
@@ -414,6 +414,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         the transcript API is its durable form — so it is passed on as it comes."""
         if self.subscription is not None and not self._closing:
             self._deliver({k: message[k] for k in TRANSCRIPT_ITEM_KEYS if k in message})
+
+    async def conversation_hold(self, message: dict[str, Any]) -> None:
+        """The conversation was taken over, released, or its runner asked for a human (human takeover)."""
+        if self.subscription is not None and not self._closing:
+            self._deliver({"type": "conversation.hold", "hold": message.get("hold")})
 
     # --- sending --------------------------------------------------------------------------------------
 

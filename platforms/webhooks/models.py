@@ -23,6 +23,8 @@ class WebhookEventType(models.TextChoices):
     RUN_CANCELLED = "run.cancelled"
     # A runner's platform action waits for an operator's approval (optional: only endpoints that ask).
     ACTION_REQUESTED = "action.requested"
+    # A runner asked for a human in a conversation (human takeover's inbox; optional like the above).
+    HANDOFF_REQUESTED = "handoff.requested"
 
 
 class WebhookEndpoint(models.Model):

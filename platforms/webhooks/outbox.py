@@ -1,5 +1,6 @@
 """Recording run ends as webhook messages (the outbox), called through the run-end port of `runners`;
-and the platform actions that wait for approval (`action.requested`, through the action-requested port).
+the platform actions that wait for approval (`action.requested`, through the action-requested port); and a
+runner's request for a human (`handoff.requested`, through the handoff-requested port of `runners.takeover`).
 
 `runs_ended_record` runs in the transaction that ended the runs (see `runners.lifecycle.observers`): the
 delivery rows commit with the run end or not at all, and the senders are woken only after the commit. It
@@ -31,6 +32,7 @@ from django.utils import timezone
 from bindings.models import Bot
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
 from runners.models import PlatformActionRequest, Run
+from runners.takeover.models import ConversationHold
 from transcripts.models import EventLog
 
 logger = logging.getLogger(__name__)
@@ -346,6 +348,93 @@ def action_deliveries_record(*, requests: Sequence[PlatformActionRequest]) -> li
                     event_id=action_message_id_of(request),
                     event_type=event,
                     run_id=run.run_id,
+                    payload=payload,
+                    next_attempt_at=now,
+                )
+            )
+    if rows:
+        WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+        deliveries_send_on_commit(delivery_ids=[str(row.delivery_id) for row in rows])
+    return rows
+
+
+# --- handoff.requested ----------------------------------------------------------------------------
+
+
+def handoff_message_id_of(hold: ConversationHold) -> str:
+    """The `webhook-id` of a handoff request's message: one per request."""
+    return f"msg_handoff_{hold.pk}"
+
+
+def handoff_requested_payload(hold: ConversationHold, *, run: Run | None) -> dict[str, Any]:
+    """Where a human is wanted, why, and how to take the conversation over (REST, with a key of the workspace)."""
+    conversation = hold.conversation_id
+    return {
+        "type": WebhookEventType.HANDOFF_REQUESTED.value,
+        "timestamp": _iso(hold.requested_at),
+        "data": {
+            "conversation_id": conversation,
+            "reason": hold.reason,
+            "run_id": str(hold.requested_by_run) if hold.requested_by_run else None,
+            "binding_id": run.binding_key if run is not None else None,
+            "runner_id": run.runner_id if run is not None else None,
+            "bot_id": hold.bot.bot_id if hold.bot is not None else None,
+            "requested_at": _iso(hold.requested_at),
+            "takeover": {
+                "method": "POST",
+                "path": reverse("conversation-takeover", kwargs={"conversation_id": conversation}),
+            },
+        },
+    }
+
+
+def handoffs_requested_record(holds: Sequence[ConversationHold]) -> None:
+    """The handoff-requested observer that `WebhooksConfig.ready` registers."""
+    handoff_deliveries_record(holds=holds)
+
+
+def handoff_deliveries_record(*, holds: Sequence[ConversationHold]) -> list[WebhookDelivery]:
+    """In the transaction that records the handoff requests, write a `handoff.requested` delivery for every
+    enabled endpoint of their workspace subscribed to it (an endpoint of one binding: when that binding's
+    run asked), and wake a sender once it commits. No query for a workspace without an enabled endpoint."""
+    event = WebhookEventType.HANDOFF_REQUESTED.value
+    subscribed = _subscribed_workspaces()
+    pending = [h for h in holds if h.workspace_id in subscribed]
+    if not pending:
+        return []
+    endpoints = [
+        endpoint
+        for endpoint in WebhookEndpoint.objects.filter(
+            workspace_id__in={h.workspace_id for h in pending}, enabled=True
+        ).only("pk", "workspace_id", "binding_id", "event_types")
+        if event in endpoint.event_types
+    ]
+    if not endpoints:
+        return []
+    runs = {
+        run.run_id: run
+        for run in Run.objects.filter(run_id__in=[h.requested_by_run for h in pending if h.requested_by_run]).only(
+            "run_id", "binding_id", "binding_key", "runner_id"
+        )
+    }
+    now = timezone.now()
+    rows: list[WebhookDelivery] = []
+    for hold in pending:
+        run = runs.get(hold.requested_by_run) if hold.requested_by_run else None
+        payload = None
+        for endpoint in endpoints:
+            if endpoint.workspace_id != hold.workspace_id:
+                continue
+            if endpoint.binding_id is not None and (run is None or endpoint.binding_id != run.binding_id):
+                continue
+            payload = payload or handoff_requested_payload(hold, run=run)
+            rows.append(
+                WebhookDelivery(
+                    workspace_id=hold.workspace_id,
+                    endpoint_id=endpoint.pk,
+                    event_id=handoff_message_id_of(hold),
+                    event_type=event,
+                    run_id=run.run_id if run is not None else None,
                     payload=payload,
                     next_attempt_at=now,
                 )

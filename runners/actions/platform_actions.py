@@ -33,8 +33,13 @@ from langbot_sdk.protocol import PlatformActionStatus
 from runners.actions.delivery import DeliveryError, platform_action_deliver, run_surface
 from runners.actions.observers import actions_requested
 from runners.models import PlatformActionRequest, Run
+from runners.takeover.services import REASON_MAX, handoff_request
 
 logger = logging.getLogger(__name__)
+
+# The kind of `action.requested` by which a runner asks for a human (README "Human takeover"): the host's own
+# action, never a platform's, so it needs no grant and is not recorded as a platform action request.
+HANDOFF_ACTION = "handoff"
 
 PENDING = PlatformActionRequest.Status.PENDING
 EXPIRED_ERROR = {"code": "expired", "message": "nobody approved or rejected the request in time"}
@@ -243,13 +248,22 @@ def platform_action_page(
 
 def platform_actions_from_results(*, run: Run, events: list[tuple[str, dict[str, Any]]]) -> None:
     """Record (and, when allowed, execute) the `action.requested` results of a batch. Called by the
-    ledger inside its transaction; a failing delivery is recorded, never fatal to the run."""
+    ledger inside its transaction; a failing delivery is recorded, never fatal to the run. A `handoff`
+    puts the run's conversation in the operators' inbox instead (`runners.takeover`)."""
     requested = [data for type_, data in events if type_ == "action.requested"]
     if not requested:
         return
     capabilities = ((run.authorization or {}).get("resources") or {}).get("platform_capabilities") or {}
     for data in requested:
         target, payload = data.get("target"), data.get("payload")
+        if data.get("action") == HANDOFF_ACTION:
+            reason = payload.get("reason") if isinstance(payload, dict) else None
+            try:
+                with transaction.atomic():
+                    handoff_request(run=run, reason=str(reason)[:REASON_MAX] if reason else "")
+            except Exception:
+                logger.exception("run %s: could not record a handoff request", run.run_id)
+            continue
         try:
             with transaction.atomic():
                 platform_action_submit(

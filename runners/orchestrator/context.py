@@ -69,6 +69,7 @@ from runners.actions.delivery import surface_delivery
 from runners.models import Run
 from runners.orchestrator.capabilities import input_for_runner, runner_streams
 from runners.orchestrator.resources import resources_build
+from runners.takeover.services import takeover_context_fact
 from transcripts.models import EventLog, TranscriptItem
 from transcripts.state import state_snapshot
 
@@ -368,6 +369,12 @@ def _static_refs(
     }
 
 
+def _takeover_fact(run: Run) -> dict[str, Any]:
+    """`metadata.human_takeover` for the first run after a person handed the conversation back."""
+    fact = takeover_context_fact(run=run)
+    return {"human_takeover": fact} if fact is not None else {}
+
+
 def context_build(
     *,
     run: Run,
@@ -559,7 +566,7 @@ def context_build(
         ),
         config=config,
         bootstrap=bootstrap,
-        metadata={"binding_id": run.binding_key, "observer": run.is_observer},
+        metadata={"binding_id": run.binding_key, "observer": run.is_observer, **_takeover_fact(run)},
     )
     built = BuiltContext(
         context=context,

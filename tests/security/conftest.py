@@ -22,6 +22,7 @@ from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
 from resources.models import KnowledgeBase, KnowledgeDocument, MCPServer, MCPTool
 from runners.models import Budget, DailySpend, PlatformActionRequest, ProxyCallAudit, Run, RunEvent
+from runners.takeover.models import ConversationHold, WaitingConversation
 from runtimes.dev_access import dev_token_create
 from runtimes.models import DevelopmentSession
 from tests.factories import (
@@ -129,6 +130,14 @@ def theirs(db: Any) -> Theirs:
     spend = DailySpend.objects.create(
         workspace=workspace, day=timezone.now().date(), bot_key=bot.bot_id, actor_key=_m("actor"), cost=7, calls=1
     )
+    hold = ConversationHold.objects.create(
+        workspace=workspace, conversation_id=conversation, bot=bot, status="held", held_by=_m("operator"),
+        reason=_m("reason"), started_at=timezone.now(),
+    )  # fmt: skip
+    waiting = WaitingConversation.objects.create(
+        workspace=workspace, conversation_id=_m("waiting"), status="requested", reason=_m("waits"),
+        requested_at=timezone.now(),
+    )  # fmt: skip
     ids = {
         "workspace_slug": workspace.slug, "bot_id": bot.bot_id, "binding_id": binding.binding_id,
         "provider_id": provider.provider_id, "model_id": model.model_id, "server_id": server.server_id,
@@ -141,7 +150,7 @@ def theirs(db: Any) -> Theirs:
     rows: list[models.Model] = [
         workspace, membership, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
         storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
-        budget, spend,
+        budget, spend, hold, waiting,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 

@@ -33,6 +33,7 @@ SCOPED = [
     "resources.ModelProvider", "resources.Model", "resources.KnowledgeBase", "resources.MCPServer",
     "platforms.PlatformDelivery", "platforms.InboundRefusal",
     "webhooks.WebhookEndpoint", "webhooks.WebhookDelivery", "schedules.Schedule",
+    "takeover.ConversationHold", "takeover.WaitingConversation",
 ]  # fmt: skip
 """Admins of objects that belong to one workspace: other staff must not see or touch another's."""
 
@@ -58,6 +59,9 @@ EXTRA_PAGES: dict[str, set[int]] = {
     "admin-conversation": {404},  # tried with their conversation
     "admin:bindings_runnerdescriptor_refresh": {405},  # POST only; host-wide, the same for every operator
     "admin:logout": {200, 302},
+    # POST only; a member of another workspace is refused (tests/takeover).
+    "admin:takeover_conversation_takeover": {405},
+    "admin:takeover_conversation_release": {405},
 }
 _STANDARD = ("_changelist", "_add", "_history", "_delete", "_change")
 
@@ -151,6 +155,9 @@ def _reverse_extra(name: str, theirs: Theirs) -> str:
     if name == "admin:view_on_site":
         bot = theirs.objects["bindings.Bot"]
         return reverse(name, args=[ContentType.objects.get_for_model(bot).pk, bot.pk])
+    if name.startswith("admin:takeover_conversation_"):
+        kwargs = {"workspace_id": theirs.workspace.pk, "conversation_id": theirs.ids["conversation_id"]}
+        return reverse(name, kwargs=kwargs)
     return reverse(name)
 
 

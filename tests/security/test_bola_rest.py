@@ -99,6 +99,11 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "api/v1/membership": {"GET": (OWN, None), "DELETE": ({403, 409}, None)},
     # Conversation ids are per workspace: theirs is an empty conversation of mine.
     "api/v1/conversations/<path:conversation_id>/transcript": {"GET": (OWN | GONE, None)},
+    # Human takeover: a conversation the caller's workspace never saw is not found.
+    "api/v1/conversations/<path:conversation_id>/takeover": {"POST": (GONE, None)},
+    "api/v1/conversations/<path:conversation_id>/release": {"POST": (GONE, None)},
+    "api/v1/conversations/<path:conversation_id>/messages": {"POST": (GONE, None)},
+    "api/v1/handoffs": {"GET": (OWN, None)},
     "api/v1/artifacts": {"POST": ({400, 415}, None)},  # an upload names nothing of another workspace
     "api/v1/artifacts/<str:artifact_id>": {"GET": (GONE, None)},
     "api/v1/artifacts/<str:artifact_id>/content": {"GET": (GONE, None)},

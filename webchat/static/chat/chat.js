@@ -13,6 +13,8 @@
     state: $("state"), actions: $("actions"), artifacts: $("artifacts"), attach: $("attach"),
     attachments: $("attachments"), loadEarlier: $("load-earlier"), scrim: $("scrim"),
     targetDetail: $("target-detail"), newest: $("jump-newest"),
+    takeover: $("takeover"), release: $("release"), holdState: $("hold-state"), asOperator: $("as-operator"),
+    asOperatorLabel: $("as-operator-label"),
   };
   const ACTIVE = new Set(["queued", "running"]);
   const PING_SECONDS = 20;
@@ -169,6 +171,7 @@
         break;
       case "error": onError(message); break;
       case "transcript.item": onTranscriptItem(message); break;
+      case "conversation.hold": showHold(message.hold); break;
       default: break; // ping and future additions
     }
   }
@@ -421,7 +424,10 @@
     for (const c of contentFiles(item.contents)) files.append(fileLink(c));
     const when = item.created_at ? new Date(item.created_at) : new Date();
     const meta = h("div", { class: "meta" }, h("span", { text: when.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) }));
-    if (role === "assistant" && !item.run_id && item.runner_id) {
+    if (role === "assistant" && item.actor && item.actor.actor_type === "operator") {
+      // A person's reply while they held the conversation (human takeover).
+      meta.append(h("span", { class: "via", text: fmt(_("sent by %(runner)s"), { runner: item.actor.actor_id || _("operator") }) }));
+    } else if (role === "assistant" && !item.run_id && item.runner_id) {
       // An extra message a runner sent (platform action `message.send`), not a run's reply.
       meta.append(h("span", { class: "via", text: fmt(_("sent by %(runner)s"), { runner: item.runner_id.replace(/^plugin:/, "") }) }));
     }
@@ -496,6 +502,8 @@
     if (id === undefined || id === null) return;
     if (message.action === "message.send" || !message.action) {
       if (itemElement(id)) return;
+      // A user's message in a held conversation: the bubble typed here already shows it.
+      if (item.event_id && els.messages.querySelector(`.msg.user[data-event-id="${CSS.escape(item.event_id)}"]`)) return;
       els.empty.hidden = true;
       els.messages.append(transcriptItem({ ...item, id, run_id: null }));
       scrollDown(false);
@@ -625,6 +633,7 @@
     els.title.textContent = known ? known.dataset.title : id ? _("Conversation") : _("New conversation");
     els.subtitle.textContent = id || _("Say something to start one.");
     for (const b of els.conversations.querySelectorAll("button")) b.classList.toggle("active", b.dataset.id === id);
+    showHold(null);
     if (id) history.replaceState(null, "", "#c=" + encodeURIComponent(id));
     else history.replaceState(null, "", location.pathname);
     if (load) {
@@ -632,6 +641,42 @@
       needTranscript = true;
       subscribe();
     }
+  }
+
+  // --- human takeover -------------------------------------------------------------------------------------
+  // Take over holds the open conversation (POST .../takeover): its messages start no run until Release;
+  // meanwhile "Reply as operator" sends the composer's text as the operator's reply (POST .../messages).
+
+  function showHold(hold) {
+    if (hold && hold.conversation_id !== conversationId) return;
+    const held = Boolean(hold && hold.status === "held");
+    els.takeover.hidden = !conversationId || held;
+    els.release.hidden = !held;
+    els.asOperatorLabel.hidden = !held;
+    if (!held) els.asOperator.checked = false;
+    els.holdState.hidden = !hold || hold.status === "released";
+    if (hold && hold.status === "held") els.holdState.textContent = fmt(_("held by %(who)s"), { who: hold.held_by || "" });
+    else if (hold && hold.status === "requested") els.holdState.textContent = _("waiting for a human");
+  }
+
+  async function holdPost(action, body) {
+    const url = `${config.api}/conversations/${encodeURIComponent(conversationId)}/${action}?${wsParam()}`;
+    const response = await fetch(url, {
+      method: "POST", credentials: "same-origin",
+      headers: { Accept: "application/json", "Content-Type": "application/json", "X-CSRFToken": csrf() },
+      body: JSON.stringify(body || {}),
+    });
+    const answer = await response.json().catch(() => ({}));
+    if (!response.ok) systemLine(answer.message || answer.code || String(response.status));
+    return response.ok ? answer : null;
+  }
+
+  els.takeover.addEventListener("click", async () => { if (conversationId) showHold(await holdPost("takeover")); });
+  els.release.addEventListener("click", async () => { if (conversationId) showHold(await holdPost("release")); });
+
+  async function operatorSend(text) {
+    const sent = await holdPost("messages", { text });
+    if (sent) onTranscriptItem({ action: "message.send", item: { ...sent, actor: { actor_type: "operator", actor_id: sent.operator } } });
   }
 
   function openConversation(id) {
@@ -730,6 +775,12 @@
     const text = els.input.value.trim();
     const ready = uploads.filter((u) => u.status === "ready").map((u) => u.artifact);
     if (!text && !ready.length) return;
+    if (els.asOperator.checked && conversationId && text) {
+      operatorSend(text);
+      els.input.value = "";
+      autosize();
+      return;
+    }
     const message = { type: "message", text };
     if (conversationId) message.conversation_id = conversationId;
     const target = els.target.value;
