@@ -247,8 +247,17 @@ class DiscordAdapter(PlatformAdapter):
         if not own and not (url.startswith("https://") and any(host == h or host.endswith(f".{h}") for h in CDN_HOSTS)):
             raise PlatformAPIError(f"refusing to fetch an attachment from {host or 'nowhere'}")
         try:
-            async with httpx.AsyncClient(timeout=60.0, follow_redirects=False) as http:
+            # The api_base_url override (a credential) may name any host: the outbound guard keeps the download
+            # off the host's internal addresses unless an operator allowed them.
+            async with httpx.AsyncClient(
+                timeout=60.0,
+                follow_redirects=False,
+                trust_env=False,
+                transport=guarded_async_transport(allow_private=self.allow_private),
+            ) as http:
                 response = await http.get(url)
+        except AddressRefusedError as exc:
+            raise PlatformAPIError(f"the file's address is refused: {exc}") from exc
         except httpx.HTTPError as exc:
             raise PlatformAPIError(f"fetching a Discord attachment failed: {exc}", retryable=True) from exc
         if response.status_code == 429:

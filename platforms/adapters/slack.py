@@ -23,6 +23,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
+from foundation.outbound import AddressRefusedError, guarded_async_transport
 from platforms.interface import (
     CredentialField,
     FetchedFile,
@@ -242,8 +243,17 @@ class SlackAdapter(PlatformAdapter):
         if not self._may_carry_token(url):
             raise PlatformAPIError(f"refusing to send the bot token to {urlsplit(url).hostname}")
         try:
-            async with httpx.AsyncClient(timeout=FILE_DOWNLOAD_TIMEOUT, follow_redirects=False) as http:
+            # The api_base_url override (a credential) may name any host: the outbound guard keeps the download
+            # off the host's internal addresses unless an operator allowed them.
+            async with httpx.AsyncClient(
+                timeout=FILE_DOWNLOAD_TIMEOUT,
+                follow_redirects=False,
+                trust_env=False,
+                transport=guarded_async_transport(allow_private=self.allow_private),
+            ) as http:
                 response = await http.get(url, headers={"Authorization": f"Bearer {self.bot_token}"})
+        except AddressRefusedError as exc:
+            raise PlatformAPIError(f"the file's address is refused: {exc}") from exc
         except httpx.HTTPError as exc:
             raise PlatformAPIError(f"fetching a Slack file failed: {exc}", retryable=True) from exc
         if response.status_code == 429:

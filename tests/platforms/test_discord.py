@@ -26,7 +26,7 @@ from bindings.models import Bot
 from platforms.adapters.discord import DiscordAdapter, DiscordConnector
 from platforms.connectors import connection_label, connection_statuses, connectors_serve
 from platforms.delivery import PlatformDeliveryPort
-from platforms.interface import PlatformFileRef
+from platforms.interface import PlatformAPIError, PlatformFileRef
 from platforms.models import PlatformDelivery
 from platforms.tasks import platform_update_ingest
 from runners.actions.delivery import surface_delivery
@@ -312,6 +312,15 @@ async def test_an_attachment_url_off_discord_is_not_fetched(fake_discord):
 
     with pytest.raises(Exception, match="refusing to fetch"):
         await adapter.fetch_file(elsewhere)
+
+
+async def test_an_attachment_at_an_internal_api_base_url_is_not_fetched_unless_the_operator_allowed_it(fake_discord):
+    # api_base_url is a credential a workspace writes; the fake listens on 127.0.0.1, an internal address.
+    credentials = {"token": TOKEN, "api_base_url": fake_discord.api_base_url}
+    ref = PlatformFileRef(ref={"url": f"{fake_discord.api_base_url}/attachments/a.pdf"}, name="a.pdf")
+
+    with pytest.raises(PlatformAPIError, match="address is refused"):
+        await DiscordAdapter(bot_id="b", credentials=credentials, allow_private=False).fetch_file(ref)
 
 
 def test_ctx_delivery_says_what_discord_supports():

@@ -191,6 +191,15 @@ async def test_the_bot_token_is_never_sent_to_a_file_url_off_slack(fake_slack):
             await adapter.fetch_file(ref)
 
 
+async def test_a_file_at_an_internal_api_base_url_is_not_fetched_unless_the_operator_allowed_it(fake_slack):
+    # api_base_url is a credential a workspace writes; the fake listens on 127.0.0.1, an internal address.
+    credentials = {"bot_token": BOT_TOKEN, "api_base_url": f"{fake_slack.origin}/api"}
+    ref = PlatformFileRef(ref={"file_id": "F1", "url": f"{fake_slack.origin}/files/F1/notes.pdf"}, name="notes.pdf")
+
+    with pytest.raises(PlatformAPIError, match="address is refused"):
+        await SlackAdapter(bot_id="b", credentials=credentials, allow_private=False).fetch_file(ref)
+
+
 @pytest.mark.django_db
 def test_setting_the_webhook_checks_the_token_and_says_where_to_paste_the_url(bot):
     note = bot_webhook_register(bot=bot, url="https://host.example/platforms/slack/x/y/webhook")
