@@ -125,9 +125,13 @@ def _assert_renders(control: Tag, item: DynamicFormItemSchema, resources: dict[s
             else resources[item.model_kind or "llm"]
         )
         assert offered in _options(control), where
+    elif item.multiple:
+        # A list of strings is a line list: one value per line, never JSON to type.
+        assert kind is DynamicFormItemType.STRING, where
+        assert control.name == "textarea", where
+        assert control.get_text().strip().splitlines() == (default or []), where
     else:
         assert kind is DynamicFormItemType.STRING, where
-        assert not item.multiple, where
         assert (control.name, control.get("type")) == ("input", "text"), where
         assert (control.get("value") or "") == (default or ""), where
 
@@ -259,7 +263,7 @@ def test_a_refused_form_does_not_echo_a_typed_secret(admin_client, official_runn
 
 @pytest.mark.parametrize(
     ("plugin", "item_name"),
-    [("harness-agent", "args"), ("langflow-agent", "tweaks"), ("local-agent", "tools"), ("qa-runner", "proxy_calls")],
+    [("harness-agent", "skills"), ("langflow-agent", "tweaks"), ("qa-runner", "proxy_calls")],
 )
 def test_invalid_json_is_refused_on_its_field_naming_it(
     admin_client, official_runners, workspace, resources, plugin, item_name
@@ -293,3 +297,24 @@ def test_the_harness_environment_with_its_api_key_is_stored_encrypted_and_shown_
     assert "env" not in binding.runner_config
     assert SECRET not in page.content.decode()
     assert listed.json()["runner_config"]["env"] == SECRET_MASK
+
+
+@pytest.mark.parametrize(("plugin", "item_name"), [("harness-agent", "args"), ("local-agent", "tools")])
+def test_a_list_of_strings_is_edited_one_per_line(
+    admin_client, official_runners, workspace, resources, plugin, item_name
+):
+    descriptor = official_runners[plugin]
+    data = {
+        **_form_data(workspace, descriptor, resources),
+        f"cfg__{item_name}": "--model\r\n  sonnet \r\n\r\nweb_search",
+    }
+
+    created = admin_client.post(ADD_URL, data)
+    binding = AgentBinding.objects.get(binding_id=data["binding_id"])
+    page = BeautifulSoup(admin_client.get(f"/admin/bindings/agentbinding/{binding.pk}/change/").content, "html.parser")
+
+    assert created.status_code == 302, _errors(created)
+    assert binding.runner_config[item_name] == ["--model", "sonnet", "web_search"]
+    control = page.select_one(f'textarea[name="cfg__{item_name}"]')
+    assert control is not None
+    assert control.get_text().strip().splitlines() == ["--model", "sonnet", "web_search"]
