@@ -217,3 +217,23 @@ def test_staff_of_another_workspace_cannot_take_over_from_the_admin(workspace, a
     )
     assert browser.post(take).status_code == 403
     assert not ConversationHold.objects.exists()
+
+
+def test_the_admin_conversation_page_offers_take_over_then_release(workspace, api_client, binding):
+    _say(api_client, "hello")
+    admin_user = UserFactory.create(is_staff=True, is_superuser=True)
+    browser = Client()
+    browser.force_login(admin_user)
+    page_url = reverse("admin-conversation", kwargs={"workspace_id": workspace.pk, "conversation_id": CONVERSATION})
+    take = reverse(
+        "admin:takeover_conversation_takeover", kwargs={"workspace_id": workspace.pk, "conversation_id": CONVERSATION}
+    )
+
+    page = browser.get(page_url).content.decode()
+    assert take in page
+    assert ">Take over</button>" in page
+
+    assert browser.post(take, {"next": page_url})["Location"] == page_url
+    held_page = browser.get(page_url).content.decode()
+    assert ">Release</button>" in held_page
+    assert f"held by {admin_user.get_username()}" in held_page
