@@ -30,6 +30,7 @@ from foundation.api_errors import FieldsRefusedError
 from foundation.sql import insert_with_children
 from gateway.envelope import ContentIn, EventEnvelopeIn
 from langbot_sdk.protocol import AgentInput, ArtifactRef, ContentElement
+from people.commands import link_command_answer, link_command_of
 from runners.lifecycle import services as run_services
 from runners.live.publish import conversation_item_publish_on_commit
 from runners.models import Run
@@ -174,6 +175,10 @@ def event_ingest(
     held = conversation_held(workspace_id=workspace.pk, conversation_id=conversation_id)
     if held:
         resolution = BindingResolution(strip_prefix=resolution.strip_prefix)
+    # `/link` is the host's own command (README "People"): answered here, no binding sees it.
+    link_code = link_command_of(envelope.input.text) if envelope.is_message else None
+    if link_code is not None:
+        resolution = BindingResolution(strip_prefix=resolution.strip_prefix)
     resolution = _non_text_refusals(workspace, event_id, envelope, resolution)
     attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
     if resolution.strip_prefix:
@@ -194,6 +199,8 @@ def event_ingest(
     }
 
     status, error = (EventLog.Status.HELD, None) if held else _routing_outcome(resolution)
+    if link_code is not None:
+        status, error = EventLog.Status.ACCEPTED, None
     event = EventLog(
         workspace=workspace,
         event_id=event_id,
@@ -235,7 +242,9 @@ def event_ingest(
     children += plain.values()
     # The event, its transcript item and those runs are one statement (`insert_with_children`); a
     # transaction is only needed when more is written with them.
-    writes_more = bool(stored_attachments) or raw_to_artifact or len(plain) < len(resolution.to_run)
+    writes_more = (
+        bool(stored_attachments) or raw_to_artifact or len(plain) < len(resolution.to_run) or link_code is not None
+    )
     with transaction.atomic() if writes_more else contextlib.nullcontext():
         # Losing the race for the (workspace, event_id) unique constraint writes nothing (ON CONFLICT DO
         # NOTHING) and leaves a transaction usable, so the winner's row can be read.
@@ -252,6 +261,8 @@ def event_ingest(
                 conversation_id=conversation_id,
                 message={"type": "transcript.item", "action": "message.send", "item": held_item_out(user_item, event)},
             )
+        if link_code is not None:
+            link_command_answer(event=event, bot=bot, code=link_code)
         # Uploads made without a conversation become readable by this conversation's runs.
         artifacts_bind_to_conversation(artifacts=stored_attachments.values(), conversation_id=conversation_id)
         if raw_to_artifact:

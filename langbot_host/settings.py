@@ -51,8 +51,10 @@ INSTALLED_APPS = [
     "platforms",
     "platforms.webhooks",
     "platforms.schedules",
+    "platforms.alerts",
     "gateway",
     "hostapi",
+    "people",
     "webchat",
     "django_celery_beat",
     "langbot_host.admin_site",
@@ -268,6 +270,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 60.0,
         "options": {"queue": LANGBOT_WEBHOOK_QUEUE or None},
     },
+    # Raises and resolves the alerts (platforms.alerts.evaluator): bots down, deliveries, failure rates, queue, providers.
+    "alerts-evaluate": {"task": "platforms.alerts.tasks.alerts_evaluate", "schedule": 60.0},
 }
 
 # Run execution in workers (runners.orchestrator): in-flight runs per worker process, the database threads
@@ -366,6 +370,11 @@ LANGBOT_RETENTION_RUN_EVENT_DAYS = env.int("LANGBOT_RETENTION_RUN_EVENT_DAYS", d
 LANGBOT_RETENTION_PROXY_AUDIT_DAYS = env.int("LANGBOT_RETENTION_PROXY_AUDIT_DAYS", default=90)
 # Counted refusals of inbound platform requests (platforms.InboundRefusal), by when they were last seen.
 LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS = env.int("LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS", default=30)
+# A person none of whose identities wrote for PERSON_DAYS is erased (people.retention; 0 keeps them).
+LANGBOT_RETENTION_PERSON_DAYS = env.int("LANGBOT_RETENTION_PERSON_DAYS", default=0)
+# A one-time link code (`/link`) lives this many seconds; a person may ask for this many an hour.
+LANGBOT_PEOPLE_LINK_CODE_SECONDS = env.int("LANGBOT_PEOPLE_LINK_CODE_SECONDS", default=600)
+LANGBOT_PEOPLE_LINK_CODES_PER_HOUR = env.int("LANGBOT_PEOPLE_LINK_CODES_PER_HOUR", default=5)
 LANGBOT_RETENTION_ORPHAN_GRACE_HOURS = env.int("LANGBOT_RETENTION_ORPHAN_GRACE_HOURS", default=24)
 LANGBOT_RETENTION_WORKSPACES: dict[str, dict[str, int]] = env.json("LANGBOT_RETENTION_WORKSPACES", default={})
 LANGBOT_RETENTION_BATCH = env.int("LANGBOT_RETENTION_BATCH", default=1000)

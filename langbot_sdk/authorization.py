@@ -26,6 +26,7 @@ from jsonschema import exceptions as jsonschema_exceptions
 from pydantic import ValidationError
 
 from langbot_sdk.protocol import (
+    PERSON_ID_KEY,
     PLATFORM_ACTION_OUTLIVE_KEY,
     PROXY_REQUEST_MODELS,
     Action,
@@ -89,10 +90,11 @@ def _bounded(key: str) -> str:
 
 @dataclass(frozen=True)
 class RunScope:
-    """What one run may touch: workspace, bot, conversation, thread, binding, runner, actor, subject.
+    """What one run may touch: workspace, bot, conversation, thread, binding, runner, actor, subject, person.
 
     State keys: `conversation:{runner}:{binding}:{conversation}[:{thread}]`, `actor:{runner}:{binding}:{actor}`,
-    `subject:{runner}:{binding}:{subject}`, `runner:{runner}:{binding}` and `binding:{runner}:{binding}`.
+    `subject:{runner}:{binding}:{subject}`, `person:{runner}:{binding}:{person}`, `runner:{runner}:{binding}` and
+    `binding:{runner}:{binding}`.
     Each part is escaped (`%` and `:`), so a conversation id containing `:` cannot collide with a thread
     key; a key longer than the column keeps its readable head and ends in a digest of the whole.
     """
@@ -106,6 +108,8 @@ class RunScope:
     thread_id: str = ""
     actor_id: str = ""
     subject_id: str = ""
+    # The host's person the actor is linked to (`actor.metadata.person_id` in the context), "" when none.
+    person_id: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -133,6 +137,10 @@ class RunScope:
                 if not self.subject_id:
                     return None
                 key = f"subject:{owner}:{_part(self.subject_id)}"
+            case StateScope.PERSON:
+                if not self.person_id:
+                    return None
+                key = f"person:{owner}:{_part(self.person_id)}"
             case StateScope.RUNNER:
                 key = f"runner:{owner}"
             case StateScope.BINDING:
@@ -184,6 +192,7 @@ class RunGrant:
             thread_id=(conversation.thread_id or "") if conversation else "",
             actor_id=_identity(ctx.actor.actor_type, ctx.actor.actor_id) if ctx.actor else "",
             subject_id=_identity(ctx.subject.subject_type, ctx.subject.subject_id) if ctx.subject else "",
+            person_id=str(ctx.actor.metadata.get(PERSON_ID_KEY) or "") if ctx.actor else "",
         )
         return cls(
             run_id=ctx.run_id,

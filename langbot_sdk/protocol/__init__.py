@@ -38,6 +38,8 @@ from langbot_sdk.protocol.base import (
     RunnerModel,
 )
 from langbot_sdk.protocol.context import (
+    PERSON_ID_KEY,
+    PERSON_NAME_KEY,
     ActorContext,
     AdapterContext,
     AgentEventContext,
@@ -245,6 +247,8 @@ __all__ = [
     "KNOWLEDGE_TOP_K_MAX",
     "MANIFEST_API_VERSION",
     "MIB",
+    "PERSON_ID_KEY",
+    "PERSON_NAME_KEY",
     "PLATFORM_ACTION_GET",
     "PLATFORM_ACTION_OUTLIVE_KEY",
     "PROTOCOL_VERSION",

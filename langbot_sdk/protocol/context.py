@@ -125,6 +125,12 @@ class ConversationContext(HostModel):
     workspace_id: str | None = None
 
 
+PERSON_ID_KEY = "person_id"
+"""`actor.metadata.person_id`: the host's person the platform actor is linked to (one person across channels);
+`actor.metadata.person_name` is their display name. Absent when the event has no actor."""
+PERSON_NAME_KEY = "person_name"
+
+
 class ActorContext(HostModel):
     actor_type: str
     actor_id: str | None = None

@@ -33,6 +33,8 @@ class StateScope(StrEnum):
     SUBJECT = "subject"
     RUNNER = "runner"
     BINDING = "binding"
+    # The person the actor is linked to (the host's people): follows them across channels.
+    PERSON = "person"
 
 
 class StorageArea(StrEnum):

@@ -13,6 +13,8 @@ Kinds and their settings (days; 0 keeps forever), each overridable per workspace
 - `inbound_refusal_days` (`LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS`, default 30): counted refusals of inbound
   platform requests, by when they were last seen. The platforms app sits above this one, so it installs its
   purge here at start-up (`retention_purge_install`), as it installs the delivery port.
+- `person_days` (`LANGBOT_RETENTION_PERSON_DAYS`, default 0): a person none of whose identities wrote for
+  that long is erased as `POST /api/v1/persons/{id}/erase` would (the people app installs the purge).
 - Orphan blobs (files in artifact storage no row names) older than
   `LANGBOT_RETENTION_ORPHAN_GRACE_HOURS` (default 24).
 Each app removes its own data (`artifacts.retention`, this module for the run ledger and the audit) and
@@ -49,6 +51,7 @@ class RetentionPolicy:
     run_event_days: int
     proxy_audit_days: int
     inbound_refusal_days: int
+    person_days: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,7 @@ def retention_policy(*, workspace: Workspace | None) -> RetentionPolicy:
         inbound_refusal_days=int(
             overrides.get("inbound_refusal_days", settings.LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS)
         ),
+        person_days=int(overrides.get("person_days", settings.LANGBOT_RETENTION_PERSON_DAYS)),
     )
 
 

@@ -40,6 +40,8 @@ from bindings.services import binding_runner_config_plain
 from bindings.triggers import chat_kind_of
 from foundation.version import HOST_VERSION
 from langbot_sdk.protocol import (
+    PERSON_ID_KEY,
+    PERSON_NAME_KEY,
     ActorContext,
     AgentEventContext,
     AgentInput,
@@ -68,6 +70,7 @@ from runners.access.session import HistoryGrant, RunSession
 from runners.actions.delivery import surface_delivery
 from runners.models import Run
 from runners.orchestrator.capabilities import input_for_runner, runner_streams
+from runners.orchestrator.people import person_of_event_actor
 from runners.orchestrator.resources import resources_build
 from runners.takeover.services import takeover_context_fact
 from transcripts.models import EventLog, TranscriptItem
@@ -369,6 +372,14 @@ def _static_refs(
     }
 
 
+def _with_person(actor: ActorContext | None, person: tuple[str, str] | None) -> ActorContext | None:
+    """The actor with `metadata.person_id` / `person_name` of their person (docs/protocol.md, "The run context")."""
+    if actor is None or person is None:
+        return actor
+    metadata = {**actor.metadata, PERSON_ID_KEY: person[0], PERSON_NAME_KEY: person[1]}
+    return actor.model_copy(update={"metadata": metadata})
+
+
 def _takeover_fact(run: Run) -> dict[str, Any]:
     """`metadata.human_takeover` for the first run after a person handed the conversation back."""
     fact = takeover_context_fact(run=run)
@@ -416,6 +427,10 @@ def context_build(
     workspace = run.workspace
     bot = run.bot
     run_id = str(run.run_id)
+    # The person the actor is linked to (README "People"): named beside the actor, keys the `person` scope.
+    person = person_of_event_actor(
+        workspace_id=run.workspace_id, channel=bot.platform if bot is not None else event.source, actor=event.actor
+    )
     scope = RunScope(
         workspace_id=run.workspace_id,
         workspace=workspace.slug,
@@ -426,6 +441,7 @@ def context_build(
         thread_id=run.thread_id,
         actor_id=_identity(event.actor, "actor_type", "actor_id"),
         subject_id=_identity(event.subject, "subject_type", "subject_id"),
+        person_id=person[0] if person is not None else "",
     )
     session = RunSession(
         run_id=run_id,
@@ -538,7 +554,7 @@ def context_build(
             bot_id=scope.bot_id or None,
             workspace_id=workspace.slug,
         ),
-        actor=_lenient(ActorContext, event.actor),
+        actor=_with_person(_lenient(ActorContext, event.actor), person),
         subject=_lenient(SubjectContext, event.subject),
         input=input_for_runner(_input(event), manifest),
         delivery=delivery,

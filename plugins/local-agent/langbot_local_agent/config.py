@@ -48,6 +48,8 @@ class LocalAgentConfig:
     summary_tokens: int = 512
     timeout: float = 120.0
     stream_snapshot_chunks: int = 8
+    person_memory: bool = False
+    """Keep what the user asks to remember in the `person` state scope (langbot_local_agent.memory)."""
     ignored: dict[str, Any] = field(default_factory=dict)
     """LangBot fields kept in the binding for a lossless import but not used here (reasoning levels,
     sandbox scope)."""
@@ -130,5 +132,6 @@ def config_parse(raw: dict[str, Any]) -> LocalAgentConfig:
         summary_tokens=_int(raw.get("summary-tokens"), 512, low=64, high=100_000),
         timeout=float(_int(raw.get("timeout"), 120, low=1, high=3600)),
         stream_snapshot_chunks=_int(raw.get("stream-snapshot-chunks"), 8, low=1, high=1000),
+        person_memory=_bool(raw.get("person-memory"), False),
         ignored={k: raw[k] for k in ("model-reasoning", "box-session-id-template") if k in raw},
     )

@@ -110,6 +110,7 @@ SUMMARY = "conversation-summary"
 KNOWLEDGE = "knowledge-context"
 ATTACHMENTS = "attachment-refs"
 NOTICE = "runner-notice"
+MEMORY = "person-memory"
 
 LOCAL_AGENT_FENCES = FenceRegistry(
     [
@@ -117,6 +118,7 @@ LOCAL_AGENT_FENCES = FenceRegistry(
         FenceKind(KNOWLEDGE, "user", "before-current-user", "turn-only", max_budget_fraction=0.4),
         FenceKind(ATTACHMENTS, "user", "after-current-user", "turn-only", max_budget_fraction=0.05),
         FenceKind(NOTICE, "system", "after-current-user", "turn-only", must_keep=True, max_budget_fraction=0.05),
+        FenceKind(MEMORY, "system", "after-system", "turn-only", max_budget_fraction=0.1),
     ]
 )
 

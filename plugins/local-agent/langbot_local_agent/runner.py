@@ -32,6 +32,7 @@ from langbot_local_agent.context import (
     ATTACHMENTS,
     KNOWLEDGE,
     LOCAL_AGENT_FENCES,
+    MEMORY,
     NOTICE,
     SUMMARY,
     FenceInjection,
@@ -51,6 +52,14 @@ from langbot_local_agent.history import (
 )
 from langbot_local_agent.inputs import user_input_build
 from langbot_local_agent.llm import ModelCallError, ModelReply, model_chain, model_invoke, model_stream, usage_add
+from langbot_local_agent.memory import (
+    MEMORY_KEY,
+    memory_fence_content,
+    memory_load,
+    memory_update,
+    memory_usable,
+    memory_value,
+)
 from langbot_local_agent.rag import Retrieval, retrieve
 from langbot_local_agent.tools import (
     ToolOutcome,
@@ -60,7 +69,7 @@ from langbot_local_agent.tools import (
     tool_execute,
     tool_specs,
 )
-from langbot_sdk.protocol import AgentRunContext, AgentRunResult, ModelResource
+from langbot_sdk.protocol import AgentRunContext, AgentRunResult, ModelResource, StateScope
 from langbot_sdk.proxy import AgentRunAPIProxy
 from langbot_sdk.runner import AgentRunner
 
@@ -169,6 +178,8 @@ class _Turn:
         self.cadence = DeltaCadence(ctx, config.stream_snapshot_chunks)
         self.stored_checkpoint: Checkpoint | None = None
         """The checkpoint this turn stored (compaction), reported as `state.updated`."""
+        self.stored_memory: dict[str, Any] | None = None
+        """The person memory this turn changed, reported as `state.updated`."""
 
     def _failed(self, code: str, message: str, **details: Any) -> AgentRunResult:
         return AgentRunResult.run_failed(self.ctx.run_id, code, message, details=details)
@@ -190,6 +201,8 @@ class _Turn:
         if self.stored_checkpoint is not None:
             value = self.stored_checkpoint.to_state()
             yield AgentRunResult.state_updated(ctx.run_id, STATE_SCOPE, CHECKPOINT_KEY, value)
+        if self.stored_memory is not None:
+            yield AgentRunResult.state_updated(ctx.run_id, StateScope.PERSON, MEMORY_KEY, self.stored_memory)
         tools = await self._tools(primary)
         try:
             async for result in self._loop(messages, tools):
@@ -225,6 +238,15 @@ class _Turn:
             injections.append(
                 FenceInjection(KNOWLEDGE, retrieval.fence_content(), {"source": "knowledge-bases"}, ctx.run_id)
             )
+        if memory_usable(ctx, config.person_memory):
+            facts = await memory_load(api)
+            updated = await memory_update(api, ctx, facts, ctx.input.text)
+            if updated is not None:
+                facts, self.stored_memory = updated, memory_value(updated)
+            if facts:
+                injections.append(
+                    FenceInjection(MEMORY, memory_fence_content(facts), {"facts": str(len(facts))}, ctx.run_id)
+                )
         if user.references:
             injections.append(FenceInjection(ATTACHMENTS, "\n".join(user.references), {}, ctx.run_id))
         system = [{"role": p.role, "content": p.content} for p in config.prompt]

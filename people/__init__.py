@@ -1,0 +1,1 @@
+"""People (README "People"): one person per workspace across channels, their link codes, and their data."""
