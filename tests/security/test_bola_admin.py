@@ -34,6 +34,7 @@ SCOPED = [
     "platforms.PlatformDelivery", "platforms.InboundRefusal",
     "webhooks.WebhookEndpoint", "webhooks.WebhookDelivery", "schedules.Schedule",
     "takeover.ConversationHold", "takeover.WaitingConversation",
+    "people.Person", "people.PersonAudit",
 ]  # fmt: skip
 """Admins of objects that belong to one workspace: other staff must not see or touch another's."""
 
@@ -59,9 +60,11 @@ EXTRA_PAGES: dict[str, set[int]] = {
     "admin-conversation": {404},  # tried with their conversation
     "admin:bindings_runnerdescriptor_refresh": {405},  # POST only; host-wide, the same for every operator
     "admin:logout": {200, 302},
+    "admin:people_person_export": {404},  # tried with their person: not among the member's
     # POST only; a member of another workspace is refused (tests/takeover).
     "admin:takeover_conversation_takeover": {405},
     "admin:takeover_conversation_release": {405},
+    "admin:bindings_bot_test_connection": {403},  # tried with their bot: not found among the member's
 }
 _STANDARD = ("_changelist", "_add", "_history", "_delete", "_change")
 
@@ -155,6 +158,10 @@ def _reverse_extra(name: str, theirs: Theirs) -> str:
     if name == "admin:view_on_site":
         bot = theirs.objects["bindings.Bot"]
         return reverse(name, args=[ContentType.objects.get_for_model(bot).pk, bot.pk])
+    if name == "admin:bindings_bot_test_connection":
+        return reverse(name, args=[theirs.objects["bindings.Bot"].pk])
+    if name == "admin:people_person_export":
+        return reverse(name, args=[theirs.objects["people.Person"].pk])
     if name.startswith("admin:takeover_conversation_"):
         kwargs = {"workspace_id": theirs.workspace.pk, "conversation_id": theirs.ids["conversation_id"]}
         return reverse(name, kwargs=kwargs)
