@@ -20,59 +20,67 @@ from transcripts.models import EventLog
 
 class Run(models.Model):
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        COMPLETED = "completed"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
-        TIMEOUT = "timeout"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        COMPLETED = "completed", _("Completed")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
+        TIMEOUT = "timeout", _("Timeout")
 
     TERMINAL_STATUSES = (Status.COMPLETED, Status.FAILED, Status.CANCELLED, Status.TIMEOUT)
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
-    run_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="runs", db_index=False)
-    event = models.ForeignKey(EventLog, on_delete=models.CASCADE, related_name="runs")
-    binding = models.ForeignKey(AgentBinding, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    run_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, verbose_name=_("run id"))
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="runs", db_index=False, verbose_name=_("workspace")
+    )
+    event = models.ForeignKey(EventLog, on_delete=models.CASCADE, related_name="runs", verbose_name=_("event"))
+    binding = models.ForeignKey(
+        AgentBinding, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs", verbose_name=_("binding")
+    )
     # Snapshots: the run keeps its identity even if the binding is edited or deleted later.
-    binding_key = models.CharField(max_length=64)
-    runner_id = models.CharField(max_length=255)
-    bot = models.ForeignKey(Bot, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
-    conversation_id = models.CharField(max_length=255, blank=True)
-    thread_id = models.CharField(max_length=255, blank=True)
+    binding_key = models.CharField(max_length=64, verbose_name=_("binding key"))
+    runner_id = models.CharField(max_length=255, verbose_name=_("runner id"))
+    bot = models.ForeignKey(
+        Bot, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs", verbose_name=_("bot")
+    )
+    conversation_id = models.CharField(max_length=255, blank=True, verbose_name=_("conversation id"))
+    thread_id = models.CharField(max_length=255, blank=True, verbose_name=_("thread id"))
     # Observers run beside the replying binding and never post replies.
-    is_observer = models.BooleanField(default=False)
+    is_observer = models.BooleanField(default=False, verbose_name=_("is observer"))
 
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
-    status_reason = models.CharField(max_length=200, blank=True)
-    error = models.JSONField(null=True, blank=True)
-    usage = models.JSONField(null=True, blank=True)
-    output = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED, verbose_name=_("status"))
+    status_reason = models.CharField(max_length=200, blank=True, verbose_name=_("status reason"))
+    error = models.JSONField(null=True, blank=True, verbose_name=_("error"))
+    usage = models.JSONField(null=True, blank=True, verbose_name=_("usage"))
+    output = models.TextField(blank=True, verbose_name=_("output"))
 
-    timeout_seconds = models.PositiveIntegerField(default=300)
-    deadline_at = models.DateTimeField(null=True, blank=True)
+    timeout_seconds = models.PositiveIntegerField(default=300, verbose_name=_("timeout seconds"))
+    deadline_at = models.DateTimeField(null=True, blank=True, verbose_name=_("deadline at"))
     # Frozen at run start (docs/security.md, "Runner code"): every proxy call of this run is checked against it.
-    authorization = models.JSONField(null=True, blank=True)
+    authorization = models.JSONField(null=True, blank=True, verbose_name=_("authorization"))
     # The lease: one worker owns a running run until `lease_expires_at`, renewed by heartbeat.
-    lease_owner = models.CharField(max_length=200, blank=True)
-    lease_token = models.UUIDField(null=True, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveSmallIntegerField(default=0)
-    last_seq = models.PositiveIntegerField(default=0)
-    cancel_requested_at = models.DateTimeField(null=True, blank=True)
-    cancel_reason = models.CharField(max_length=200, blank=True)
+    lease_owner = models.CharField(max_length=200, blank=True, verbose_name=_("lease owner"))
+    lease_token = models.UUIDField(null=True, blank=True, verbose_name=_("lease token"))
+    lease_expires_at = models.DateTimeField(null=True, blank=True, verbose_name=_("lease expires at"))
+    attempts = models.PositiveSmallIntegerField(default=0, verbose_name=_("attempts"))
+    last_seq = models.PositiveIntegerField(default=0, verbose_name=_("last seq"))
+    cancel_requested_at = models.DateTimeField(null=True, blank=True, verbose_name=_("cancel requested at"))
+    cancel_reason = models.CharField(max_length=200, blank=True, verbose_name=_("cancel reason"))
     # Chat bursts (the `merge` and `steer` concurrency policies): a queued run is not claimed before
     # `not_before` (the quiet window after its latest message), and `input_events` are the ids of the later
     # events whose messages it takes as input, in order — folded in before it started, or handed to it
     # while it ran. Both live here, not in a process, so a restart loses neither.
-    not_before = models.DateTimeField(null=True, blank=True)
-    input_events = models.JSONField(default=list, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True, verbose_name=_("not before"))
+    input_events = models.JSONField(default=list, blank=True, verbose_name=_("input events"))
 
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
+    finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
 
     class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
         ordering = ["-id"]
         # The run hot path (claim, run end) runs prepared statements on pooled connections, which keep
         # the plan made while the table was young and had no statistics. Such a plan takes the smallest
@@ -115,14 +123,16 @@ class RunEvent(models.Model):
     says why that makes `id` an exact resume cursor). NULL for a run without a conversation, and for rows
     written before positions existed."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
-    seq = models.PositiveIntegerField()
-    position = models.BigIntegerField(null=True, blank=True)
-    type = models.CharField(max_length=64)
-    data = models.JSONField(default=dict)
-    created_at = models.DateTimeField(auto_now_add=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", verbose_name=_("run"))
+    seq = models.PositiveIntegerField(verbose_name=_("seq"))
+    position = models.BigIntegerField(null=True, blank=True, verbose_name=_("position"))
+    type = models.CharField(max_length=64, verbose_name=_("type"))
+    data = models.JSONField(default=dict, verbose_name=_("data"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
+        verbose_name = _("run event")
+        verbose_name_plural = _("run events")
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="uniq_run_event_seq")]
 
@@ -136,11 +146,13 @@ class ConversationStream(models.Model):
     before inserting them, so the row lock it takes orders the conversation's writers: the next writer takes
     its positions (and its ids) only once the previous one has committed."""
 
-    workspace_id = models.BigIntegerField()
-    conversation_id = models.CharField(max_length=255)
-    last_position = models.BigIntegerField(default=0)
+    workspace_id = models.BigIntegerField(verbose_name=_("workspace id"))
+    conversation_id = models.CharField(max_length=255, verbose_name=_("conversation id"))
+    last_position = models.BigIntegerField(default=0, verbose_name=_("last position"))
 
     class Meta:
+        verbose_name = _("conversation stream")
+        verbose_name_plural = _("conversation streams")
         constraints = [
             models.UniqueConstraint(fields=["workspace_id", "conversation_id"], name="uniq_conversation_stream")
         ]
@@ -156,20 +168,21 @@ class ProxyCallAudit(models.Model):
     foreign key, so a call naming an unknown or finished run is audited too.
     """
 
-    run_id = models.CharField(max_length=64, db_index=True)
-    runner_id = models.CharField(max_length=255, blank=True, db_index=True)
-    workspace_id = models.BigIntegerField(null=True, blank=True)
-    action = models.CharField(max_length=64)
-    resource = models.CharField(max_length=300, blank=True)
-    scope = models.CharField(max_length=300, blank=True)
+    run_id = models.CharField(max_length=64, db_index=True, verbose_name=_("run id"))
+    runner_id = models.CharField(max_length=255, blank=True, db_index=True, verbose_name=_("runner id"))
+    workspace_id = models.BigIntegerField(null=True, blank=True, verbose_name=_("workspace id"))
+    action = models.CharField(max_length=64, verbose_name=_("action"))
+    resource = models.CharField(max_length=300, blank=True, verbose_name=_("resource"))
+    scope = models.CharField(max_length=300, blank=True, verbose_name=_("scope"))
     """The conversation (and thread) the call was confined to."""
-    caller = models.CharField(max_length=200, blank=True)
-    outcome = models.CharField(max_length=32)
+    caller = models.CharField(max_length=200, blank=True, verbose_name=_("caller"))
+    outcome = models.CharField(max_length=32, verbose_name=_("outcome"))
     """`ok`, or the error code of a refused or failed call."""
-    duration_ms = models.FloatField(default=0.0)
-    created_at = models.DateTimeField(db_index=True)
+    duration_ms = models.FloatField(default=0.0, verbose_name=_("duration ms"))
+    created_at = models.DateTimeField(db_index=True, verbose_name=_("created at"))
 
     class Meta:
+        verbose_name_plural = _("proxy calls")
         ordering = ["-id"]
         indexes = [
             models.Index(fields=["action", "outcome", "-id"], name="audit_action_outcome_idx"),
@@ -197,27 +210,31 @@ class PlatformActionRequest(models.Model):
         FAILED = "failed", _("failed")
         EXPIRED = "expired", _("expired (not decided in time, or its run ended)")
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_actions")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_actions")
-    runner_id = models.CharField(max_length=255)
-    binding_key = models.CharField(max_length=64)
-    surface = models.CharField(max_length=32, blank=True)
-    action = models.CharField(max_length=100)
-    target = models.JSONField(default=dict, blank=True)
-    payload = models.JSONField(default=dict, blank=True)
-    origin = models.CharField(max_length=16, choices=Origin.choices)
-    status = models.CharField(max_length=20, choices=Status.choices)
-    error = models.JSONField(null=True, blank=True)
-    result = models.JSONField(default=dict, blank=True)
-    decided_by = models.CharField(max_length=150, blank=True)
-    decided_at = models.DateTimeField(null=True, blank=True)
-    executed_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="platform_actions", verbose_name=_("workspace")
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_actions", verbose_name=_("run"))
+    runner_id = models.CharField(max_length=255, verbose_name=_("runner id"))
+    binding_key = models.CharField(max_length=64, verbose_name=_("binding key"))
+    surface = models.CharField(max_length=32, blank=True, verbose_name=_("surface"))
+    action = models.CharField(max_length=100, verbose_name=_("action"))
+    target = models.JSONField(default=dict, blank=True, verbose_name=_("target"))
+    payload = models.JSONField(default=dict, blank=True, verbose_name=_("payload"))
+    origin = models.CharField(max_length=16, choices=Origin.choices, verbose_name=_("origin"))
+    status = models.CharField(max_length=20, choices=Status.choices, verbose_name=_("status"))
+    error = models.JSONField(null=True, blank=True, verbose_name=_("error"))
+    result = models.JSONField(default=dict, blank=True, verbose_name=_("result"))
+    decided_by = models.CharField(max_length=150, blank=True, verbose_name=_("decided by"))
+    decided_at = models.DateTimeField(null=True, blank=True, verbose_name=_("decided at"))
+    executed_at = models.DateTimeField(null=True, blank=True, verbose_name=_("executed at"))
+    expires_at = models.DateTimeField(null=True, blank=True, verbose_name=_("expires at"))
     """A pending request not decided by then expires; without `may_outlive_run` never later than its run."""
-    may_outlive_run = models.BooleanField(default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
+    may_outlive_run = models.BooleanField(default=False, verbose_name=_("may outlive run"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
+        verbose_name = _("platform action request")
+        verbose_name_plural = _("platform action requests")
         ordering = ["-id"]
         indexes = [models.Index(fields=["status", "-id"], name="platform_action_status_idx")]
 
@@ -240,25 +257,38 @@ class Budget(models.Model):
         DAY = "day", _("per UTC day")
         MONTH = "month", _("per UTC month")
 
-    budget_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="budgets")
-    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.WORKSPACE)
+    budget_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, verbose_name=_("budget id"))
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="budgets", verbose_name=_("workspace")
+    )
+    scope = models.CharField(max_length=16, choices=Scope.choices, default=Scope.WORKSPACE, verbose_name=_("scope"))
     bot = models.ForeignKey(
-        Bot, on_delete=models.CASCADE, null=True, blank=True, related_name="budgets", help_text=_("For a bot budget.")
+        Bot,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="budgets",
+        help_text=_("For a bot budget."),
+        verbose_name=_("bot"),
     )
     actor_id = models.CharField(
         max_length=255,
         blank=True,
         help_text=_("For an actor budget: `type:id` as runs name actors (e.g. user:42); empty: each actor alike."),
+        verbose_name=_("actor id"),
     )
-    period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY)
-    amount = models.DecimalField(max_digits=14, decimal_places=6, help_text=_("In the host's cost currency."))
-    enabled = models.BooleanField(default=True)
-    name = models.CharField(max_length=200, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    period = models.CharField(max_length=8, choices=Period.choices, default=Period.DAY, verbose_name=_("period"))
+    amount = models.DecimalField(
+        max_digits=14, decimal_places=6, help_text=_("In the host's cost currency."), verbose_name=_("amount")
+    )
+    enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
+    name = models.CharField(max_length=200, blank=True, verbose_name=_("name"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("budget")
+        verbose_name_plural = _("budgets")
         ordering = ["workspace", "scope", "id"]
         indexes = [models.Index(fields=["workspace", "enabled"], name="budget_workspace_idx")]
         constraints = [
@@ -280,16 +310,19 @@ class DailySpend(models.Model):
     `bot_id`, the actor's `type:id`), kept when the bot is deleted. Tokens of unpriced models are counted
     here as well; their cost is zero."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="daily_spend")
-    day = models.DateField()
-    bot_key = models.CharField(max_length=64, blank=True)
-    actor_key = models.CharField(max_length=255, blank=True)
-    cost = models.DecimalField(max_digits=24, decimal_places=12, default=0)
-    prompt_tokens = models.BigIntegerField(default=0)
-    completion_tokens = models.BigIntegerField(default=0)
-    calls = models.PositiveIntegerField(default=0)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="daily_spend", verbose_name=_("workspace")
+    )
+    day = models.DateField(verbose_name=_("day"))
+    bot_key = models.CharField(max_length=64, blank=True, verbose_name=_("bot key"))
+    actor_key = models.CharField(max_length=255, blank=True, verbose_name=_("actor key"))
+    cost = models.DecimalField(max_digits=24, decimal_places=12, default=0, verbose_name=_("cost"))
+    prompt_tokens = models.BigIntegerField(default=0, verbose_name=_("prompt tokens"))
+    completion_tokens = models.BigIntegerField(default=0, verbose_name=_("completion tokens"))
+    calls = models.PositiveIntegerField(default=0, verbose_name=_("calls"))
 
     class Meta:
+        verbose_name = _("daily spend")
         ordering = ["-day", "workspace", "bot_key", "actor_key"]
         verbose_name_plural = _("daily spend")
         constraints = [
