@@ -24,22 +24,28 @@ class Artifact(models.Model):
         UPLOAD = "upload", _("API upload")
 
     # The public id; the auto id never leaves the host.
-    artifact_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="artifacts")
-    conversation_id = models.CharField(max_length=255, blank=True)
+    artifact_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, verbose_name=_("artifact id"))
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="artifacts", verbose_name=_("workspace")
+    )
+    conversation_id = models.CharField(max_length=255, blank=True, verbose_name=_("conversation id"))
     # A plain id, like TranscriptItem.run_id: runs live in the runners app, which depends on this one.
-    run_id = models.UUIDField(null=True, blank=True)
-    event = models.ForeignKey(EventLog, on_delete=models.SET_NULL, null=True, blank=True, related_name="artifacts")
-    name = models.CharField(max_length=255, blank=True)
-    mime_type = models.CharField(max_length=255, default="application/octet-stream")
-    size = models.PositiveBigIntegerField()
-    sha256 = models.CharField(max_length=64)
-    storage_key = models.CharField(max_length=500, unique=True)
-    source = models.CharField(max_length=16, choices=Source.choices)
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
+    run_id = models.UUIDField(null=True, blank=True, verbose_name=_("run id"))
+    event = models.ForeignKey(
+        EventLog, on_delete=models.SET_NULL, null=True, blank=True, related_name="artifacts", verbose_name=_("event")
+    )
+    name = models.CharField(max_length=255, blank=True, verbose_name=_("name"))
+    mime_type = models.CharField(max_length=255, default="application/octet-stream", verbose_name=_("mime type"))
+    size = models.PositiveBigIntegerField(verbose_name=_("size"))
+    sha256 = models.CharField(max_length=64, verbose_name=_("sha256"))
+    storage_key = models.CharField(max_length=500, unique=True, verbose_name=_("storage key"))
+    source = models.CharField(max_length=16, choices=Source.choices, verbose_name=_("source"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    expires_at = models.DateTimeField(null=True, blank=True, verbose_name=_("expires at"))
 
     class Meta:
+        verbose_name = _("artifact")
+        verbose_name_plural = _("artifacts")
         indexes = [
             models.Index(fields=["workspace", "conversation_id", "id"], name="artifact_conversation_idx"),
             models.Index(fields=["expires_at"], name="artifact_expiry_idx"),
@@ -63,12 +69,15 @@ class WorkspaceArtifactSettings(models.Model):
     """A workspace's artifact limits, set by an operator in the admin. Without a row the host-wide defaults
     of `settings.py` apply."""
 
-    workspace = models.OneToOneField(Workspace, on_delete=models.CASCADE, related_name="artifact_settings")
+    workspace = models.OneToOneField(
+        Workspace, on_delete=models.CASCADE, related_name="artifact_settings", verbose_name=_("workspace")
+    )
     # Null: the host's LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES (100 MiB unless set); 0 turns uploads off.
     runner_upload_max_bytes = models.PositiveBigIntegerField(
         null=True,
         blank=True,
         help_text=_("Largest artifact a runner may upload (bytes). Empty: the host's default (100 MiB); 0: none."),
+        verbose_name=_("runner upload max bytes"),
     )
 
     class Meta:
