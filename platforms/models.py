@@ -23,18 +23,20 @@ class PlatformDelivery(models.Model):
         DELIVERED = "delivered", _("delivered")
         FAILED = "failed", _("failed")
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="platform_deliveries")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_deliveries")
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="deliveries")
-    platform = models.CharField(max_length=16)
-    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.REPLY)
-    status = models.CharField(max_length=12, choices=Status.choices)
-    chat_id = models.CharField(max_length=255, blank=True)
-    message_ids = models.JSONField(default=list, blank=True)
-    calls = models.PositiveIntegerField(default=0)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="platform_deliveries", verbose_name=_("workspace")
+    )
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="platform_deliveries", verbose_name=_("run"))
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("bot"))
+    platform = models.CharField(max_length=16, verbose_name=_("platform"))
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.REPLY, verbose_name=_("kind"))
+    status = models.CharField(max_length=12, choices=Status.choices, verbose_name=_("status"))
+    chat_id = models.CharField(max_length=255, blank=True, verbose_name=_("chat id"))
+    message_ids = models.JSONField(default=list, blank=True, verbose_name=_("message ids"))
+    calls = models.PositiveIntegerField(default=0, verbose_name=_("calls"))
     """Platform API calls made (sends, edits, uploads, retries included)."""
-    error = models.JSONField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    error = models.JSONField(null=True, blank=True, verbose_name=_("error"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
         ordering = ["-id"]
@@ -52,20 +54,27 @@ class InboundRefusal(models.Model):
     flood of forged requests is one row with a large count (`platforms.inbound`). `message` is the first
     refusal's. The retention sweep removes rows last seen `LANGBOT_RETENTION_INBOUND_REFUSAL_DAYS` ago."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="inbound_refusals")
-    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="inbound_refusals")
-    platform = models.CharField(max_length=16)
-    reason = models.CharField(max_length=16)
-    message = models.CharField(max_length=500, blank=True)
-    remote_addr = models.CharField(
-        max_length=64, blank=True, help_text=_("The source address (an IPv6 source as its /64 network).")
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="inbound_refusals", verbose_name=_("workspace")
     )
-    window_start = models.DateTimeField(default=timezone.now)
-    count = models.PositiveIntegerField(default=1)
-    first_at = models.DateTimeField(default=timezone.now)
-    last_at = models.DateTimeField(default=timezone.now, db_index=True)
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="inbound_refusals", verbose_name=_("bot"))
+    platform = models.CharField(max_length=16, verbose_name=_("platform"))
+    reason = models.CharField(max_length=16, verbose_name=_("reason"))
+    message = models.CharField(max_length=500, blank=True, verbose_name=_("message"))
+    remote_addr = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text=_("The source address (an IPv6 source as its /64 network)."),
+        verbose_name=_("remote addr"),
+    )
+    window_start = models.DateTimeField(default=timezone.now, verbose_name=_("window start"))
+    count = models.PositiveIntegerField(default=1, verbose_name=_("count"))
+    first_at = models.DateTimeField(default=timezone.now, verbose_name=_("first at"))
+    last_at = models.DateTimeField(default=timezone.now, db_index=True, verbose_name=_("last at"))
 
     class Meta:
+        verbose_name = _("inbound refusal")
+        verbose_name_plural = _("inbound refusals")
         ordering = ["-last_at", "-id"]
         constraints = [
             models.UniqueConstraint(
