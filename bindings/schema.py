@@ -89,7 +89,7 @@ def scopes_document(result: dict[str, Any], generator: Any, request: Any, public
     """drf-spectacular postprocessing hook: each operation says the scope it uses (`x-required-scope`, the least
     role as `x-least-role`, and a line of its description), from its view's `required_scopes`
     (`bindings.roles`); the key's security scheme lists every scope."""
-    from bindings.roles import SCOPES, view_scope
+    from bindings.roles import SCOPES, scope_least_role, view_scope
 
     def note(operation: dict[str, Any], declared: bool, scope: str | None) -> None:
         if declared and scope is None:
@@ -97,9 +97,9 @@ def scopes_document(result: dict[str, Any], generator: Any, request: Any, public
             return
         assert scope is not None
         operation["x-required-scope"] = scope
-        operation["x-least-role"] = str(SCOPES[scope].role)
+        operation["x-least-role"] = scope_least_role(scope)
         operation["description"] = (operation.get("description") or "") + _SCOPE_NOTE.format(
-            scope=scope, role=SCOPES[scope].role
+            scope=scope, role=scope_least_role(scope)
         )
 
     paths = result.get("paths", {})
