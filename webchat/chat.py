@@ -40,6 +40,7 @@ from runners.live.publish import run_status_message
 from runners.models import Run
 from runners.selectors import run_get
 from transcripts.models import EventLog
+from webchat.trying import try_urlpatterns
 
 CANCEL_REASON = "cancelled from the web chat"
 CHAT_EVENT_TYPE = "message.received"
@@ -51,6 +52,8 @@ class ChatCaller:
     workspace_id: int
     principal: str  # `user:<pk>` or `api-key:<prefix>`
     display_name: str
+    # An admin's "try it" socket (webchat.trying): messages go to this binding only.
+    binding_id: str | None = None
 
 
 class ChatRefusedError(Exception):
@@ -307,4 +310,6 @@ chat_urlpatterns = [
         name="chat-login",
     ),
     path("logout/", auth_views.LogoutView.as_view(next_page=reverse_lazy("chat-login")), name="chat-logout"),
+    # The binding admin's "try it" box asks for its socket ticket here.
+    *try_urlpatterns,
 ]

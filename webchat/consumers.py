@@ -75,6 +75,7 @@ from runners.live.streaming import (
 from webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit, chat_run_cancel
 from webchat.origins import origin_allowed
 from webchat.tickets import ws_ticket_consume
+from webchat.trying import try_caller_allowed, try_conversation_prefix
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +117,10 @@ def caller_from_scope(scope: dict[str, Any]) -> ChatCaller:
         grant = ws_ticket_consume(ticket=ticket)
         if grant is None:
             raise _CallerRefusedError(CLOSE_UNAUTHENTICATED)
-        return ChatCaller(grant.workspace_id, grant.principal, grant.display_name)
+        if grant.binding_id is not None and not try_caller_allowed(grant):
+            # A binding's try-it ticket serves only staff of its workspace, checked again as it is used.
+            raise _CallerRefusedError(CLOSE_FORBIDDEN)
+        return ChatCaller(grant.workspace_id, grant.principal, grant.display_name, grant.binding_id)
     user = scope.get("user")
     if user is None or not user.is_authenticated:
         raise _CallerRefusedError(CLOSE_UNAUTHENTICATED)
@@ -255,8 +259,24 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return None
 
+    def _try_refused(self, conversation_id: str | None, binding_id: str | None = None) -> bool:
+        """Whether a try-it socket (a binding's admin box) asks for more than its binding's own
+        conversations; it is told so with a `forbidden` error."""
+        assert self.caller is not None
+        only = self.caller.binding_id
+        if only is None:
+            return False
+        if (conversation_id is None or conversation_id.startswith(try_conversation_prefix(only))) and (
+            binding_id == only
+        ):
+            return False
+        self._error("forbidden", _("This connection may only send to binding %(id)r.") % {"id": only})
+        return True
+
     async def _on_subscribe(self, request: SubscribeIn) -> None:
         assert self.caller is not None
+        if self._try_refused(request.conversation_id, self.caller.binding_id):
+            return
         exists = await database_sync_to_async(conversation_exists)(
             workspace_id=self.caller.workspace_id, conversation_id=request.conversation_id
         )
@@ -268,7 +288,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_message(self, request: MessageIn) -> None:
         assert self.caller is not None
-        conversation_id = request.conversation_id or f"webui:{uuid.uuid4().hex}"
+        if self._try_refused(request.conversation_id, request.binding_id):
+            return
+        prefix = try_conversation_prefix(self.caller.binding_id) if self.caller.binding_id else "webui:"
+        conversation_id = request.conversation_id or f"{prefix}{uuid.uuid4().hex}"
         if self.subscription is None or self.subscription.conversation_id != conversation_id:
             # Joined before the event is ingested, so the run's first event cannot be missed.
             await self._join(conversation_id, None)
@@ -291,6 +314,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_cancel(self, request: CancelIn) -> None:
         assert self.caller is not None
+        if self.caller.binding_id is not None:
+            # A try-it socket only sends; a run id could name any run of the workspace.
+            self._try_refused(None)
+            return
         try:
             status = await database_sync_to_async(chat_run_cancel)(caller=self.caller, run_id=request.run_id)
         except ChatRefusedError as refused:

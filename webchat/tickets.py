@@ -38,6 +38,8 @@ class TicketGrant:
     principal: str  # `user:<pk>` or `api-key:<prefix>`
     display_name: str
     expires_at: float
+    # Set on the admin's "try it" tickets (webchat.trying): the socket may only talk to this binding.
+    binding_id: str | None = None
 
 
 def _now() -> float:
@@ -45,12 +47,17 @@ def _now() -> float:
 
 
 def ws_ticket_issue(
-    *, workspace_id: int, principal: str, display_name: str, ttl: float = TICKET_TTL_SECONDS
+    *,
+    workspace_id: int,
+    principal: str,
+    display_name: str,
+    ttl: float = TICKET_TTL_SECONDS,
+    binding_id: str | None = None,
 ) -> tuple[str, TicketGrant]:
     """Create a ticket; returns the token (shown once) and its grant."""
     ttl = max(1.0, min(float(ttl), TICKET_TTL_SECONDS))
     token = secrets.token_urlsafe(32)
-    grant = TicketGrant(workspace_id, principal, display_name, _now() + ttl)
+    grant = TicketGrant(workspace_id, principal, display_name, _now() + ttl, binding_id)
     # The cache entry outlives the grant by a second at most; `expires_at` is what decides.
     cache.set(_KEY_PREFIX + token, asdict(grant), timeout=int(ttl) + 1)
     return token, grant
