@@ -22,10 +22,10 @@ from foundation.crypto import EncryptedJSONField
 class Workspace(models.Model):
     """The unit of tenancy: every bot, binding, run and fact belongs to exactly one workspace."""
 
-    slug = models.SlugField(max_length=64, unique=True)
-    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=64, unique=True, verbose_name=_("slug"))
+    name = models.CharField(max_length=200, verbose_name=_("name"))
     members: models.ManyToManyField[AbstractBaseUser, WorkspaceMembership] = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, through="WorkspaceMembership", related_name="workspaces"
+        settings.AUTH_USER_MODEL, through="WorkspaceMembership", related_name="workspaces", verbose_name=_("members")
     )
     # The outbound address guard (foundation.outbound) lets this workspace's provider, bot, MCP,
     # webhook and attachment URLs reach loopback and private addresses (a self-hosted Ollama). An
@@ -33,10 +33,13 @@ class Workspace(models.Model):
     allow_private_addresses = models.BooleanField(
         default=False,
         help_text=_("Its provider, bot, MCP, webhook and attachment URLs may reach private addresses."),
+        verbose_name=_("allow private addresses"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
+        verbose_name = _("workspace")
+        verbose_name_plural = _("workspaces")
         ordering = ["slug"]
 
     def __str__(self) -> str:
@@ -55,12 +58,18 @@ class WorkspaceMembership(models.Model):
         ADMIN = "admin", _("admin")
         OWNER = "owner", _("owner")
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("workspace")
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("user")
+    )
     # A row made without naming a role gets the least one; bindings.services.workspace_member_add names it.
-    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER, verbose_name=_("role"))
 
     class Meta:
+        verbose_name = _("workspace membership")
+        verbose_name_plural = _("workspace memberships")
         constraints = [models.UniqueConstraint(fields=["workspace", "user"], name="uniq_workspace_member")]
 
     def __str__(self) -> str:
@@ -70,18 +79,22 @@ class WorkspaceMembership(models.Model):
 class ApiKey(models.Model):
     """A workspace API key. Only a sha256 of the secret is stored; the key is shown once at creation."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="api_keys")
-    name = models.CharField(max_length=100, blank=True)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="api_keys", verbose_name=_("workspace")
+    )
+    name = models.CharField(max_length=100, blank=True, verbose_name=_("name"))
     # Public lookup part of the key (`lbk_<prefix>_<secret>`), so authentication is one indexed query.
-    prefix = models.CharField(max_length=16, unique=True)
-    secret_sha256 = models.CharField(max_length=64)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
+    prefix = models.CharField(max_length=16, unique=True, verbose_name=_("prefix"))
+    secret_sha256 = models.CharField(max_length=64, verbose_name=_("secret sha256"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    last_used_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last used at"))
+    revoked_at = models.DateTimeField(null=True, blank=True, verbose_name=_("revoked at"))
     # Operator scope: the key may also call host-wide operations (today `POST /runners/refresh`), which
     # act beyond its workspace. Granted by superusers only (admin, `create_api_key --operator`).
     is_operator = models.BooleanField(
-        default=False, help_text=_("May call host-wide operations such as refreshing the runner catalog.")
+        default=False,
+        help_text=_("May call host-wide operations such as refreshing the runner catalog."),
+        verbose_name=_("is operator"),
     )
     # The scope names (bindings.roles.SCOPES) the key may use, e.g. ["events:write", "runs:read"]. Empty: every
     # scope of its workspace, as keys had before scopes existed.
@@ -89,9 +102,11 @@ class ApiKey(models.Model):
         default=list,
         blank=True,
         help_text=_("What the key may do, e.g. events:write and runs:read. None chosen: everything in its workspace."),
+        verbose_name=_("scopes"),
     )
 
     class Meta:
+        verbose_name_plural = _("API keys")
         verbose_name = _("API key")
 
     def __str__(self) -> str:
@@ -117,17 +132,21 @@ class Bot(models.Model):
         MATTERMOST = "mattermost", "Mattermost"
         OTHER = "other", _("other")
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bots")
-    bot_id = models.SlugField(max_length=64)
-    name = models.CharField(max_length=200, blank=True)
-    platform = models.CharField(max_length=16, choices=Platform.choices, default=Platform.WEBUI)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bots", verbose_name=_("workspace"))
+    bot_id = models.SlugField(max_length=64, verbose_name=_("bot id"))
+    name = models.CharField(max_length=200, blank=True, verbose_name=_("name"))
+    platform = models.CharField(
+        max_length=16, choices=Platform.choices, default=Platform.WEBUI, verbose_name=_("platform")
+    )
     # Platform tokens and signing secrets: encrypted at rest, masked wherever they are shown.
-    credentials = EncryptedJSONField(default=dict)
-    enabled = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    credentials = EncryptedJSONField(default=dict, verbose_name=_("credentials"))
+    enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("bot")
+        verbose_name_plural = _("bots")
         ordering = ["workspace", "bot_id"]
         constraints = [models.UniqueConstraint(fields=["workspace", "bot_id"], name="uniq_bot_per_workspace")]
 
@@ -149,46 +168,53 @@ class AgentBinding(models.Model):
         BOT = "bot", _("bot")
 
     class Source(models.TextChoices):
-        API = "api"
-        ADMIN = "admin"
+        API = "api", _("Api")
+        ADMIN = "admin", _("Admin")
         LEGACY_IMPORT = "legacy_import", _("legacy import")
-        SEED = "seed"
+        SEED = "seed", _("Seed")
 
-    binding_id = models.SlugField(max_length=64)
-    name = models.CharField(max_length=200, blank=True)
+    binding_id = models.SlugField(max_length=64, verbose_name=_("binding id"))
+    name = models.CharField(max_length=200, blank=True, verbose_name=_("name"))
     # Null only for host-wide global bindings, which superusers create in admin.
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bindings", null=True, blank=True)
-    scope_type = models.CharField(max_length=16, choices=ScopeType.choices, default=ScopeType.WORKSPACE)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="bindings", null=True, blank=True, verbose_name=_("workspace")
+    )
+    scope_type = models.CharField(
+        max_length=16, choices=ScopeType.choices, default=ScopeType.WORKSPACE, verbose_name=_("scope type")
+    )
     # bot_id for bot scope, the workspace slug for workspace scope, empty for global scope.
-    scope_id = models.CharField(max_length=64, blank=True)
-    event_types = models.JSONField(default=list)
-    runner_id = models.CharField(max_length=255, db_index=True)
-    runner_config = models.JSONField(default=dict, blank=True)
-    runner_secrets = EncryptedJSONField(default=dict)
+    scope_id = models.CharField(max_length=64, blank=True, verbose_name=_("scope id"))
+    event_types = models.JSONField(default=list, verbose_name=_("event types"))
+    runner_id = models.CharField(max_length=255, db_index=True, verbose_name=_("runner id"))
+    runner_config = models.JSONField(default=dict, blank=True, verbose_name=_("runner config"))
+    runner_secrets = EncryptedJSONField(default=dict, verbose_name=_("runner secrets"))
     # False when the config was stored without checking it against the runner's schema (a legacy
     # import or seed while the runner was not known yet); the next edit validates it.
-    config_validated = models.BooleanField(default=True)
-    resource_policy = models.JSONField(default=dict, blank=True)
-    state_policy = models.JSONField(default=dict, blank=True)
-    delivery_policy = models.JSONField(default=dict, blank=True)
+    config_validated = models.BooleanField(default=True, verbose_name=_("config validated"))
+    resource_policy = models.JSONField(default=dict, blank=True, verbose_name=_("resource policy"))
+    state_policy = models.JSONField(default=dict, blank=True, verbose_name=_("state policy"))
+    delivery_policy = models.JSONField(default=dict, blank=True, verbose_name=_("delivery policy"))
     # Which events of its scope the binding answers (bindings.triggers.TriggerPolicy); empty is the default.
-    trigger_policy = models.JSONField(default=dict, blank=True)
+    trigger_policy = models.JSONField(default=dict, blank=True, verbose_name=_("trigger policy"))
     concurrency_policy = models.CharField(
         max_length=16,
         choices=[(p.value, p.value) for p in ConcurrencyPolicy],
         default=ConcurrencyPolicy.QUEUE.value,
+        verbose_name=_("concurrency policy"),
     )
     # Under `merge`: the quiet time after a message before its run starts (bindings.policies).
-    merge_window_seconds = models.FloatField(default=MERGE_WINDOW_DEFAULT)
-    timeout_seconds = models.PositiveIntegerField(default=300)
-    priority = models.IntegerField(default=0)
-    enabled = models.BooleanField(default=True)
-    source = models.CharField(max_length=16, choices=Source.choices, default=Source.API)
-    source_detail = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    merge_window_seconds = models.FloatField(default=MERGE_WINDOW_DEFAULT, verbose_name=_("merge window seconds"))
+    timeout_seconds = models.PositiveIntegerField(default=300, verbose_name=_("timeout seconds"))
+    priority = models.IntegerField(default=0, verbose_name=_("priority"))
+    enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.API, verbose_name=_("source"))
+    source_detail = models.TextField(blank=True, verbose_name=_("source detail"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("agent binding")
+        verbose_name_plural = _("agent bindings")
         ordering = ["workspace", "binding_id"]
         indexes = [models.Index(fields=["workspace", "enabled"], name="binding_ws_enabled")]
         constraints = [
@@ -240,31 +266,40 @@ class RunnerDescriptor(models.Model):
         # No longer reported by the runtime: bindings to it fail with `runner.not_found`.
         MISSING = "missing", _("missing")
 
-    runner_id = models.CharField(max_length=255, unique=True)
-    source = models.CharField(max_length=16, choices=Source.choices, default=Source.RUNTIME)
-    source_key = models.CharField(max_length=64, blank=True)
+    runner_id = models.CharField(max_length=255, unique=True, verbose_name=_("runner id"))
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.RUNTIME, verbose_name=_("source"))
+    source_key = models.CharField(max_length=64, blank=True, verbose_name=_("source key"))
     workspace = models.ForeignKey(
-        Workspace, null=True, blank=True, on_delete=models.CASCADE, related_name="development_runners"
+        Workspace,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="development_runners",
+        verbose_name=_("workspace"),
     )
-    plugin_author = models.CharField(max_length=64)
-    plugin_name = models.CharField(max_length=64)
-    plugin_version = models.CharField(max_length=64, blank=True)
-    runner_name = models.CharField(max_length=64)
-    label = models.JSONField(default=dict)
-    description = models.JSONField(default=dict, blank=True)
-    capabilities = models.JSONField(default=dict)
-    permissions = models.JSONField(default=dict)
-    context_policy = models.JSONField(default=dict)
-    config_schema = models.JSONField(default=list)
-    manifest = models.JSONField(default=dict)
-    manifest_sha256 = models.CharField(max_length=64, blank=True)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.AVAILABLE, db_index=True)
-    load_error = models.TextField(blank=True)
-    last_seen_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    plugin_author = models.CharField(max_length=64, verbose_name=_("plugin author"))
+    plugin_name = models.CharField(max_length=64, verbose_name=_("plugin name"))
+    plugin_version = models.CharField(max_length=64, blank=True, verbose_name=_("plugin version"))
+    runner_name = models.CharField(max_length=64, verbose_name=_("runner name"))
+    label = models.JSONField(default=dict, verbose_name=_("label"))
+    description = models.JSONField(default=dict, blank=True, verbose_name=_("description"))
+    capabilities = models.JSONField(default=dict, verbose_name=_("capabilities"))
+    permissions = models.JSONField(default=dict, verbose_name=_("permissions"))
+    context_policy = models.JSONField(default=dict, verbose_name=_("context policy"))
+    config_schema = models.JSONField(default=list, verbose_name=_("config schema"))
+    manifest = models.JSONField(default=dict, verbose_name=_("manifest"))
+    manifest_sha256 = models.CharField(max_length=64, blank=True, verbose_name=_("manifest sha256"))
+    status = models.CharField(
+        max_length=16, choices=Status.choices, default=Status.AVAILABLE, db_index=True, verbose_name=_("status")
+    )
+    load_error = models.TextField(blank=True, verbose_name=_("load error"))
+    last_seen_at = models.DateTimeField(null=True, blank=True, verbose_name=_("last seen at"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("runner descriptor")
+        verbose_name_plural = _("runner descriptors")
         ordering = ["runner_id"]
         # The table was made when the catalog lived in the runners app; the model moved, the rows did not.
         db_table = "runners_runnerdescriptor"
