@@ -21,19 +21,23 @@ from foundation.crypto import EncryptedJSONField
 class ModelProvider(models.Model):
     """An endpoint speaking the OpenAI-compatible API (`{base_url}/models`, `/chat/completions`, ...)."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="model_providers")
-    provider_id = models.SlugField(max_length=64)
-    name = models.CharField(max_length=200)
-    base_url = models.CharField(max_length=500)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="model_providers", verbose_name=_("workspace")
+    )
+    provider_id = models.SlugField(max_length=64, verbose_name=_("provider id"))
+    name = models.CharField(max_length=200, verbose_name=_("name"))
+    base_url = models.CharField(max_length=500, verbose_name=_("base url"))
     # A JSON string; "" when the endpoint needs no key (a local server).
-    api_key = EncryptedJSONField(default=str)
-    headers = EncryptedJSONField(default=dict)
-    timeout_seconds = models.PositiveIntegerField(default=60)
-    max_retries = models.PositiveSmallIntegerField(default=2)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    api_key = EncryptedJSONField(default=str, verbose_name=_("api key"))
+    headers = EncryptedJSONField(default=dict, verbose_name=_("headers"))
+    timeout_seconds = models.PositiveIntegerField(default=60, verbose_name=_("timeout seconds"))
+    max_retries = models.PositiveSmallIntegerField(default=2, verbose_name=_("max retries"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("model provider")
+        verbose_name_plural = _("model providers")
         ordering = ["workspace", "provider_id"]
         constraints = [
             models.UniqueConstraint(fields=["workspace", "provider_id"], name="uniq_model_provider_per_workspace")
@@ -51,16 +55,22 @@ class Model(models.Model):
         EMBEDDING = "embedding", _("embedding")
         RERANK = "rerank", _("rerank")
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="models")
-    model_id = models.SlugField(max_length=64)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="models", verbose_name=_("workspace")
+    )
+    model_id = models.SlugField(max_length=64, verbose_name=_("model id"))
     # PROTECT: deleting a provider its models still use is refused (the API answers 409).
-    provider = models.ForeignKey(ModelProvider, on_delete=models.PROTECT, related_name="models")
-    name = models.CharField(max_length=200, help_text=_("The provider's name for the model, e.g. gpt-4o-mini."))
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.LLM)
-    supports_tools = models.BooleanField(default=False)
-    supports_vision = models.BooleanField(default=False)
-    context_window = models.PositiveIntegerField(null=True, blank=True)
-    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    provider = models.ForeignKey(
+        ModelProvider, on_delete=models.PROTECT, related_name="models", verbose_name=_("provider")
+    )
+    name = models.CharField(
+        max_length=200, help_text=_("The provider's name for the model, e.g. gpt-4o-mini."), verbose_name=_("name")
+    )
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.LLM, verbose_name=_("kind"))
+    supports_tools = models.BooleanField(default=False, verbose_name=_("supports tools"))
+    supports_vision = models.BooleanField(default=False, verbose_name=_("supports vision"))
+    context_window = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("context window"))
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True, verbose_name=_("max output tokens"))
     # What the provider charges, in the host's cost currency (settings.LANGBOT_COST_CURRENCY) per million
     # tokens. Read at each model call, so a run's cost is what the prices were when it called; a model
     # without a price costs nothing and counts towards no budget.
@@ -70,6 +80,7 @@ class Model(models.Model):
         null=True,
         blank=True,
         help_text=_("Price of one million input (prompt) tokens, in the host's cost currency; empty: not priced."),
+        verbose_name=_("input price per million"),
     )
     output_price_per_million = models.DecimalField(
         max_digits=14,
@@ -77,11 +88,14 @@ class Model(models.Model):
         null=True,
         blank=True,
         help_text=_("Price of one million output (completion) tokens, in the host's cost currency; empty: not priced."),
+        verbose_name=_("output price per million"),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("model")
+        verbose_name_plural = _("models")
         ordering = ["workspace", "model_id"]
         constraints = [models.UniqueConstraint(fields=["workspace", "model_id"], name="uniq_model_per_workspace")]
 
@@ -106,24 +120,28 @@ class MCPServer(models.Model):
         OK = "ok", _("connected")
         ERROR = "error", _("failing")
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="mcp_servers")
-    server_id = models.SlugField(max_length=64)
-    name = models.CharField(max_length=200)
-    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.STDIO)
-    command = models.CharField(max_length=500, blank=True)
-    args = models.JSONField(default=list, blank=True)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="mcp_servers", verbose_name=_("workspace")
+    )
+    server_id = models.SlugField(max_length=64, verbose_name=_("server id"))
+    name = models.CharField(max_length=200, verbose_name=_("name"))
+    transport = models.CharField(
+        max_length=8, choices=Transport.choices, default=Transport.STDIO, verbose_name=_("transport")
+    )
+    command = models.CharField(max_length=500, blank=True, verbose_name=_("command"))
+    args = models.JSONField(default=list, blank=True, verbose_name=_("args"))
     # Environment and headers may carry credentials: encrypted, shown masked.
-    env = EncryptedJSONField(default=dict)
-    url = models.CharField(max_length=500, blank=True)
-    headers = EncryptedJSONField(default=dict)
-    enabled = models.BooleanField(default=True)
-    timeout_seconds = models.PositiveIntegerField(default=30)
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.UNKNOWN)
-    last_error = models.TextField(blank=True)
-    tools_refreshed_at = models.DateTimeField(null=True, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    env = EncryptedJSONField(default=dict, verbose_name=_("env"))
+    url = models.CharField(max_length=500, blank=True, verbose_name=_("url"))
+    headers = EncryptedJSONField(default=dict, verbose_name=_("headers"))
+    enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
+    timeout_seconds = models.PositiveIntegerField(default=30, verbose_name=_("timeout seconds"))
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.UNKNOWN, verbose_name=_("status"))
+    last_error = models.TextField(blank=True, verbose_name=_("last error"))
+    tools_refreshed_at = models.DateTimeField(null=True, blank=True, verbose_name=_("tools refreshed at"))
+    metadata = models.JSONField(default=dict, blank=True, verbose_name=_("metadata"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
         ordering = ["workspace", "server_id"]
@@ -139,13 +157,15 @@ class MCPTool(models.Model):
     """One tool of an MCP server as runs see it. `tool_name` is the public, workspace-unique name
     (`allowed_tool_names`, `ctx.resources.tools`); `remote_name` is the server's own name for it."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="mcp_tools")
-    server = models.ForeignKey(MCPServer, on_delete=models.CASCADE, related_name="tools")
-    tool_name = models.CharField(max_length=128)
-    remote_name = models.CharField(max_length=128)
-    description = models.TextField(blank=True)
-    parameters = models.JSONField(default=dict, blank=True)
-    position = models.PositiveIntegerField(default=0)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="mcp_tools", verbose_name=_("workspace")
+    )
+    server = models.ForeignKey(MCPServer, on_delete=models.CASCADE, related_name="tools", verbose_name=_("server"))
+    tool_name = models.CharField(max_length=128, verbose_name=_("tool name"))
+    remote_name = models.CharField(max_length=128, verbose_name=_("remote name"))
+    description = models.TextField(blank=True, verbose_name=_("description"))
+    parameters = models.JSONField(default=dict, blank=True, verbose_name=_("parameters"))
+    position = models.PositiveIntegerField(default=0, verbose_name=_("position"))
 
     class Meta:
         ordering = ["workspace", "tool_name"]
@@ -161,21 +181,30 @@ class KnowledgeBase(models.Model):
     """A searchable set of documents. With an embedding model its chunks also carry dense vectors and
     retrieval ranks by both (hybrid); without one, by full-text search alone."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="knowledge_bases")
-    kb_id = models.SlugField(max_length=64)
-    name = models.CharField(max_length=200)
-    description = models.TextField(blank=True)
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="knowledge_bases", verbose_name=_("workspace")
+    )
+    kb_id = models.SlugField(max_length=64, verbose_name=_("kb id"))
+    name = models.CharField(max_length=200, verbose_name=_("name"))
+    description = models.TextField(blank=True, verbose_name=_("description"))
     # PROTECT: a model a knowledge base embeds with cannot be deleted under it (the API answers 409).
     embedding_model = models.ForeignKey(
-        Model, on_delete=models.PROTECT, null=True, blank=True, related_name="knowledge_bases"
+        Model,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="knowledge_bases",
+        verbose_name=_("embedding model"),
     )
     # Bumped whenever the KB's searchable chunks change (a document ready or deleted, the embedding model
     # changed): processes that cache the KB's vectors compare it to know their copy is stale.
-    index_version = models.PositiveBigIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    index_version = models.PositiveBigIntegerField(default=0, verbose_name=_("index version"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
 
     class Meta:
+        verbose_name = _("knowledge base")
+        verbose_name_plural = _("knowledge bases")
         ordering = ["workspace", "kb_id"]
         constraints = [models.UniqueConstraint(fields=["workspace", "kb_id"], name="uniq_knowledge_base_per_workspace")]
 
@@ -193,25 +222,33 @@ class KnowledgeDocument(models.Model):
         READY = "ready", _("ready")
         FAILED = "failed", _("failed")
 
-    document_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="knowledge_documents")
-    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
-    artifact = models.ForeignKey(Artifact, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    name = models.CharField(max_length=255)
-    mime_type = models.CharField(max_length=255, default="application/octet-stream")
-    size = models.PositiveBigIntegerField(default=0)
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    document_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, verbose_name=_("document id"))
+    workspace = models.ForeignKey(
+        Workspace, on_delete=models.CASCADE, related_name="knowledge_documents", verbose_name=_("workspace")
+    )
+    knowledge_base = models.ForeignKey(
+        KnowledgeBase, on_delete=models.CASCADE, related_name="documents", verbose_name=_("knowledge base")
+    )
+    artifact = models.ForeignKey(
+        Artifact, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", verbose_name=_("artifact")
+    )
+    name = models.CharField(max_length=255, verbose_name=_("name"))
+    mime_type = models.CharField(max_length=255, default="application/octet-stream", verbose_name=_("mime type"))
+    size = models.PositiveBigIntegerField(default=0, verbose_name=_("size"))
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED, verbose_name=_("status"))
     # 0–100, what the ingestion task has done so far.
-    progress = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)
-    page_count = models.PositiveIntegerField(default=0)
-    chunk_count = models.PositiveIntegerField(default=0)
-    metadata = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
-    processed_at = models.DateTimeField(null=True, blank=True)
+    progress = models.PositiveSmallIntegerField(default=0, verbose_name=_("progress"))
+    error = models.TextField(blank=True, verbose_name=_("error"))
+    page_count = models.PositiveIntegerField(default=0, verbose_name=_("page count"))
+    chunk_count = models.PositiveIntegerField(default=0, verbose_name=_("chunk count"))
+    metadata = models.JSONField(default=dict, blank=True, verbose_name=_("metadata"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
+    processed_at = models.DateTimeField(null=True, blank=True, verbose_name=_("processed at"))
 
     class Meta:
+        verbose_name = _("knowledge document")
+        verbose_name_plural = _("knowledge documents")
         ordering = ["knowledge_base", "-created_at"]
         indexes = [models.Index(fields=["knowledge_base", "status"], name="kb_document_status_idx")]
 
@@ -225,20 +262,26 @@ class KnowledgeChunk(models.Model):
     FTS5 table) are created by migrations per database; `embedding` holds the dense vector as float32 bytes
     when the knowledge base has an embedding model."""
 
-    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+")
-    knowledge_base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="chunks")
-    document = models.ForeignKey(KnowledgeDocument, on_delete=models.CASCADE, related_name="chunks")
-    position = models.PositiveIntegerField()
-    text = models.TextField()
-    metadata = models.JSONField(default=dict, blank=True)
-    token_count = models.PositiveIntegerField(default=0)
-    embedding = models.BinaryField(null=True, blank=True)
+    workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="+", verbose_name=_("workspace"))
+    knowledge_base = models.ForeignKey(
+        KnowledgeBase, on_delete=models.CASCADE, related_name="chunks", verbose_name=_("knowledge base")
+    )
+    document = models.ForeignKey(
+        KnowledgeDocument, on_delete=models.CASCADE, related_name="chunks", verbose_name=_("document")
+    )
+    position = models.PositiveIntegerField(verbose_name=_("position"))
+    text = models.TextField(verbose_name=_("text"))
+    metadata = models.JSONField(default=dict, blank=True, verbose_name=_("metadata"))
+    token_count = models.PositiveIntegerField(default=0, verbose_name=_("token count"))
+    embedding = models.BinaryField(null=True, blank=True, verbose_name=_("embedding"))
     # Extra words for the full-text index only: the overlapping character bigrams (and single characters)
     # of CJK runs, which neither PostgreSQL's `simple` parser nor FTS5's unicode61 tokenizer split into
     # words (resources/knowledge/terms.py). Empty for text without CJK.
-    search_terms = models.TextField(blank=True, default="")
+    search_terms = models.TextField(blank=True, default="", verbose_name=_("search terms"))
 
     class Meta:
+        verbose_name = _("knowledge chunk")
+        verbose_name_plural = _("knowledge chunks")
         ordering = ["document", "position"]
         constraints = [models.UniqueConstraint(fields=["document", "position"], name="uniq_chunk_position")]
         indexes = [models.Index(fields=["knowledge_base", "id"], name="kb_chunk_kb_idx")]
