@@ -24,6 +24,7 @@ api_v1 = [
     path("", include("resources.urls")),
     path("", include("platforms.schedules.urls")),
     path("", include("platforms.webhooks.urls")),
+    path("", include("platforms.alerts.urls")),
     path("", include("people.urls")),
 ]
 

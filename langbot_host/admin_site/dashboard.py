@@ -30,6 +30,8 @@ from django.utils.translation import gettext
 from bindings.models import Bot, Workspace
 from bindings.selectors import workspaces_of_member
 from platforms.adapters.onebot import OneBotAdapter
+from platforms.alerts.models import Alert
+from platforms.alerts.selectors import alerts_open
 from platforms.connectors import connected_platforms, connection_label, connection_statuses
 from runners.access.usage import decimal_text
 from runners.models import Run
@@ -38,6 +40,7 @@ from transcripts.models import TranscriptItem
 DEFAULT_HOURS = 24
 FAILING_BINDINGS = 5
 BOTS_SHOWN = 20
+ALERTS_SHOWN = 20
 _FAILED = (Run.Status.FAILED, Run.Status.TIMEOUT)
 _MESSAGE_ROLES = (TranscriptItem.Role.USER, TranscriptItem.Role.ASSISTANT)
 _BUILT_IN = (Bot.Platform.WEBUI, Bot.Platform.API)
@@ -100,6 +103,8 @@ class Dashboard:
     queued: int
     oldest_queued_at: datetime | None
     running: int
+    alerts: list[Alert]  # the open alerts, longest-standing first (at most ALERTS_SHOWN)
+    alerts_open: int
 
 
 def visible_workspaces(*, user: Any) -> QuerySet[Workspace] | None:
@@ -244,4 +249,6 @@ def dashboard_for(*, user: Any, hours: int = DEFAULT_HOURS, now: datetime | None
         queued=queued["n"],
         oldest_queued_at=queued["oldest"],
         running=runs.filter(status=Run.Status.RUNNING).count(),
+        alerts=list(alerts_open(workspaces=workspaces)[:ALERTS_SHOWN]),
+        alerts_open=alerts_open(workspaces=workspaces).count(),
     )

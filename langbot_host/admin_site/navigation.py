@@ -45,12 +45,15 @@ GROUPS: tuple[Group, ...] = (
         ("bindings.Bot", "platforms.PlatformDelivery", "platforms.InboundRefusal"),
     ),
     Group(
-        "automation", _("Automation"), ("webhooks.WebhookEndpoint", "webhooks.WebhookDelivery", "schedules.Schedule")
+        "automation",
+        _("Automation"),
+        ("webhooks.WebhookEndpoint", "webhooks.WebhookDelivery", "schedules.Schedule", "alerts.AlertSettings"),
     ),
     Group(
         "activity",
         _("Activity"),
         (
+            "alerts.Alert",
             "takeover.WaitingConversation",
             "takeover.ConversationHold",
             "people.Person",

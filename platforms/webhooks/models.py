@@ -25,6 +25,9 @@ class WebhookEventType(models.TextChoices):
     ACTION_REQUESTED = "action.requested"
     # A runner asked for a human in a conversation (human takeover's inbox; optional like the above).
     HANDOFF_REQUESTED = "handoff.requested"
+    # An alert of the workspace was raised or resolved (platforms.alerts; optional like the above).
+    ALERT_RAISED = "alert.raised"
+    ALERT_RESOLVED = "alert.resolved"
 
 
 class WebhookEndpoint(models.Model):

@@ -1,6 +1,7 @@
 """Recording run ends as webhook messages (the outbox), called through the run-end port of `runners`;
 the platform actions that wait for approval (`action.requested`, through the action-requested port); and a
-runner's request for a human (`handoff.requested`, through the handoff-requested port of `runners.takeover`).
+runner's request for a human (`handoff.requested`, through the handoff-requested port of `runners.takeover`);
+and messages of a workspace rather than of a run (`workspace_event_record`: `alert.raised`, `alert.resolved`).
 
 `runs_ended_record` runs in the transaction that ended the runs (see `runners.lifecycle.observers`): the
 delivery rows commit with the run end or not at all, and the senders are woken only after the commit. It
@@ -439,6 +440,41 @@ def handoff_deliveries_record(*, holds: Sequence[ConversationHold]) -> list[Webh
                     next_attempt_at=now,
                 )
             )
+    if rows:
+        WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+        deliveries_send_on_commit(delivery_ids=[str(row.delivery_id) for row in rows])
+    return rows
+
+
+# --- workspace events (alert.raised, alert.resolved) ------------------------------------------------
+
+
+def workspace_event_record(
+    *, workspace_id: int, event_type: str, message_id: str, payload: dict[str, Any], binding_id: int | None = None
+) -> list[WebhookDelivery]:
+    """In the caller's transaction, write a delivery of one message of the workspace (not of a run) for every
+    enabled endpoint of it subscribed to `event_type` — an endpoint of one binding only when the message is
+    about that binding (`binding_id`) — and wake a sender once it commits. Recording the same `message_id`
+    twice records it once (unique endpoint + message id)."""
+    endpoints = [
+        endpoint
+        for endpoint in WebhookEndpoint.objects.filter(workspace_id=workspace_id, enabled=True).only(
+            "pk", "binding_id", "event_types"
+        )
+        if event_type in endpoint.event_types and endpoint.binding_id in (None, binding_id)
+    ]
+    now = timezone.now()
+    rows = [
+        WebhookDelivery(
+            workspace_id=workspace_id,
+            endpoint_id=endpoint.pk,
+            event_id=message_id,
+            event_type=event_type,
+            payload=payload,
+            next_attempt_at=now,
+        )
+        for endpoint in endpoints
+    ]
     if rows:
         WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
         deliveries_send_on_commit(delivery_ids=[str(row.delivery_id) for row in rows])

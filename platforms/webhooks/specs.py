@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from bindings.specs import Slug
 from platforms.webhooks.signing import secret_problem
 
-EventType = Literal["run.completed", "run.failed", "run.cancelled", "action.requested", "handoff.requested"]
+EventType = Literal[
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "action.requested",
+    "handoff.requested",
+    "alert.raised",
+    "alert.resolved",
+]
 GRACE_MAX_SECONDS = 7 * 24 * 3600
 DEFAULT_GRACE_SECONDS = 24 * 3600
 
@@ -35,7 +43,7 @@ def event_types_checked(value: list[str]) -> list[str]:
 
 class WebhookEndpointIn(_Input):
     url: str = Field(max_length=2000, description="Where the signed POSTs go (http or https).")
-    event_types: list[EventType] = Field(min_length=1, max_length=5)
+    event_types: list[EventType] = Field(min_length=1, max_length=7)
     binding_id: Slug | None = None
     """Only the runs of this binding of the workspace; every run of the workspace when omitted."""
     description: str = Field(default="", max_length=200)
@@ -67,7 +75,7 @@ class WebhookEndpointPatchIn(_Input):
     changes only by rotation."""
 
     url: str | None = Field(default=None, max_length=2000)
-    event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=5)
+    event_types: list[EventType] | None = Field(default=None, min_length=1, max_length=7)
     binding_id: Slug | None = None
     description: str | None = Field(default=None, max_length=200)
     enabled: bool | None = None

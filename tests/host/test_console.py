@@ -175,7 +175,8 @@ def test_the_menu_is_grouped_in_setup_order(client: Client):
     ]  # fmt: skip
     names = {str(group["name"]): [str(model["name"]) for model in group["models"]] for group in app_list}
     assert names["Models & tools"] == ["Model providers", "Models", "MCP servers"]
-    assert names["Automation"] == ["Webhook endpoints", "Webhook deliveries", "Schedules"]
+    assert names["Automation"] == ["Webhook endpoints", "Webhook deliveries", "Schedules", "Alert thresholds"]
+    assert names["Activity"][0] == "Alerts"
     at = names["Activity"].index("Transcript items")
     assert names["Activity"][at : at + 3] == ["Transcript items", "Runs", "Events"]
     assert names["Activity"][names["Activity"].index("Daily spend") + 1] == "Model usage"

@@ -17,6 +17,7 @@ from django.utils import timezone
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Workspace
 from bindings.services import api_key_create, workspace_member_add
+from platforms.alerts.models import Alert, AlertSettings
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint
@@ -138,6 +139,10 @@ def theirs(db: Any) -> Theirs:
         workspace=workspace, conversation_id=_m("waiting"), status="requested", reason=_m("waits"),
         requested_at=timezone.now(),
     )  # fmt: skip
+    alert = Alert.objects.create(
+        workspace=workspace, kind="queue.wait", subject=_m("queue"), raised_at=timezone.now(), details={"m": _m("a")}
+    )
+    alert_settings = AlertSettings.objects.create(workspace=workspace)
     ids = {
         "workspace_slug": workspace.slug, "bot_id": bot.bot_id, "binding_id": binding.binding_id,
         "provider_id": provider.provider_id, "model_id": model.model_id, "server_id": server.server_id,
@@ -150,7 +155,7 @@ def theirs(db: Any) -> Theirs:
     rows: list[models.Model] = [
         workspace, membership, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
         storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
-        budget, spend, hold, waiting,
+        budget, spend, hold, waiting, alert, alert_settings,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 

@@ -34,6 +34,7 @@ SCOPED = [
     "platforms.PlatformDelivery", "platforms.InboundRefusal",
     "webhooks.WebhookEndpoint", "webhooks.WebhookDelivery", "schedules.Schedule",
     "takeover.ConversationHold", "takeover.WaitingConversation",
+    "alerts.Alert", "alerts.AlertSettings",
     "people.Person", "people.PersonAudit",
 ]  # fmt: skip
 """Admins of objects that belong to one workspace: other staff must not see or touch another's."""

@@ -104,6 +104,7 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "api/v1/conversations/<path:conversation_id>/release": {"POST": (GONE, None)},
     "api/v1/conversations/<path:conversation_id>/messages": {"POST": (GONE, None)},
     "api/v1/handoffs": {"GET": (OWN, None)},
+    "api/v1/alerts": {"GET": (OWN, None)},
     "api/v1/artifacts": {"POST": ({400, 415}, None)},  # an upload names nothing of another workspace
     "api/v1/artifacts/<str:artifact_id>": {"GET": (GONE, None)},
     "api/v1/artifacts/<str:artifact_id>/content": {"GET": (GONE, None)},
