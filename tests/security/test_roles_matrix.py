@@ -65,6 +65,7 @@ ROUTE_SCOPES: dict[str, Mapping[str, str | None]] = {
     "api/v1/conversations/<path:conversation_id>/release": {"POST": "conversations:write"},
     "api/v1/conversations/<path:conversation_id>/messages": {"POST": "conversations:write"},
     "api/v1/handoffs": {"GET": "conversations:read"},
+    "api/v1/alerts": {"GET": "runs:read"},
     "api/v1/artifacts": {"POST": "artifacts:write"},
     "api/v1/artifacts/<str:artifact_id>": {"GET": "artifacts:read"},
     "api/v1/artifacts/<str:artifact_id>/content": {"GET": "artifacts:read"},
