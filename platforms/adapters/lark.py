@@ -27,6 +27,7 @@ import io
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from cryptography.hazmat.primitives import padding
@@ -158,6 +159,18 @@ class LarkAdapter(PlatformAdapter):
             help="Optional: the Open Platform's origin (default Feishu's; https://open.larksuite.com for Lark).",
         ),
     )
+    # Events are taken only when one of these proves them (`verify`): a bot with neither is refused on save.
+    EVENT_PROOF_KEYS: ClassVar[tuple[str, str]] = ("verification_token", "encrypt_key")
+
+    @classmethod
+    def credentials_problems(cls, credentials: Mapping[str, Any]) -> dict[str, str]:
+        problems = super().credentials_problems(credentials)
+        if not any(credentials.get(key) for key in cls.EVENT_PROOF_KEYS):
+            problems.setdefault(
+                "credentials.verification_token",
+                "Give the verification token or the encrypt key (or both): without either, no event is taken.",
+            )
+        return problems
 
     _client: lark.Client | None = None
     _decoded: tuple[bytes, dict[str, Any]] | None = None

@@ -112,6 +112,31 @@ def test_the_api_checks_a_telegram_bots_credentials_too(api_client):
     assert response.json()["error"]["details"]["fields"] == {"credentials.secret_token": "Required for a telegram bot."}
 
 
+LARK_NEEDS_A_PROOF = "Give the verification token or the encrypt key (or both): without either, no event is taken."
+
+
+def test_a_lark_bot_needs_its_verification_token_or_its_encrypt_key(admin_client, api_client, workspace):
+    app = {"app_id": "cli_a1", "app_secret": "s3cret"}
+    neither = api_client.post("/api/v1/bots", {"name": "lk", "platform": "lark", "credentials": app}, format="json")
+    page = admin_client.post(
+        ADD_URL,
+        {
+            "workspace": str(workspace.pk), "bot_id": "lk", "name": "LK", "platform": "lark", "_save": "Save",
+            **{f"cred__lark__{key}": value for key, value in app.items()},
+        },
+    )  # fmt: skip
+    with_key = api_client.post(
+        "/api/v1/bots",
+        {"name": "lk", "platform": "lark", "credentials": {**app, "encrypt_key": "k"}},
+        format="json",
+    )
+
+    assert neither.status_code == 400
+    assert neither.json()["error"]["details"]["fields"] == {"credentials.verification_token": LARK_NEEDS_A_PROOF}
+    assert _errors(page) == {"cred__lark__verification_token": [LARK_NEEDS_A_PROOF]}
+    assert with_key.status_code == 201, with_key.content
+
+
 def test_test_connection_calls_getme_and_says_who_the_bot_is(admin_client, workspace, telegram_bot_for):
     bot = telegram_bot_for(workspace, username="")
     url = f"/admin/bindings/bot/{bot.pk}/change/"
