@@ -66,3 +66,20 @@ def test_an_action_answers_in_chinese(staff: Client):
 
     assert "已吊销 1 个密钥。" in answer
     assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+
+
+def test_model_names_and_field_labels_from_their_models_in_chinese(staff: Client):
+    """A model's verbose name and a field's label come from the model (no label of the admin's own), from two
+    apps: the schedule's add form and a development token's add form."""
+    schedule_en = staff.get("/admin/schedules/schedule/add/").content.decode()
+    schedule_zh = staff.get("/admin/schedules/schedule/add/", headers=ZH).content.decode()
+    token_zh = staff.get("/admin/runtimes/developmenttoken/add/", headers=ZH).content.decode()
+
+    assert "Cron:" in schedule_en
+    assert "Timezone:" in schedule_en
+    assert "Cron 表达式" in schedule_zh  # the field label
+    assert "时区" in schedule_zh
+    assert "增加 定时任务" in schedule_zh  # the model name in the page title
+    assert "Timezone:" not in schedule_zh
+    assert "增加 开发令牌" in token_zh
+    assert "过期时间" in token_zh
