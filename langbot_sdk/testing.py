@@ -61,9 +61,12 @@ from langbot_sdk.authorization import (
     tool_authorize,
 )
 from langbot_sdk.protocol import (
+    PERSON_ID_KEY,
+    PERSON_NAME_KEY,
     PLATFORM_ACTION_GET,
     PROXY_REQUEST_MODELS,
     Action,
+    ActorContext,
     AgentAPIError,
     AgentAPIException,
     AgentEventRecord,
@@ -482,6 +485,15 @@ class FakeHost:
             ctx or self.ctx, plugin_identity=self.plugin_identity, runner_id=self.runner_id, binding_id=self.binding_id
         )
 
+    def _event_actor(self) -> ActorContext | None:
+        """The run's actor as its events name it: the person the host links it to is the run context's
+        (`actor.metadata.person_id`), never stored with the events and transcript."""
+        actor = self.ctx.actor
+        if actor is None or not ({PERSON_ID_KEY, PERSON_NAME_KEY} & actor.metadata.keys()):
+            return actor
+        metadata = {k: v for k, v in actor.metadata.items() if k not in (PERSON_ID_KEY, PERSON_NAME_KEY)}
+        return actor.model_copy(update={"metadata": metadata})
+
     def add_message(
         self, role: str, content: str, *, thread_id: str | None = None, event_id: str | None = None
     ) -> TranscriptItem:
@@ -499,7 +511,7 @@ class FakeHost:
                     time=datetime.now(UTC),
                     cursor=item_id,
                     conversation=conversation,
-                    actor=self.ctx.actor,
+                    actor=self._event_actor(),
                     input=EventInputSummary(text=content),
                 )
             )
@@ -511,7 +523,7 @@ class FakeHost:
             role=role,
             content=content,
             event_id=event_id,
-            actor=self.ctx.actor if role == "user" else None,
+            actor=self._event_actor() if role == "user" else None,
             created_at=datetime.now(UTC),
         )
         self._transcript.append(item)

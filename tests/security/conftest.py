@@ -17,6 +17,7 @@ from django.utils import timezone
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Workspace
 from bindings.services import api_key_create, workspace_member_add
+from people.models import Person, PersonAudit, PersonIdentity
 from platforms.alerts.models import Alert, AlertSettings
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.schedules.models import Schedule
@@ -143,7 +144,11 @@ def theirs(db: Any) -> Theirs:
         workspace=workspace, kind="queue.wait", subject=_m("queue"), raised_at=timezone.now(), details={"m": _m("a")}
     )
     alert_settings = AlertSettings.objects.create(workspace=workspace)
+    person = Person.objects.create(workspace=workspace, display_name=_m("person"))
+    identity = PersonIdentity.objects.create(workspace=workspace, person=person, channel="telegram", actor_id=_m("tg"))
+    person_audit = PersonAudit.objects.create(workspace=workspace, person_id=person.person_id, action="viewed")
     ids = {
+        "person_id": str(person.person_id),
         "workspace_slug": workspace.slug, "bot_id": bot.bot_id, "binding_id": binding.binding_id,
         "provider_id": provider.provider_id, "model_id": model.model_id, "server_id": server.server_id,
         "kb_id": kb.kb_id, "document_id": str(document.document_id), "event_id": event.event_id,
@@ -155,7 +160,7 @@ def theirs(db: Any) -> Theirs:
     rows: list[models.Model] = [
         workspace, membership, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
         storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
-        budget, spend, hold, waiting, alert, alert_settings,
+        budget, spend, hold, waiting, alert, alert_settings, person, identity, person_audit,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 

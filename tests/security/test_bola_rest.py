@@ -82,6 +82,10 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "api/v1/runs/<str:run_id>/stream": {"GET": (GONE, None)},
     "api/v1/ws-tickets": {"POST": (OWN, None)},  # a ticket for the caller's own session/key
     "api/v1/budgets": {"GET": (OWN, None), "POST": (REFUSED_REFERENCE, "budget")},
+    "api/v1/persons": {"GET": (OWN, None)},
+    "api/v1/persons/<str:person_id>": {"GET": (GONE, None)},
+    "api/v1/persons/<str:person_id>/export": {"GET": (GONE, None)},
+    "api/v1/persons/<str:person_id>/erase": {"POST": (GONE, None)},
     "api/v1/budgets/<str:budget_id>": {"GET": (GONE, None), "PATCH": (GONE, None), "DELETE": (GONE, None)},
     "api/v1/costs": {"GET": (OWN, None)},
     "api/v1/actions": {"GET": (OWN, None)},
