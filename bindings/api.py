@@ -223,6 +223,14 @@ class BindingDetailApi(APIView):
 # --- bots --------------------------------------------------------------------------------------------
 
 
+BOT_SAVE_REFUSED = OpenApiResponse(
+    description="`invalid_argument` with details.fields (a credential the platform's schema refuses is "
+    "`credentials.<key>`: missing, of the wrong shape, or Lark's verification_token/encrypt_key when neither "
+    "is given), or `platform.unsupported` (details.fields.platform) when no adapter on this host serves the "
+    "platform"
+)
+
+
 class BotListApi(APIView):
     required_scopes = {"GET": "bots:read", "POST": "bots:write"}
 
@@ -234,7 +242,7 @@ class BotListApi(APIView):
         operation_id="bots_create",
         parameters=[WORKSPACE_PARAMETER],
         request=BotIn,
-        responses={201: BotOut, 400: OpenApiResponse(description="`invalid_argument` with details.fields")},
+        responses={201: BotOut, 400: BOT_SAVE_REFUSED},
     )
     def post(self, request: Request) -> Response:
         workspace = request_workspace(request)
@@ -254,7 +262,7 @@ class BotDetailApi(APIView):
         operation_id="bots_update",
         parameters=[WORKSPACE_PARAMETER],
         request=BotPatchIn,
-        responses={200: BotOut, 400: OpenApiResponse(description="`invalid_argument` with details.fields")},
+        responses={200: BotOut, 400: BOT_SAVE_REFUSED},
     )
     def patch(self, request: Request, bot_id: str) -> Response:
         bot = _bot_or_404(request_workspace(request), bot_id)

@@ -174,3 +174,10 @@ def test_the_webhook_registration_says_the_url_it_registered(admin_client, works
     ).content.decode()
 
     assert f"webhook URL: http://testserver/platforms/telegram/{workspace.slug}/{bot.bot_id}/webhook" in page
+
+
+def test_the_openapi_schema_tells_api_clients_of_platform_unsupported():
+    paths = Client().get("/api/schema/", HTTP_ACCEPT="application/json").json()["paths"]
+
+    for method, operation in (("post", "/api/v1/bots"), ("patch", "/api/v1/bots/{bot_id}")):
+        assert "platform.unsupported" in paths[operation][method]["responses"]["400"]["description"]
