@@ -23,19 +23,21 @@ class ConversationHold(models.Model):
     )
     conversation_id = models.CharField(_("conversation"), max_length=255)
     # The bot the conversation came through (its platform delivers the operator's replies); none for the API.
-    bot = models.ForeignKey(Bot, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    bot = models.ForeignKey(
+        Bot, on_delete=models.SET_NULL, null=True, blank=True, related_name="+", verbose_name=_("bot")
+    )
     status = models.CharField(_("status"), max_length=16, choices=Status.choices)
     reason = models.CharField(_("reason"), max_length=500, blank=True)
     # A runner's handoff request: which run asked, and when (the inbox's order).
-    requested_by_run = models.UUIDField(null=True, blank=True)
+    requested_by_run = models.UUIDField(null=True, blank=True, verbose_name=_("requested by run"))
     requested_at = models.DateTimeField(_("requested at"), null=True, blank=True)
     held_by = models.CharField(_("held by"), max_length=150, blank=True)
     started_at = models.DateTimeField(_("taken over at"), null=True, blank=True)
     ended_at = models.DateTimeField(_("released at"), null=True, blank=True)
     ended_by = models.CharField(_("released by"), max_length=150, blank=True)
     # The run whose context told the runner about this hold once it was released (told once).
-    reported_run_id = models.UUIDField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    reported_run_id = models.UUIDField(null=True, blank=True, verbose_name=_("reported run id"))
+    created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
 
     class Meta:
         verbose_name = _("conversation hold")
