@@ -5,9 +5,12 @@ raise one alert; each workspace's thresholds are its own; the REST list and the 
 from __future__ import annotations
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
@@ -218,3 +221,35 @@ def test_the_dashboard_and_the_admin_list_show_open_alerts(workspace, admin_clie
     assert "queue waiting" in page
     listing = admin_client.get("/admin/alerts/alert/").content.decode()
     assert "queue waiting" in listing
+
+
+EVALUATORS = 6
+
+
+@pytest.mark.postgres  # SQLite serializes writers, so concurrent inserts never race
+@pytest.mark.django_db(transaction=True)
+def test_evaluators_running_at_once_in_threads_raise_one_alert_and_resolve_it_once():
+    workspace = WorkspaceFactory.create()
+    WebhookEndpointFactory.create(workspace=workspace, event_types=ALERT_EVENTS)
+    run = make_run(workspace)
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(hours=1))
+
+    def all_at_once() -> None:
+        start = threading.Barrier(EVALUATORS)
+
+        def evaluate(_: int) -> None:
+            try:
+                start.wait()
+                alerts_evaluate(workspaces=[workspace])
+            finally:
+                connections.close_all()
+
+        with ThreadPoolExecutor(EVALUATORS) as pool:
+            list(pool.map(evaluate, range(EVALUATORS)))
+
+    all_at_once()
+    assert Alert.objects.filter(workspace=workspace).count() == 1
+    Run.objects.filter(pk=run.pk).update(status="running")
+    all_at_once()
+    assert Alert.objects.get(workspace=workspace).state == "resolved"
+    assert _messages(workspace) == [("alert.raised", "queue.wait", "queue"), ("alert.resolved", "queue.wait", "queue")]
