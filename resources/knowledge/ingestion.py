@@ -34,6 +34,7 @@ from resources.knowledge.limits import ParseLimits
 from resources.knowledge.parsing import DocumentRejectedError, ParsedDocument
 from resources.knowledge.term_counts import term_counts_document_add, term_counts_document_subtract
 from resources.knowledge.terms import search_terms_of
+from resources.knowledge.vectors import vector_index_sync_on_commit
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument
 from resources.providers.embeddings import texts_embed
 from resources.providers.failures import ProviderCallError
@@ -99,6 +100,7 @@ def _store(document: KnowledgeDocument, chunks: list[Chunk], vectors: list[np.nd
             return False
         # The knowledge base's row is locked from here to commit: its term counts change with the chunks.
         KnowledgeBase.objects.filter(pk=current.knowledge_base_id).update(index_version=F("index_version") + 1)
+        vector_index_sync_on_commit(current.knowledge_base_id)
         term_counts_document_subtract(document_pk=current.pk)
         KnowledgeChunk.objects.filter(document=current).delete()
         rows = []

@@ -1,6 +1,6 @@
-"""Retrieval from one knowledge base: full-text ranking by the database, cosine ranking over the cached
-vector matrix when the knowledge base has an embedding model, the two fused, metadata filters applied to
-both.
+"""Retrieval from one knowledge base: full-text ranking by the database, cosine ranking by the knowledge
+base's approximate-nearest-neighbour index (resources/knowledge/vectors.py) when it has an embedding model,
+the two fused, metadata filters applied to both.
 
 Full text on PostgreSQL matches on the query's rarer words and ranks the candidates with all of them:
 `ts_rank_cd` reads every candidate's row, so a word found in half of a 100,000-chunk knowledge base would
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,11 +49,6 @@ MIN_CANDIDATES = 50
 CANDIDATE_BUDGET = 2000
 _FILTER_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _Scalar = str | int | float | bool
-
-
-# Matrix products of hybrid searches, beside the full-text query on the calling thread. Two threads: the
-# host has few cores, and a product is memory-bound, so more at once would only queue for bandwidth.
-_vector_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kb-vectors")
 
 
 class FilterError(ValueError):
@@ -206,10 +200,9 @@ def chunks_search(
     if query_vector is None:
         return _entries(_fused(_full_text(knowledge_base, query_text, top_k, restricted), [], top_k))
     candidates = max(3 * top_k, MIN_CANDIDATES)
-    # The database work stays on this thread (its connection and transaction); the matrix product runs
-    # on another meanwhile — numpy releases the GIL for it, as the driver does while PostgreSQL answers.
+    # An index search visits a few thousand vectors (about a millisecond), so it runs on this thread
+    # before the full-text query; a filtered one reads the allowed chunks' vectors on this connection.
     allowed = None if restricted is None else set(restricted.values_list("id", flat=True))
-    index = vector_index(knowledge_base)
-    vector = _vector_pool.submit(index.ranked, query_vector, limit=candidates, allowed=allowed)
+    vector = vector_index(knowledge_base).ranked(query_vector, limit=candidates, allowed=allowed)
     full_text = [] if vector_only else _full_text(knowledge_base, query_text, candidates, restricted)
-    return _entries(_fused(full_text, vector.result(), top_k))
+    return _entries(_fused(full_text, vector, top_k))

@@ -27,6 +27,7 @@ from foundation.ids import free_slug
 from resources.knowledge.parsing import document_type
 from resources.knowledge.specs import KnowledgeBaseIn, KnowledgeBasePatchIn
 from resources.knowledge.term_counts import term_counts_document_subtract
+from resources.knowledge.vectors import vector_index_sync_on_commit
 from resources.models import KnowledgeBase, KnowledgeChunk, KnowledgeDocument, Model
 from resources.services import ResourceValidationError
 
@@ -164,6 +165,7 @@ def documents_reingest(*, knowledge_base: KnowledgeBase) -> int:
 
 def _index_changed(knowledge_base: KnowledgeBase) -> None:
     KnowledgeBase.objects.filter(pk=knowledge_base.pk).update(index_version=F("index_version") + 1)
+    vector_index_sync_on_commit(knowledge_base.pk)
 
 
 def _blobs_delete_on_commit(storage_keys: list[str]) -> None:
@@ -190,7 +192,9 @@ def knowledge_base_delete(*, knowledge_base: KnowledgeBase) -> None:
     keys = list(artifacts.values_list("storage_key", flat=True))
     # Chunks first in one statement: the cascade would otherwise collect them document by document.
     KnowledgeChunk.objects.filter(knowledge_base=knowledge_base).delete()
+    pk = knowledge_base.pk
     knowledge_base.delete()
+    vector_index_sync_on_commit(pk)  # the knowledge base is gone: its index files are removed
     artifacts.delete()
     _blobs_delete_on_commit(keys)
 
