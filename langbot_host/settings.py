@@ -172,6 +172,9 @@ LANGBOT_ARTIFACT_FETCH_MAX_BYTES = env.int("LANGBOT_ARTIFACT_FETCH_MAX_BYTES", d
 LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES = env.int("LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES", default=100 * 1024**2)
 # Knowledge-base document uploads above this answer 413 `payload_too_large` (resources/knowledge/uploads.py).
 KNOWLEDGE_DOCUMENT_MAX_BYTES = env.int("KNOWLEDGE_DOCUMENT_MAX_BYTES", default=50 * 1024**2)
+# Knowledge bases' vector index files, one per knowledge base (resources/knowledge/vectors.py); several hosts
+# need it on shared storage or each keeps its own copy.
+KNOWLEDGE_INDEX_DIR = env.str("LANGBOT_KNOWLEDGE_INDEX_DIR", default="") or str(VAR_DIR / "knowledge-index")
 # What a document may expand to once parsed (resources/knowledge/limits.py): a DOCX's unpacked files (and any
 # one PDF stream), a zip's entry count and any large entry's compression ratio, a PDF's pages, the characters
 # extracted. Parsing runs in a child process with this address-space cap and wall-clock timeout.

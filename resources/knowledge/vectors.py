@@ -53,8 +53,7 @@ logger = logging.getLogger(__name__)
 
 
 def _directory() -> Path:
-    configured = getattr(settings, "KNOWLEDGE_INDEX_DIR", None) or os.environ.get("LANGBOT_KNOWLEDGE_INDEX_DIR")
-    return Path(configured or settings.VAR_DIR / "knowledge-index")
+    return Path(settings.KNOWLEDGE_INDEX_DIR)
 
 
 def _paths(knowledge_base_pk: int) -> tuple[Path, Path, Path]:
