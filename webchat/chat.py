@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db.models import Max, Min
@@ -22,7 +23,8 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import ensure_csrf_cookie
 from pydantic import ValidationError
 
-from bindings.models import AgentBinding, Workspace
+from bindings.models import AgentBinding, Workspace, WorkspaceMembership
+from bindings.roles import role_reaches, scope_least_role
 from bindings.selectors import (
     BindingResolution,
     WorkspaceChoiceError,
@@ -81,6 +83,28 @@ def _binding_of(workspace: Workspace, binding_id: str) -> AgentBinding:
     return binding
 
 
+def _caller_may(caller: ChatCaller, scope: str) -> bool:
+    """A signed-in member acts in the chat only as far as their role reaches (README, "Workspace roles": a
+    viewer reads); a ticket's key was checked for its scope when the ticket was issued."""
+    kind, _sep, pk = caller.principal.partition(":")
+    if kind != "user":
+        return True
+    membership = WorkspaceMembership.objects.filter(workspace_id=caller.workspace_id, user_id=pk).first()
+    if membership is None:
+        return bool(get_user_model().objects.filter(pk=pk, is_superuser=True, is_active=True).exists())
+    return role_reaches(membership.role, scope_least_role(scope))
+
+
+def _refuse_unless_may(caller: ChatCaller, scope: str) -> None:
+    if not _caller_may(caller, scope):
+        raise ChatRefusedError(
+            "forbidden",
+            _("Your role in this workspace does not allow this (it needs %(role)s).")
+            % {"role": scope_least_role(scope)},
+            required_scope=scope,
+        )
+
+
 def chat_message_submit(
     *,
     caller: ChatCaller,
@@ -92,6 +116,7 @@ def chat_message_submit(
 ) -> ChatSubmission:
     """Ingest one chat message as a gateway event and describe the runs it started as `run.status`
     messages. Raises `ChatRefusedError` for invalid input or a binding that would not receive it."""
+    _refuse_unless_may(caller, "events:write")
     workspace = Workspace.objects.get(pk=caller.workspace_id)
     resolution: BindingResolution | None = None
     if binding_id is not None:
@@ -165,6 +190,7 @@ def chat_message_submit(
 
 def chat_run_cancel(*, caller: ChatCaller, run_id: str) -> dict[str, Any]:
     """Ask a run of the caller's workspace to stop; returns its `run.status` as stored now."""
+    _refuse_unless_may(caller, "runs:write")
     workspace = Workspace.objects.get(pk=caller.workspace_id)
     run = run_get(workspace=workspace, run_id=run_id)
     if run is None:

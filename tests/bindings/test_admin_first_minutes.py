@@ -14,7 +14,8 @@ from bindings.models import ApiKey
 from bindings.selectors import api_key_by_plaintext
 from runners.models import Run
 from tests.factories import AgentBindingFactory, RunnerDescriptorFactory, UserFactory, WorkspaceFactory
-from webchat.chat import ChatCaller, chat_message_submit
+from tests.streaming.conftest import chat_caller
+from webchat.chat import chat_message_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -40,7 +41,7 @@ def test_the_runs_list_shows_short_ids_status_and_duration(admin_client, monkeyp
     monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: None)
     workspace = WorkspaceFactory.create()
     AgentBindingFactory.create(workspace=workspace, binding_id="main", runner_id="plugin:langbot/qa-runner/default")
-    caller = ChatCaller(workspace_id=workspace.pk, principal="user:1", display_name="Ada")
+    caller = chat_caller(workspace)
     chat_message_submit(caller=caller, conversation_id="c-1", text="hi", attachments=[])
     run = Run.objects.get()
     Run.objects.filter(pk=run.pk).update(
@@ -105,7 +106,7 @@ def test_the_events_list_shows_short_ids_with_the_full_ones_in_tooltips(admin_cl
     monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: None)
     workspace = WorkspaceFactory.create()
     AgentBindingFactory.create(workspace=workspace)
-    caller = ChatCaller(workspace_id=workspace.pk, principal="user:1", display_name="Ada")
+    caller = chat_caller(workspace)
     conversation_id = "webui:" + "c" * 32
     submission = chat_message_submit(caller=caller, conversation_id=conversation_id, text="hi", attachments=[])
 

@@ -40,7 +40,7 @@ new MutationObserver(() => {
 def _member_of(workspace):
     # The web process runs with the production hashers, so the password is stored the way it expects.
     user = UserFactory.create(password=PBKDF2PasswordHasher().encode(PASSWORD, "e2esalt1234"))
-    WorkspaceMembership.objects.create(workspace=workspace, user=user)
+    WorkspaceMembership.objects.create(workspace=workspace, user=user, role=WorkspaceMembership.Role.ADMIN)
     return user
 
 

@@ -9,8 +9,9 @@ import pytest
 from runners.models import Run
 from tests.factories import RunnerDescriptorFactory
 from tests.gateway.support import binding_for, post_event
+from tests.streaming.conftest import chat_caller
 from transcripts.models import EventLog
-from webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit
+from webchat.chat import ChatRefusedError, chat_message_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -103,7 +104,7 @@ def test_an_observer_that_refuses_just_does_not_run(api_client, workspace):
 
 def test_the_chat_user_is_told_input_unsupported(workspace):
     _refusing(workspace, binding_id="text-only")
-    caller = ChatCaller(workspace_id=workspace.pk, principal="user:1", display_name="Ann")
+    caller = chat_caller(workspace, "Ann")
 
     with pytest.raises(ChatRefusedError) as refused:
         chat_message_submit(

@@ -128,7 +128,9 @@ def test_the_language_switch_sets_the_admin_and_the_chat_to_chinese():
 @pytest.mark.django_db
 def test_the_chat_page_and_its_script_catalogue_in_chinese():
     user = UserFactory.create(username="ada")
-    WorkspaceMembership.objects.create(workspace=WorkspaceFactory.create(), user=user)
+    WorkspaceMembership.objects.create(
+        workspace=WorkspaceFactory.create(), user=user, role=WorkspaceMembership.Role.ADMIN
+    )
     client = Client()
     client.force_login(user)
     client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/chat/"})

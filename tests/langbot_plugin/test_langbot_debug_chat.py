@@ -108,7 +108,7 @@ def test_the_debug_chat_streams_a_langbot_runners_reply_and_cancels_its_slower_t
     # Hashed as the web process checks it (the test settings' fast hasher is not one it accepts).
     hasher = PBKDF2PasswordHasher()
     member = UserFactory.create(password=hasher.encode("pw", hasher.salt()))
-    WorkspaceMembership.objects.create(workspace=binding.workspace, user=member)
+    WorkspaceMembership.objects.create(workspace=binding.workspace, user=member, role=WorkspaceMembership.Role.ADMIN)
     web = start_langbot_web()
     config, session = _sign_in(web.url, member.username)
     assert config["workspace"] == binding.workspace.slug

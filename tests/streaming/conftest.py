@@ -23,6 +23,7 @@ from runners.live.publish import run_events_publish_committed, run_status_publis
 from runners.models import Run, RunEvent
 from tests.factories import AgentBindingFactory, UserFactory, WorkspaceFactory
 from transcripts.models import EventLog
+from webchat.chat import ChatCaller
 
 ORIGIN = (b"origin", b"http://localhost")
 RECEIVE_TIMEOUT = 5
@@ -39,7 +40,7 @@ def member(transactional_db):
     """A user who belongs to exactly one workspace."""
     workspace = WorkspaceFactory.create()
     user = UserFactory.create()
-    WorkspaceMembership.objects.create(workspace=workspace, user=user)
+    WorkspaceMembership.objects.create(workspace=workspace, user=user, role=WorkspaceMembership.Role.ADMIN)
     return user, workspace
 
 
@@ -143,3 +144,11 @@ class SlowReaderCommunicator(WebsocketCommunicator):
 
 def ids(messages: list[dict[str, Any]]) -> list[tuple[str, int]]:
     return [(m["run_id"], m["seq"]) for m in messages if m["type"] == "run.event"]
+
+
+def chat_caller(workspace, display_name: str = "Ada") -> ChatCaller:
+    """A signed-in member of `workspace` who may send (the role of a member before roles: admin), as the
+    chat socket names them."""
+    user = UserFactory.create()
+    WorkspaceMembership.objects.create(workspace=workspace, user=user, role=WorkspaceMembership.Role.ADMIN)
+    return ChatCaller(workspace_id=workspace.pk, principal=f"user:{user.pk}", display_name=display_name)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 def signed_in():
     workspace = WorkspaceFactory.create()
     user = UserFactory.create()
-    WorkspaceMembership.objects.create(workspace=workspace, user=user)
+    WorkspaceMembership.objects.create(workspace=workspace, user=user, role=WorkspaceMembership.Role.ADMIN)
     client = Client()
     client.force_login(user)
     return workspace, client
@@ -77,7 +77,8 @@ def test_conversations_are_titled_by_their_first_message(signed_in, monkeypatch)
     monkeypatch.setattr("runners.lifecycle.services.run_dispatch", lambda *, run_id: None)
     workspace, client = signed_in
     AgentBindingFactory.create(workspace=workspace)
-    caller = ChatCaller(workspace_id=workspace.pk, principal="user:1", display_name="Ada")
+    member = WorkspaceMembership.objects.get(workspace=workspace)
+    caller = ChatCaller(workspace_id=workspace.pk, principal=f"user:{member.user_id}", display_name="Ada")
     for text in ("Where is my parcel?", "and the invoice"):
         chat_message_submit(caller=caller, conversation_id="webui:c1", text=text, attachments=[])
 

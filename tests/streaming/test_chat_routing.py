@@ -7,6 +7,7 @@ import pytest
 from bindings.models import AgentBinding
 from runners.models import Run
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
+from tests.streaming.conftest import chat_caller
 from transcripts.models import EventLog
 from webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit
 
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 
 def _caller(workspace) -> ChatCaller:
-    return ChatCaller(workspace_id=workspace.pk, principal="user:1", display_name="Ada")
+    return chat_caller(workspace)
 
 
 def _send(workspace, binding_id: str, **kwargs):

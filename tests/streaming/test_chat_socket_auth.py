@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from channels.db import database_sync_to_async
 
+from bindings.models import WorkspaceMembership
 from bindings.services import api_key_create
 from tests.factories import UserFactory
 from tests.streaming.conftest import ORIGIN, make_run, next_json, open_socket, session_cookie
+from transcripts.models import EventLog
 from webchat import tickets
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -109,3 +111,31 @@ def test_tickets_need_credentials(client):
     response = client.post("/api/v1/ws-tickets")
 
     assert response.status_code in (401, 403)
+
+
+async def test_a_viewer_reads_but_sends_and_cancels_nothing(member):
+    # README, "Workspace roles": a viewer reads runs and conversations; sending and cancelling need an operator
+    user, workspace = member
+    await database_sync_to_async(WorkspaceMembership.objects.filter(user=user).update)(
+        role=WorkspaceMembership.Role.VIEWER
+    )
+    run = await database_sync_to_async(make_run)(workspace, conversation_id="c-1")
+    comm, connected, _ = await open_socket(ORIGIN, await database_sync_to_async(session_cookie)(user))
+    assert connected
+
+    await comm.send_json_to({"type": "subscribe", "conversation_id": "c-1"})
+    assert (await next_json(comm))["type"] == "subscribed"
+    await comm.send_json_to({"type": "message", "conversation_id": "c-1", "text": "hello"})
+    sent = await next_json(comm)
+    await comm.send_json_to({"type": "cancel", "run_id": str(run.run_id)})
+    cancelled = await next_json(comm)
+
+    assert (sent["type"], sent["code"]) == ("error", "forbidden")
+    assert (cancelled["type"], cancelled["code"]) == ("error", "forbidden")
+    assert (
+        await database_sync_to_async(EventLog.objects.filter(workspace=workspace, input__text="hello").exists)()
+        is False
+    )
+    await database_sync_to_async(run.refresh_from_db)()
+    assert run.cancel_requested_at is None
+    await comm.disconnect()

@@ -251,7 +251,9 @@ async def test_a_client_that_stops_reading_is_closed_with_4408_and_others_keep_r
     monkeypatch.setattr(ChatConsumer, "send_queue_max", 5)
     user, workspace = member
     other_user = await database_sync_to_async(UserFactory.create)()
-    await database_sync_to_async(WorkspaceMembership.objects.create)(workspace=workspace, user=other_user)
+    await database_sync_to_async(WorkspaceMembership.objects.create)(
+        workspace=workspace, user=other_user, role=WorkspaceMembership.Role.ADMIN
+    )
     run = await database_sync_to_async(make_run)(workspace)
     slow = await signed_in(user, communicator=SlowReaderCommunicator)
     steady = await signed_in(other_user)
