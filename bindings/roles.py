@@ -74,6 +74,8 @@ SCOPES: dict[str, Scope] = {
     "resources:write": Scope(Role.ADMIN, "create, change and delete model providers, models and MCP servers"),
     "bots:read": Scope(Role.VIEWER, "read bots (credentials masked)"),
     "bots:write": Scope(Role.ADMIN, "create, change and delete bots"),
+    "persons:read": Scope(Role.OPERATOR, "read persons, their identities and everything stored about them"),
+    "persons:write": Scope(Role.ADMIN, "link and merge persons, export and erase a person's data"),
     "budgets:read": Scope(Role.VIEWER, "read budgets, costs and usage"),
     "budgets:write": Scope(Role.ADMIN, "create, change and delete budgets"),
     "keys:read": Scope(Role.ADMIN, "read the workspace's API keys"),
@@ -352,6 +354,8 @@ ADMIN_SCOPES: dict[str, tuple[str, str]] = {
     "schedules.Schedule": ("schedules:read", "schedules:write"),
     "takeover.ConversationHold": ("conversations:read", "conversations:write"),
     "takeover.WaitingConversation": ("conversations:read", "conversations:write"),
+    "people.Person": ("persons:read", "persons:write"),
+    "people.PersonAudit": ("persons:read", "persons:write"),
 }
 """Model label → (the scope of viewing its admin pages, the scope of adding, changing, deleting and running
 its actions). A workspace-scoped admin not listed needs the admin role for both (`UNDECLARED_SCOPE`)."""

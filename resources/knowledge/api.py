@@ -349,6 +349,8 @@ class KnowledgeDocumentDetailApi(APIView):
 
 
 class KnowledgeBaseSearchApi(APIView):
+    required_scopes = {"POST": "knowledge:read"}  # a hit test reads the knowledge base (bindings.roles)
+
     @extend_schema(
         operation_id="knowledge_bases_search",
         parameters=[WORKSPACE_PARAMETER],

@@ -119,9 +119,9 @@ def theirs(db: Any) -> Theirs:
         resource=_m("resource"), scope=conversation, outcome="ok", created_at=timezone.now(),
     )  # fmt: skip
     key, _ = api_key_create(workspace=workspace, name=_m("key"))
-    dev_token, _ = dev_token_create(workspace=workspace, name=_m("devtoken"))
     member = UserFactory.create(username=_m("member"))
     membership = workspace_member_add(workspace=workspace, user=member, role="owner")
+    dev_token, _ = dev_token_create(workspace=workspace, name=_m("devtoken"))
     dev_session = DevelopmentSession.objects.create(
         session_id=_m("session"), workspace=workspace, token=dev_token, peer=_m("peer"), runner_ids=[_m("runner")]
     )
