@@ -29,7 +29,8 @@ def _provider(client, base_url: str):
 
 
 def _bot(client, api_base_url: str):
-    body = {"name": "tg", "platform": "telegram", "credentials": {"token": "1:x", "api_base_url": api_base_url}}
+    credentials = {"token": "123456:test-token", "secret_token": "s3cret", "api_base_url": api_base_url}
+    body = {"name": "tg", "platform": "telegram", "credentials": credentials}
     return client.post("/api/v1/bots", body, format="json")
 
 
