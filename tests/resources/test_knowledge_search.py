@@ -258,7 +258,7 @@ def test_term_counts_follow_documents_ingested_replaced_and_deleted(api_client):
 def test_a_word_found_in_most_chunks_does_not_outrank_a_rare_one(api_client, monkeypatch):
     api_client.post("/api/v1/knowledge-bases", {"kb_id": "big", "name": "Big"}, format="json")
     for i in range(6):
-        add(api_client, "big", f"{i}.txt", "widget widget widget widget assembly notes")
+        add(api_client, "big", f"{i}.txt", f"widget widget widget widget assembly notes, part {i}")  # not duplicates
     rare = add(api_client, "big", "rare.txt", "widget calibration procedure")
     plain = add(api_client, "big", "plain.txt", "calibration log")
     monkeypatch.setattr(search_module, "CANDIDATE_BUDGET", 3)
