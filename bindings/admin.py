@@ -184,6 +184,23 @@ class ApiKeyAdmin(WorkspaceScopedAdmin[ApiKey]):
         return readonly if is_superuser(request) else [*readonly, "is_operator"]
 
 
+def view_only_fieldsets(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, obj: Any, fieldsets: list[tuple[Any, dict[str, Any]]]
+) -> list[tuple[Any, dict[str, Any]]]:
+    """`fieldsets` as a read-only page can show them: a role that may view an object and not change it sees
+    its model fields and the admin's display methods; the editing form's own fields (credentials, runner
+    config, policy controls) have nothing to show outside that form."""
+    if obj is None or model_admin.has_change_permission(request, obj):
+        return fieldsets
+    model_fields = {field.name for field in obj._meta.get_fields()}
+    shown = []
+    for title, options in fieldsets:
+        names = [n for n in options["fields"] if callable(n) or n in model_fields or hasattr(model_admin, n)]
+        if names:
+            shown.append((title, {**options, "fields": names}))
+    return shown
+
+
 @admin.register(Bot)
 class BotAdmin(WorkspaceScopedAdmin[Bot]):
     """Bots: one field per credential of the selected platform, and a "Test connection" button on a
@@ -198,17 +215,21 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
     connection_check: ClassVar[Callable[[Bot], tuple[bool, str]] | None] = None
 
     def get_form(self, request: HttpRequest, obj: Bot | None = None, change: bool = False, **kwargs: Any) -> Any:
-        kwargs["form"] = bot_admin_form()
+        # A read-only page (a role that may view, not change) shows the object's fields and edits nothing: the
+        # editing form, whose set-up needs the fields Django leaves out of such a page, has no part in it.
+        view_only = obj is not None and not self.has_change_permission(request, obj)
+        kwargs["form"] = forms.ModelForm if view_only else bot_admin_form()
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_fieldsets(self, request: HttpRequest, obj: Bot | None = None) -> Any:
         form = bot_admin_form()
         credential_fields = [name for name in form.base_fields if name.startswith(CREDENTIAL_FIELD_PREFIX)]
         readonly = [name for name in self.get_readonly_fields(request, obj) if name not in ("workspace",)]
-        return [
+        fieldsets = [
             (None, {"fields": ["workspace", "bot_id", "name", "platform", "enabled", *readonly]}),
             (_("Credentials"), {"fields": [*credential_fields, "credentials_input"]}),
         ]
+        return view_only_fieldsets(self, request, obj, fieldsets)
 
     def get_urls(self) -> list[URLPattern]:
         view = self.admin_site.admin_view(self.connection_test_view)
@@ -292,6 +313,10 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
     def get_form(
         self, request: HttpRequest, obj: AgentBinding | None = None, change: bool = False, **kwargs: Any
     ) -> type[forms.ModelForm[AgentBinding]]:
+        if obj is not None and not self.has_change_permission(request, obj):
+            # Read-only (see BotAdmin.get_form): the editing form's set-up needs fields such a page leaves out.
+            kwargs["form"] = forms.ModelForm
+            return super().get_form(request, obj, change=change, **kwargs)
         runner_id = self._runner_id(request, obj)
         form = binding_admin_form(runner_id=runner_id, user=request.user, instance=obj)
         if runner_id and request.method != "POST":
@@ -348,7 +373,7 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
             fieldsets.append((_("Imported from LangBot"), {"fields": kept, "classes": ["collapse"]}))
         if obj is not None:
             fieldsets.append((_("Record"), {"fields": self.readonly_fields, "classes": ["collapse"]}))
-        return fieldsets
+        return view_only_fieldsets(self, request, obj, fieldsets)
 
     def save_model(self, request: HttpRequest, obj: AgentBinding, form: Any, change: bool) -> None:
         assert isinstance(form, AgentBindingAdminForm)

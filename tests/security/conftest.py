@@ -150,6 +150,7 @@ def theirs(db: Any) -> Theirs:
     ids = {
         "person_id": str(person.person_id),
         "workspace_slug": workspace.slug, "bot_id": bot.bot_id, "binding_id": binding.binding_id,
+        "binding_pk": str(binding.pk),
         "provider_id": provider.provider_id, "model_id": model.model_id, "server_id": server.server_id,
         "kb_id": kb.kb_id, "document_id": str(document.document_id), "event_id": event.event_id,
         "run_id": str(run.run_id), "conversation_id": conversation, "artifact_id": str(artifact.artifact_id),

@@ -148,6 +148,8 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "chat/targets/": {"GET": (OWN | {302, 401, 403}, None)},
     "chat/login/": {"GET": (OWN, None)},
     "chat/logout/": {"POST": (OWN | {302}, None)},
+    # A binding's try-it ticket: a key is no staff (403); their binding is none of the staff member's (404).
+    "chat/try/<int:binding_pk>/ticket": {"POST": ({403, 404}, None)},
     # The home page (links to chat, admin, docs) and the favicon redirect: nothing of any workspace.
     "": {"GET": (OWN | {302}, None)},
     "favicon.ico": {method: ({301, 302}, None) for method in ("GET", "POST", "PUT", "PATCH", "DELETE")},

@@ -105,6 +105,7 @@ OUTSIDE_ROLES: dict[str, str] = {
     "metrics": "host-wide counters, a metrics token or a superuser", "": "the home page",
     "favicon.ico": "a redirect", "chat/": "the debug chat page (its socket's ticket is `events:write`)",
     "chat/targets/": "the chat's bindings", "chat/login/": "signing in", "chat/logout/": "signing out",
+    "chat/try/<int:binding_pk>/ticket": "a binding's try-it ticket: staff the admin lets change the binding",
     "i18n/setlang/": "the language cookie", "jsi18n/": "translated strings",
     "platforms/<str:platform>/<slug:workspace_slug>/<slug:bot_id>/webhook": "platforms, with their own signatures",
 }  # fmt: skip
