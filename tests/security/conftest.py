@@ -159,9 +159,9 @@ def theirs(db: Any) -> Theirs:
         "budget_id": str(budget.budget_id), "username": member.username,
     }  # fmt: skip
     rows: list[models.Model] = [
-        workspace, membership, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact, state,
-        storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token, dev_session,
-        budget, spend, hold, waiting, alert, alert_settings, person, identity, person_audit,
+        workspace, membership, key, bot, binding, provider, model, server, kb, document, event, item, run, artifact,
+        state, storage, schedule, endpoint, delivery, platform_delivery, refusal, action, audit, purge, dev_token,
+        dev_session, budget, spend, hold, waiting, alert, alert_settings, person, identity, person_audit,
     ]  # fmt: skip
     return Theirs(workspace=workspace, ids=ids, objects={row._meta.label: row for row in rows})
 
