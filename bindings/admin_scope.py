@@ -109,7 +109,7 @@ class ScopedListFilters(WorkspaceRoleAdmin[_M]):
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         """A person who may pick one workspace only finds it picked on an add form."""
-        formfield = super().formfield_for_foreignkey(db_field, request, **kwargs)
+        formfield: Any = super().formfield_for_foreignkey(db_field, request, **kwargs)
         queryset = getattr(formfield, "queryset", None)
         if db_field.name == "workspace" and queryset is not None and formfield.initial is None:
             only = list(queryset.values_list("pk", flat=True)[:2])

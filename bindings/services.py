@@ -4,6 +4,7 @@ shared by the REST API, admin and management commands."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from django.apps import apps
@@ -96,13 +97,19 @@ class BotPlatformUnsupportedError(BindingValidationError):
 
 
 class BotCredentialSpec(Protocol):
-    """One credential of a platform's bots, as the bot form shows it (`platforms.interface.CredentialField`)."""
+    """One credential of a platform's bots, as the bot form shows it (`platforms.interface.CredentialField`,
+    a frozen dataclass: read-only here too)."""
 
-    name: str
-    required: bool
-    secret: bool
-    help: str
-    link: str
+    @property
+    def name(self) -> str: ...
+    @property
+    def required(self) -> bool: ...
+    @property
+    def secret(self) -> bool: ...
+    @property
+    def help(self) -> str: ...
+    @property
+    def link(self) -> str: ...
 
 
 class BotCredentialSchemas(Protocol):
@@ -111,7 +118,7 @@ class BotCredentialSchemas(Protocol):
     def served(self, platform: str) -> bool:
         """Whether bots of `platform` can work: an adapter serves it, or the host itself (web UI, API)."""
 
-    def fields(self) -> dict[str, tuple[BotCredentialSpec, ...]]:
+    def fields(self) -> Mapping[str, tuple[BotCredentialSpec, ...]]:
         """Each platform's declared credentials, in the order the form shows them."""
 
     def problems(self, platform: str, credentials: dict[str, Any]) -> dict[str, str]:

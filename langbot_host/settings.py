@@ -273,7 +273,8 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 60.0,
         "options": {"queue": LANGBOT_WEBHOOK_QUEUE or None},
     },
-    # Raises and resolves the alerts (platforms.alerts.evaluator): bots down, deliveries, failure rates, queue, providers.
+    # Raises and resolves the alerts (platforms.alerts.evaluator): bots down, deliveries, failure rates, queue,
+    # providers.
     "alerts-evaluate": {"task": "platforms.alerts.tasks.alerts_evaluate", "schedule": 60.0},
 }
 

@@ -244,7 +244,9 @@ def test_a_valid_config_saves_validated_and_its_secrets_never_reach_the_page(
         assert stored[item.name] == SECRET
         assert item.name not in binding.runner_config
         assert item.name in binding.runner_secrets
-        assert _control(soup, item).get("value") == SECRET_MASK
+        control = _control(soup, item)
+        assert control is not None
+        assert control.get("value") == SECRET_MASK
     assert kept.status_code == 302, _errors(kept)
     assert binding_runner_config_plain(AgentBinding.objects.get(pk=binding.pk)) == stored
 

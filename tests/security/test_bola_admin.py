@@ -154,7 +154,7 @@ def _reverse_extra(name: str, theirs: Theirs) -> str:
     if name == "admin:app_list":
         return reverse(name, kwargs={"app_label": "bindings"})
     if name == "admin-conversation":
-        item = theirs.objects["transcripts.TranscriptItem"]
+        item: Any = theirs.objects["transcripts.TranscriptItem"]
         return reverse(name, kwargs={"workspace_id": item.workspace_id, "conversation_id": item.conversation_id})
     if name == "admin:view_on_site":
         bot = theirs.objects["bindings.Bot"]

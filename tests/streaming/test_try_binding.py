@@ -49,6 +49,7 @@ def test_staff_who_may_change_the_binding_get_a_ticket_for_it():
 def test_a_member_who_is_not_staff_gets_no_ticket():
     binding = _binding()
     user = UserFactory.create(is_staff=False)
+    assert binding.workspace is not None
     workspace_member_add(workspace=binding.workspace, user=user, role="owner")
 
     response = _ticket_response(user, binding)
