@@ -24,15 +24,15 @@ def staff() -> Client:
     return client
 
 
-def test_the_admin_index_names_the_apps_in_chinese(staff: Client):
+def test_the_admin_index_names_its_groups_in_chinese(staff: Client):
     english = staff.get("/admin/").content.decode()
     chinese = staff.get("/admin/", headers=ZH).content.decode()
 
-    assert "Resources" in english
-    assert "Plugin runtimes" in english
-    for name in ("资源", "运行器", "插件运行时", "定时事件", "事件与记录"):
+    assert "Models &amp; tools" in english
+    assert "Runners &amp; bindings" in english
+    for name in ("模型与工具", "知识库", "运行器与绑定", "机器人与平台", "自动化", "活动", "访问权限"):
         assert name in chinese, name
-    assert "Plugin runtimes" not in chinese
+    assert "Runners &amp; bindings" not in chinese
 
 
 def test_a_changelist_shows_its_actions_and_columns_in_chinese(staff: Client):
@@ -48,9 +48,9 @@ def test_a_changelist_shows_its_actions_and_columns_in_chinese(staff: Client):
 def test_the_binding_form_speaks_chinese(staff: Client):
     page = staff.get("/admin/bindings/agentbinding/add/", headers=ZH).content.decode()
 
-    for words in ("路由", "运行器及其配置", "触发过滤", "允许的模型", "留空则根据名称生成。", "群聊：被呼叫时回答"):
+    for words in ("触发", "上下文与状态", "投递与并发", "允许的模型", "留空则根据名称生成。", "群聊：被呼叫时回答"):
         assert words in page, words
-    assert "Trigger filter" not in page
+    assert "Delivery &amp; concurrency" not in page
 
 
 def test_an_action_answers_in_chinese(staff: Client):
