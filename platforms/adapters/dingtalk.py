@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
+from platforms.adapters.tokens import AccessTokens, TokenKey
 from platforms.interface import (
     CredentialField,
     FetchedFile,
@@ -69,7 +70,7 @@ OAPI_TOKEN_INVALID = frozenset({40014, 42001, 88})
 FILE_KINDS = {"picture": "image", "file": "file", "audio": "audio", "video": "video"}
 
 # (api base, client_id, sha256(client_secret)) -> (token, expires at): shared by the adapters of one process.
-_access_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
+_access_tokens = AccessTokens(early_seconds=TOKEN_EARLY_SECONDS)
 
 
 def callback_sign(timestamp: str, secret: str) -> str:
@@ -297,16 +298,14 @@ class DingTalkAdapter(PlatformAdapter):
         # A 5xx does not say whether a write was carried out.
         raise PlatformAPIError(message, retryable=status >= 500, outcome_unknown=writes and status >= 500)
 
-    def _token_key(self) -> tuple[str, str, str]:
-        secret = hashlib.sha256(self._secret("client_secret").encode()).hexdigest()
-        return self.base_url, self._secret("client_id"), secret
+    def _token_key(self) -> TokenKey:
+        return AccessTokens.key(self.base_url, self._secret("client_id"), self._secret("client_secret"))
 
     async def access_token(self) -> str:
         """The app's access token (`POST /v1.0/oauth2/accessToken`), kept until shortly before it expires."""
         key = self._token_key()
-        cached = _access_tokens.get(key)
-        if cached is not None and cached[1] > time.time():
-            return cached[0]
+        if (cached := _access_tokens.get(key)) is not None:
+            return cached
         response = await self._send_raw(
             "accessToken",
             "POST",
@@ -317,9 +316,8 @@ class DingTalkAdapter(PlatformAdapter):
         if response.status_code >= 400 or not isinstance(body, dict) or not body.get("accessToken"):
             self._raise_for("accessToken", response, body, writes=False)
         assert isinstance(body, dict)
-        expires = float(body.get("expireIn") or 7200)
         token = str(body["accessToken"])
-        _access_tokens[key] = (token, time.time() + max(0.0, expires - TOKEN_EARLY_SECONDS))
+        _access_tokens.put(key, token, float(body.get("expireIn") or 7200))
         return token
 
     async def openapi(self, what: str, path: str, payload: dict[str, Any], *, writes: bool = True) -> dict[str, Any]:
@@ -335,7 +333,7 @@ class DingTalkAdapter(PlatformAdapter):
                 isinstance(body, dict) and str(body.get("code") or "") in TOKEN_INVALID_CODES
             )
             if stale and attempt == 1:
-                _access_tokens.pop(self._token_key(), None)
+                _access_tokens.drop(self._token_key())
                 continue
             if response.status_code >= 400:
                 self._raise_for(what, response, body, writes=writes)
@@ -450,7 +448,7 @@ class DingTalkAdapter(PlatformAdapter):
             body = _json_or_none(response)
             code = int(body.get("errcode") or 0) if isinstance(body, dict) else -1
             if code in OAPI_TOKEN_INVALID and attempt == 1:
-                _access_tokens.pop(self._token_key(), None)
+                _access_tokens.drop(self._token_key())
                 continue
             if response.status_code >= 400:
                 self._raise_for("media.upload", response, body, writes=False)

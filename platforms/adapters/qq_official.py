@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.core.cache import cache
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
+from platforms.adapters.tokens import AccessTokens, TokenKey
 from platforms.interface import (
     CredentialField,
     FetchedFile,
@@ -73,7 +74,7 @@ MESSAGE_EVENTS = {"GROUP_AT_MESSAGE_CREATE": "group", "C2C_MESSAGE_CREATE": "use
 FILE_KINDS = {"image": "image", "video": "video", "voice": "audio", "audio": "audio"}
 
 # (token origin, app_id, sha256(app_secret)) -> (token, expires at): shared by the adapters of one process.
-_access_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
+_access_tokens = AccessTokens(early_seconds=TOKEN_EARLY_SECONDS)
 
 
 def signing_key(app_secret: str) -> Ed25519PrivateKey:
@@ -263,16 +264,15 @@ class QQOfficialAdapter(PlatformAdapter):
         except httpx.HTTPError as exc:
             raise transport_failure(f"QQ {what}: {exc}", exc) from exc
 
-    def _token_key(self) -> tuple[str, str, str]:
-        secret = hashlib.sha256(self._secret("app_secret").encode()).hexdigest()
-        return (self.api_base_url or DEFAULT_TOKEN_BASE_URL, self._secret("app_id"), secret)
+    def _token_key(self) -> TokenKey:
+        origin = self.api_base_url or DEFAULT_TOKEN_BASE_URL
+        return AccessTokens.key(origin, self._secret("app_id"), self._secret("app_secret"))
 
     async def access_token(self) -> str:
         """The app access token (`POST /app/getAppAccessToken`), kept until shortly before it expires."""
         key = self._token_key()
-        cached = _access_tokens.get(key)
-        if cached is not None and cached[1] > time.time():
-            return cached[0]
+        if (cached := _access_tokens.get(key)) is not None:
+            return cached
         if not key[1] or not self._secret("app_secret"):
             raise PlatformAPIError("the bot has no QQ app_id or app_secret")
         base = self.api_base_url or DEFAULT_TOKEN_BASE_URL
@@ -291,7 +291,7 @@ class QQOfficialAdapter(PlatformAdapter):
         except (TypeError, ValueError):
             expires = 7200.0
         token = str(body["access_token"])
-        _access_tokens[key] = (token, time.time() + max(0.0, expires - TOKEN_EARLY_SECONDS))
+        _access_tokens.put(key, token, expires)
         return token
 
     async def openapi(self, what: str, method: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -303,7 +303,7 @@ class QQOfficialAdapter(PlatformAdapter):
             response = await self._request(what, method, f"{base}{path}", json=payload, headers=headers)
             body = _json_or_none(response)
             if response.status_code == 401 and attempt == 1:
-                _access_tokens.pop(self._token_key(), None)
+                _access_tokens.drop(self._token_key())
                 continue
             if response.status_code >= 400:
                 _raise_for(what, response, body, writes=method == "POST")

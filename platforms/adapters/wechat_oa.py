@@ -33,13 +33,13 @@ import json
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 from xml.sax.saxutils import escape
 
 import httpx
 from django.core.cache import cache
 
-from foundation.outbound import AddressRefusedError, guarded_async_transport
+from platforms.adapters.wechat_api import WeChatApiAdapter
 from platforms.adapters.wechat_crypto import WeChatCrypto, sha1_signature, xml_document, xml_text
 from platforms.interface import (
     CredentialField,
@@ -49,14 +49,12 @@ from platforms.interface import (
     InboundRequest,
     InboundUpdate,
     OutboundFile,
-    PlatformAdapter,
     PlatformAPIError,
     PlatformCapabilities,
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
     malformed_unless_shaped,
-    transport_failure,
 )
 
 DEFAULT_API_BASE_URL = "https://api.weixin.qq.com"
@@ -67,8 +65,6 @@ REPLAY_WINDOW_SECONDS = 5 * 60
 PASSIVE_WINDOW_SECONDS = 4.0
 PASSIVE_POLL_SECONDS = 0.05
 PASSIVE_KEY_SECONDS = 120
-TOKEN_EARLY_SECONDS = 300
-REQUEST_TIMEOUT = 30.0
 # errcode: 40001 invalid credential (a stale token), 40014 invalid token, 42001 token expired: bought
 # again once. 45009 / 45047: rate limits.
 TOKEN_STALE = frozenset({40001, 40014, 42001})
@@ -76,9 +72,6 @@ RATE_LIMITED = frozenset({45009, 45047})
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif"})
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 SUCCESS = ("success", "text/plain; charset=utf-8")
-
-# (api base, app_id, sha256(app_secret)) -> (token, expires at): shared by the adapters of one process.
-_access_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
 
 
 def _passive_keys(bot_id: str, msg_id: str) -> tuple[str, str]:
@@ -117,7 +110,7 @@ def _reply_xml(*, to_user: str, from_user: str, text: str) -> str:
     )
 
 
-class WeChatOAAdapter(PlatformAdapter):
+class WeChatOAAdapter(WeChatApiAdapter):
     platform: ClassVar[str] = "wechat_oa"
     # A customer-service text may carry 2,048 bytes (`text_length` counts UTF-8 bytes); one write a second
     # keeps well inside the API's per-user pace.
@@ -167,15 +160,15 @@ class WeChatOAAdapter(PlatformAdapter):
     )
     accepts_get: ClassVar[bool] = True
 
-    _http: httpx.AsyncClient | None = None
+    api_label: ClassVar[str] = "WeChat"
+    default_api_base_url: ClassVar[str] = DEFAULT_API_BASE_URL
+    app_id_key: ClassVar[str] = "app_id"
+    app_secret_key: ClassVar[str] = "app_secret"
+    token_path: ClassVar[str] = "/cgi-bin/token"
+    token_stale: ClassVar[frozenset[int]] = TOKEN_STALE
+    rate_limited: ClassVar[frozenset[int]] = RATE_LIMITED
+
     _checked: tuple[bytes, ET.Element, bool] | None = None
-
-    def _secret(self, key: str) -> str:
-        return str(self.credentials.get(key) or "").strip()
-
-    @property
-    def base_url(self) -> str:
-        return self.api_base_url or DEFAULT_API_BASE_URL
 
     @staticmethod
     def text_length(text: str) -> int:
@@ -332,89 +325,17 @@ class WeChatOAAdapter(PlatformAdapter):
         }
         return InboundUpdate(envelope=envelope, files=files)
 
-    # -- HTTP -----------------------------------------------------------------------------------
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            if not self._secret("app_id") or not self._secret("app_secret"):
-                raise PlatformAPIError("the bot has no WeChat app_id / app_secret")
-            self._http = httpx.AsyncClient(
-                base_url=self.base_url,
-                transport=guarded_async_transport(allow_private=self.allow_private),
-                trust_env=False,
-                timeout=REQUEST_TIMEOUT,
-                follow_redirects=False,
-            )
-        return self._http
-
-    async def aclose(self) -> None:
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.aclose()
-
-    async def _send_raw(self, what: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self.http().request(method, path, **kwargs)
-        except AddressRefusedError as exc:
-            raise PlatformAPIError(f"WeChat {what}: refused: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise transport_failure(f"WeChat {what}: {exc}", exc) from exc
-        if response.status_code >= 400:
-            # WeChat answers its errors with 200 and an errcode; an HTTP error is a proxy's.
-            raise PlatformAPIError(
-                f"WeChat {what}: HTTP {response.status_code}",
-                retryable=response.status_code >= 500 or response.status_code == 429,
-                outcome_unknown=response.status_code >= 500 and method == "POST",
-            )
-        return response
-
-    @staticmethod
-    def _refuse(what: str, body: dict[str, Any]) -> NoReturn:
-        code = _errcode(body)
-        message = f"WeChat {what}: {str(body.get('errmsg') or 'error')[:200]} (errcode {code})"
-        if code in RATE_LIMITED:
-            raise PlatformAPIError(message, retry_after=2.0)
-        raise PlatformAPIError(message, retryable=code == -1)  # -1: "system busy", before anything was done
-
-    def _token_key(self) -> tuple[str, str, str]:
-        return self.base_url, self._secret("app_id"), hashlib.sha256(self._secret("app_secret").encode()).hexdigest()
-
-    async def access_token(self) -> str:
-        """The account's access token (`GET /cgi-bin/token`), kept until shortly before `expires_in` ends."""
-        key = self._token_key()
-        cached = _access_tokens.get(key)
-        if cached is not None and cached[1] > time.time():
-            return cached[0]
-        params = {
+    # -- HTTP (platforms.adapters.wechat_api) ------------------------------------------------------
+    def token_params(self) -> dict[str, str]:
+        return {
             "grant_type": "client_credential",
             "appid": self._secret("app_id"),
             "secret": self._secret("app_secret"),
         }
-        body = _json_object(await self._send_raw("token", "GET", "/cgi-bin/token", params=params))
-        if _errcode(body) != 0 or not body.get("access_token"):
-            self._refuse("token", body)
-        expires = float(body.get("expires_in") or 7200)
-        _access_tokens[key] = (str(body["access_token"]), time.time() + max(0.0, expires - TOKEN_EARLY_SECONDS))
-        return str(body["access_token"])
 
-    async def call(
-        self, what: str, method: str, path: str, *, params: dict[str, Any] | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        """One API call with `access_token`; a token WeChat calls stale is bought again once. A JSON answer
-        is checked for its errcode; a file (`media/get`) is returned as it is."""
-        for attempt in (1, 2):
-            query = {**(params or {}), "access_token": await self.access_token()}
-            response = await self._send_raw(what, method, path, params=query, **kwargs)
-            if not response.headers.get("content-type", "").startswith(("application/json", "text/plain")):
-                return response
-            body = _json_object(response)
-            code = _errcode(body)
-            if code in TOKEN_STALE and attempt == 1:
-                _access_tokens.pop(self._token_key(), None)
-                continue
-            if code != 0:
-                self._refuse(what, body)
-            return response
-        raise PlatformAPIError(f"WeChat {what}: the access token is refused")  # pragma: no cover
+    def answer_is_file(self, response: httpx.Response) -> bool:
+        # Errors come as JSON (or text/plain JSON); `media/get` answers the file itself.
+        return not response.headers.get("content-type", "").startswith(("application/json", "text/plain"))
 
     # -- files in -------------------------------------------------------------------------------
     async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:
@@ -472,7 +393,7 @@ class WeChatOAAdapter(PlatformAdapter):
             params={"type": "image"},
             files={"media": (file.name, file.data, file.mime_type)},
         )
-        media_id = str(_json_object(response).get("media_id") or "")
+        media_id = str(self.json_object(response).get("media_id") or "")
         if not media_id:
             raise PlatformAPIError("WeChat media.upload: the answer carries no media_id")
         sent = await self._custom_send(target, "image", {"media_id": media_id})
@@ -492,21 +413,6 @@ class WeChatOAAdapter(PlatformAdapter):
             f"paste {url} as the URL under Basic Configuration → Server Configuration, with the bot's Token "
             "(and EncodingAESKey for safe mode), and add this server's address to the IP whitelist"
         )
-
-
-def _errcode(body: dict[str, Any]) -> int:
-    try:
-        return int(body.get("errcode") or 0)
-    except (TypeError, ValueError):
-        return -1
-
-
-def _json_object(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        raise PlatformAPIError(f"WeChat answered something other than JSON (HTTP {response.status_code})") from None
-    return body if isinstance(body, dict) else {}
 
 
 def _json_bytes(body: dict[str, Any]) -> bytes:

@@ -21,15 +21,14 @@ answers a push with an empty body: the reply goes through the API, not as a pass
 from __future__ import annotations
 
 import binascii
-import hashlib
 import hmac
 import time
 import xml.etree.ElementTree as ET  # the element type and ParseError only: parsing is defusedxml's
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 
 import httpx
 
-from foundation.outbound import AddressRefusedError, guarded_async_transport
+from platforms.adapters.wechat_api import WeChatApiAdapter
 from platforms.adapters.wechat_crypto import WeChatCrypto
 from platforms.adapters.wechat_crypto import xml_document as _xml
 from platforms.adapters.wechat_crypto import xml_text as _field
@@ -41,14 +40,12 @@ from platforms.interface import (
     InboundRequest,
     InboundUpdate,
     OutboundFile,
-    PlatformAdapter,
     PlatformAPIError,
     PlatformCapabilities,
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
     malformed_unless_shaped,
-    transport_failure,
 )
 
 DEFAULT_API_BASE_URL = "https://qyapi.weixin.qq.com"
@@ -56,9 +53,6 @@ DEFAULT_API_BASE_URL = "https://qyapi.weixin.qq.com"
 # when the admin saves it. Five minutes either way, as Slack and Lark, keeps a captured request from
 # being replayed later.
 REPLAY_WINDOW_SECONDS = 5 * 60
-# A token lives `expires_in` seconds (7200); one is bought again this long before.
-TOKEN_EARLY_SECONDS = 300
-REQUEST_TIMEOUT = 30.0
 # errcode: 40014 invalid token, 42001 token expired (bought again once); 45009 / 45033 rate limits.
 TOKEN_STALE = frozenset({40014, 42001})
 RATE_LIMITED = frozenset({45009, 45033})
@@ -67,11 +61,8 @@ MAX_IMAGE_BYTES = 10 * 1024 * 1024
 MEDIA_KINDS = {"image": "image", "voice": "audio", "video": "video", "file": "file"}
 MEDIA_NAMES = {"image": "image.jpg", "voice": "voice.amr", "video": "video.mp4", "file": "file"}
 
-# (api base, corp_id, sha256(corp_secret)) -> (token, expires at): shared by the adapters of one process.
-_access_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}
 
-
-class WeComAdapter(PlatformAdapter):
+class WeComAdapter(WeChatApiAdapter):
     platform: ClassVar[str] = "wecom"
     # A text message may carry 2,048 bytes (`text_length` counts UTF-8 bytes). WeCom allows an app 30
     # messages a minute to one person: one write every 2 s stays under it.
@@ -135,15 +126,15 @@ class WeComAdapter(PlatformAdapter):
     )
     accepts_get: ClassVar[bool] = True
 
-    _http: httpx.AsyncClient | None = None
+    api_label: ClassVar[str] = "WeCom"
+    default_api_base_url: ClassVar[str] = DEFAULT_API_BASE_URL
+    app_id_key: ClassVar[str] = "corp_id"
+    app_secret_key: ClassVar[str] = "corp_secret"
+    token_path: ClassVar[str] = "/cgi-bin/gettoken"
+    token_stale: ClassVar[frozenset[int]] = TOKEN_STALE
+    rate_limited: ClassVar[frozenset[int]] = RATE_LIMITED
+
     _checked: tuple[bytes, ET.Element] | None = None
-
-    def _secret(self, key: str) -> str:
-        return str(self.credentials.get(key) or "").strip()
-
-    @property
-    def base_url(self) -> str:
-        return self.api_base_url or DEFAULT_API_BASE_URL
 
     @staticmethod
     def text_length(text: str) -> int:
@@ -257,92 +248,13 @@ class WeComAdapter(PlatformAdapter):
             "event_time": event_time,
         }
 
-    # -- HTTP -----------------------------------------------------------------------------------
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            if not self._secret("corp_id") or not self._secret("corp_secret"):
-                raise PlatformAPIError("the bot has no WeCom corp_id / corp_secret")
-            # Through the outbound address guard; no proxy from the environment.
-            self._http = httpx.AsyncClient(
-                base_url=self.base_url,
-                transport=guarded_async_transport(allow_private=self.allow_private),
-                trust_env=False,
-                timeout=REQUEST_TIMEOUT,
-                follow_redirects=False,
-            )
-        return self._http
+    # -- HTTP (platforms.adapters.wechat_api) ------------------------------------------------------
+    def token_params(self) -> dict[str, str]:
+        return {"corpid": self._secret("corp_id"), "corpsecret": self._secret("corp_secret")}
 
-    async def aclose(self) -> None:
-        if self._http is not None:
-            http, self._http = self._http, None
-            await http.aclose()
-
-    async def _send_raw(self, what: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = await self.http().request(method, path, **kwargs)
-        except AddressRefusedError as exc:  # api_base_url's address, refused by the outbound guard: final
-            raise PlatformAPIError(f"WeCom {what}: refused: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise transport_failure(f"WeCom {what}: {exc}", exc) from exc
-        if response.status_code >= 400:
-            # WeCom answers its errors with 200 and an errcode; an HTTP error is its proxy's, and a 5xx
-            # does not say whether a write was carried out.
-            raise PlatformAPIError(
-                f"WeCom {what}: HTTP {response.status_code}",
-                retryable=response.status_code >= 500 or response.status_code == 429,
-                outcome_unknown=response.status_code >= 500 and method == "POST",
-            )
-        return response
-
-    @staticmethod
-    def _refuse(what: str, body: dict[str, Any]) -> NoReturn:
-        code = int(body.get("errcode") or 0)
-        message = f"WeCom {what}: {str(body.get('errmsg') or 'error')[:200]} (errcode {code})"
-        if code in RATE_LIMITED:
-            raise PlatformAPIError(message, retry_after=2.0)
-        # -1: "system busy", WeCom's transient answer, given before it did anything.
-        raise PlatformAPIError(message, retryable=code == -1)
-
-    def _token_key(self) -> tuple[str, str, str]:
-        secret = hashlib.sha256(self._secret("corp_secret").encode()).hexdigest()
-        return self.base_url, self._secret("corp_id"), secret
-
-    async def access_token(self) -> str:
-        """The app's access token (`GET /cgi-bin/gettoken`), kept until shortly before `expires_in` ends."""
-        key = self._token_key()
-        cached = _access_tokens.get(key)
-        if cached is not None and cached[1] > time.time():
-            return cached[0]
-        params = {"corpid": self._secret("corp_id"), "corpsecret": self._secret("corp_secret")}
-        response = await self._send_raw("gettoken", "GET", "/cgi-bin/gettoken", params=params)
-        body = _json_object(response)
-        if int(body.get("errcode") or 0) != 0 or not body.get("access_token"):
-            self._refuse("gettoken", body)
-        expires = float(body.get("expires_in") or 7200)
-        token = str(body["access_token"])
-        _access_tokens[key] = (token, time.time() + max(0.0, expires - TOKEN_EARLY_SECONDS))
-        return token
-
-    async def call(
-        self, what: str, method: str, path: str, *, params: dict[str, Any] | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        """One API call with `access_token`; a token WeCom calls stale (40014, 42001) is bought again once.
-        Returns the response: a JSON answer checked for its errcode, or a file (an answer that names one in
-        `Content-Disposition`: `media/get`'s, whatever its type)."""
-        for attempt in (1, 2):
-            query = {**(params or {}), "access_token": await self.access_token()}
-            response = await self._send_raw(what, method, path, params=query, **kwargs)
-            if "content-disposition" in response.headers:
-                return response
-            body = _json_object(response)
-            code = int(body.get("errcode") or 0)
-            if code in TOKEN_STALE and attempt == 1:
-                _access_tokens.pop(self._token_key(), None)
-                continue
-            if code != 0:
-                self._refuse(what, body)
-            return response
-        raise PlatformAPIError(f"WeCom {what}: the access token is refused")  # pragma: no cover
+    def answer_is_file(self, response: httpx.Response) -> bool:
+        # `media/get` names its file in Content-Disposition, whatever its type.
+        return "content-disposition" in response.headers
 
     # -- files in -------------------------------------------------------------------------------
     async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:
@@ -364,7 +276,7 @@ class WeComAdapter(PlatformAdapter):
     async def _message_send(self, target: ReplyTarget, msgtype: str, content: dict[str, Any]) -> SentMessage:
         body = {"touser": target.chat_id, "msgtype": msgtype, "agentid": self._agent_id(), msgtype: content}
         response = await self.call("message.send", "POST", "/cgi-bin/message/send", json=body)
-        answer = _json_object(response)
+        answer = self.json_object(response)
         if answer.get("invaliduser"):
             raise PlatformAPIError(f"WeCom message.send: {answer['invaliduser']} cannot be reached by the app")
         return SentMessage(chat_id=target.chat_id, message_id=str(answer.get("msgid") or ""))
@@ -381,7 +293,7 @@ class WeComAdapter(PlatformAdapter):
             params={"type": kind},
             files={"media": (file.name, file.data, file.mime_type or "application/octet-stream")},
         )
-        media_id = str(_json_object(response).get("media_id") or "")
+        media_id = str(self.json_object(response).get("media_id") or "")
         if not media_id:
             raise PlatformAPIError("WeCom media.upload: the answer carries no media_id")
         sent = await self._message_send(target, kind, {"media_id": media_id})
@@ -410,14 +322,6 @@ def _plain_element(plain: bytes) -> ET.Element:
     element = ET.Element("echostr")
     element.text = plain.decode("utf-8", "replace")
     return element
-
-
-def _json_object(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        raise PlatformAPIError(f"WeCom answered something other than JSON (HTTP {response.status_code})") from None
-    return body if isinstance(body, dict) else {}
 
 
 def _disposition_name(header: str) -> str:

@@ -235,13 +235,13 @@ def test_the_admins_bot_form_shows_the_schema_and_refuses_credentials_that_miss_
             "name": "DingTalk",
             "platform": "dingtalk",
             "enabled": "on",
-            "credentials_input": json.dumps({"client_id": CLIENT_ID}),
+            "cred__dingtalk__client_id": CLIENT_ID,  # one field per credential; client_secret left out
         },
     )
 
     assert "Client Secret (once AppSecret)" in form.content.decode()
     assert page.status_code == 200  # the form again, with its error
-    assert "credentials.client_secret: Required for a dingtalk bot." in page.content.decode()
+    assert "Required for a dingtalk bot." in page.content.decode()
     assert not Bot.objects.exists()
 
 
