@@ -5,7 +5,7 @@ admin and management commands. Unknown keys are errors; error locations become d
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -25,7 +25,7 @@ Slug = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=SLU
 # `message.received`, `message.*` (a family) or `*` (everything).
 EventTypePattern = Annotated[str, StringConstraints(max_length=128, pattern=r"^(\*|[a-z0-9_]+(\.[a-z0-9_]+)*(\.\*)?)$")]
 
-BOT_PLATFORMS = (
+BotPlatform = Literal[
     "webui",
     "api",
     "telegram",
@@ -40,7 +40,9 @@ BOT_PLATFORMS = (
     "qq_official",
     "mattermost",
     "other",
-)
+]
+# The platforms a bot may name (bindings.models.Bot.Platform holds the same values, with labels).
+BOT_PLATFORMS: tuple[str, ...] = get_args(BotPlatform)
 TIMEOUT_MAX_SECONDS = 3600
 PRIORITY_LIMIT = 1_000_000
 
@@ -115,22 +117,7 @@ class BotIn(_Input):
     bot_id: Slug | None = None
     """Generated from the name (or randomly) when omitted; unique per workspace."""
     name: str = Field(default="", max_length=200)
-    platform: Literal[
-        "webui",
-        "api",
-        "telegram",
-        "discord",
-        "slack",
-        "lark",
-        "dingtalk",
-        "wecom",
-        "wechat_oa",
-        "line",
-        "qq",
-        "qq_official",
-        "mattermost",
-        "other",
-    ] = "webui"
+    platform: BotPlatform = "webui"
     credentials: dict[str, Any] = Field(default_factory=dict)
     """Write-only: answers show every value as the mask; sending the mask back keeps the stored value;
     a key left out is removed."""
@@ -140,24 +127,6 @@ class BotIn(_Input):
 class BotPatchIn(_Input):
     bot_id: Slug | None = None
     name: str | None = Field(default=None, max_length=200)
-    platform: (
-        Literal[
-            "webui",
-            "api",
-            "telegram",
-            "discord",
-            "slack",
-            "lark",
-            "dingtalk",
-            "wecom",
-            "wechat_oa",
-            "line",
-            "qq",
-            "qq_official",
-            "mattermost",
-            "other",
-        ]
-        | None
-    ) = None
+    platform: BotPlatform | None = None
     credentials: dict[str, Any] | None = None
     enabled: bool | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bindings.models import Bot
+from bindings.specs import BOT_PLATFORMS
 from foundation.crypto import SECRET_MASK
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 
@@ -70,3 +71,8 @@ def test_an_unused_bot_is_deleted(api_client, workspace):
 
     assert api_client.delete("/api/v1/bots/spare").status_code == 204
     assert not Bot.objects.exists()
+
+
+def test_the_api_and_the_model_know_the_same_platforms():
+    # A platform added to one and not the other would be refused by REST or by the database's choices.
+    assert set(BOT_PLATFORMS) == set(Bot.Platform.values)
