@@ -64,7 +64,7 @@ def ledger(monkeypatch: pytest.MonkeyPatch) -> _Ledger:
 def _execution() -> RunExecution:
     run = SimpleNamespace(
         last_seq=0, deadline_at=datetime.datetime.now(datetime.UTC), started_at=None, finished_at=None,
-        runner_id="plugin:test/runner/default", status="running",
+        runner_id="plugin:test/runner/default", status="running", input_events=[], binding_id=None,
     )  # fmt: skip
     session = SimpleNamespace(run_id="run-1", usage=ModelUsage())
     built = SimpleNamespace(session=session, request={}, runner_source="runtime", runner_source_key="")

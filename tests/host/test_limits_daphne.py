@@ -67,7 +67,8 @@ def rss_bytes(pid: int) -> int:
 
 def test_a_chunked_bot_body_is_read(web, key):
     workspace, api_key = key
-    body = json.dumps({"name": "Chunked bot", "platform": "telegram", "credentials": {"token": "t" * 5000}}).encode()
+    credentials = {"token": "1:" + "t" * 5000, "secret_token": "s"}
+    body = json.dumps({"name": "Chunked bot", "platform": "telegram", "credentials": credentials}).encode()
 
     status, answer = post_chunked(web, api_key, "/api/v1/bots", body)
 

@@ -131,7 +131,7 @@ def test_requests_answer_503_while_postgres_has_no_connection_and_succeed_again_
     api = httpx.Client(base_url=web.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=20)
     held: list[psycopg.Connection] = []
     try:
-        created = api.post("/api/v1/bots", json={"bot_id": "before", "platform": "telegram", "credentials": {}})
+        created = api.post("/api/v1/bots", json={"bot_id": "before", "platform": "webui", "credentials": {}})
         assert created.status_code == 201, created.text
         assert _until(lambda: api.get("/healthz")).json()["checks"]["database"] == "ok"
 
@@ -148,7 +148,7 @@ def test_requests_answer_503_while_postgres_has_no_connection_and_succeed_again_
         refused = [
             api.get("/api/v1/bots"),
             api.get("/api/v1/bots"),
-            api.post("/api/v1/bots", json={"bot_id": "during", "platform": "telegram", "credentials": {}}),
+            api.post("/api/v1/bots", json={"bot_id": "during", "platform": "webui", "credentials": {}}),
             api.get("/api/v1/bots"),
         ]
         for response in refused:
@@ -172,7 +172,7 @@ def test_requests_answer_503_while_postgres_has_no_connection_and_succeed_again_
         bots = listed.json()
         items = bots["items"] if isinstance(bots, dict) else bots
         assert [bot["bot_id"] for bot in items] == ["before"]
-        again = api.post("/api/v1/bots", json={"bot_id": "after", "platform": "telegram", "credentials": {}})
+        again = api.post("/api/v1/bots", json={"bot_id": "after", "platform": "webui", "credentials": {}})
         assert again.status_code == 201, again.text
         assert _until(lambda: api.get("/healthz")).json()["checks"]["database"] == "ok"
         assert "Traceback" not in web.log(), web.log()[-3000:]
