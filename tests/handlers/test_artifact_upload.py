@@ -42,6 +42,15 @@ def blobs(artifact_dir: Path) -> list[str]:
     return [p for p in glob.glob(str(artifact_dir / "**" / "*"), recursive=True) if os.path.isfile(p)]
 
 
+@pytest.fixture(autouse=True)
+def own_temp_dir(tmp_path, monkeypatch):
+    """Each test's uploads in a temporary directory of its own: parallel test workers upload too, and a shared
+    /tmp would show their files beside this test's."""
+    directory = tmp_path / "tmp"
+    directory.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+
+
 def upload_temp_files() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "langbot-upload-*")))
 
