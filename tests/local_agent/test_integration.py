@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from tenacity import Retrying, stop_after_delay, wait_fixed
 
 from runners.lifecycle.services import run_cancel_request
 from runners.models import Run, RunEvent
@@ -95,6 +96,11 @@ def test_cancelling_a_run_mid_stream_closes_the_providers_connection_at_once(loc
     fake.stall(chunk({"role": "assistant", "content": "Let me think"}))
     run = post_message(local_agent_binding, "a long question", conversation_id="la-3")
     assert fake.first_chunk_sent.wait(30), "the provider was never called"
+    # Mid-stream: the first chunk has reached the run's events (on a loaded machine it may still be on its way
+    # when the provider has sent it).
+    for attempt in Retrying(stop=stop_after_delay(30), wait=wait_fixed(0.05), reraise=True):
+        with attempt:
+            assert RunEvent.objects.filter(run=run, type="message.delta").exists()
 
     run_cancel_request(run=run, reason="user pressed stop")
 
