@@ -125,11 +125,16 @@ class Bot(models.Model):
         LARK = "lark", _("Lark")
         DINGTALK = "dingtalk", _("DingTalk")
         WECOM = "wecom", _("WeCom")
+        WECOM_AIBOT = "wecom_aibot", _("WeCom AI bot")
+        WECOM_KF = "wecom_kf", _("WeChat Customer Service")
         WECHAT_OA = "wechat_oa", _("WeChat Official Account")
         LINE = "line", "LINE"
         QQ = "qq", "QQ"
         QQ_OFFICIAL = "qq_official", "QQ Official"
         MATTERMOST = "mattermost", "Mattermost"
+        KOOK = "kook", "KOOK"
+        MATRIX = "matrix", "Matrix"
+        SATORI = "satori", "Satori"
         OTHER = "other", _("other")
 
     workspace = models.ForeignKey(Workspace, on_delete=models.CASCADE, related_name="bots", verbose_name=_("workspace"))
@@ -140,6 +145,12 @@ class Bot(models.Model):
     )
     # Platform tokens and signing secrets: encrypted at rest, masked wherever they are shown.
     credentials = EncryptedJSONField(default=dict, verbose_name=_("credentials"))
+    allowed_origins = models.JSONField(
+        default=list,
+        blank=True,
+        verbose_name=_("allowed origins"),
+        help_text=_("Websites (scheme://host[:port]) that may embed this web bot's chat widget."),
+    )
     enabled = models.BooleanField(default=True, verbose_name=_("enabled"))
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))

@@ -34,11 +34,16 @@ BotPlatform = Literal[
     "lark",
     "dingtalk",
     "wecom",
+    "wecom_aibot",
+    "wecom_kf",
     "wechat_oa",
     "line",
     "qq",
     "qq_official",
     "mattermost",
+    "kook",
+    "matrix",
+    "satori",
     "other",
 ]
 # The platforms a bot may name (bindings.models.Bot.Platform holds the same values, with labels).

@@ -84,3 +84,22 @@ class InboundRefusal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.platform} {self.reason} for {self.bot_id} × {self.count} from {self.first_at:%Y-%m-%d %H:%M:%S}"
+
+
+class PlatformCursor(models.Model):
+    """Where a bot's connection stopped reading a platform's stream, kept across restarts so that a
+    reconnecting connector neither replays nor skips updates (Matrix's `since` token, WeChat Customer
+    Service's `sync_msg` cursor, a gateway's resume sequence). One row per bot and cursor name."""
+
+    bot = models.ForeignKey(Bot, on_delete=models.CASCADE, related_name="platform_cursors", verbose_name=_("bot"))
+    name = models.CharField(max_length=64, verbose_name=_("name"))
+    value = models.TextField(blank=True, verbose_name=_("value"))
+    updated_at = models.DateTimeField(auto_now=True, verbose_name=_("updated at"))
+
+    class Meta:
+        verbose_name = _("platform cursor")
+        verbose_name_plural = _("platform cursors")
+        constraints = [models.UniqueConstraint(fields=["bot", "name"], name="platform_cursor_per_bot")]
+
+    def __str__(self) -> str:
+        return f"{self.name} of {self.bot_id}"
