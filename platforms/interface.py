@@ -65,6 +65,19 @@ from foundation.outbound import AddressRefusedError, host_private_allowed, url_r
 
 PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
 
+# The event types an adapter may put in an envelope besides `message.received` (docs/platform-events.md):
+# the same names and the same envelope shape on every platform, so a binding written for one works on all.
+PLATFORM_EVENT_TYPES = (
+    "member.joined",
+    "member.left",
+    "reaction.added",
+    "reaction.removed",
+    "message.recalled",
+    "message.edited",
+    "card.clicked",
+    "bot.added",
+)
+
 
 @dataclass(frozen=True)
 class PlatformCapabilities:
@@ -81,6 +94,9 @@ class PlatformCapabilities:
     edit_interval_seconds: float = 1.0
     """The least time between two writes (send or edit) to one chat while streaming."""
     max_file_bytes: int | None = None
+    event_types: tuple[str, ...] = ()
+    """The events beyond `message.received` this adapter delivers (a subset of `PLATFORM_EVENT_TYPES`);
+    the README's platform matrix is generated from it."""
 
     @property
     def actions(self) -> tuple[str, ...]:
