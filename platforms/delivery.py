@@ -316,6 +316,10 @@ class ReplyStream:
             error = {"code": exc.code, "message": str(exc)[:1000]}
             logger.warning("run %s: delivery to %s failed: %s", run.run_id, bot.platform, exc)
         finally:
+            try:
+                await adapter.reply_finished(target, list(sent), failed=error is not None)
+            except PlatformAPIError as exc:
+                logger.warning("run %s: the %s reply could not be closed: %s", run.run_id, bot.platform, exc)
             if not kept:
                 await adapter.aclose()
         if sent or error:

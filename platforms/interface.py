@@ -472,6 +472,11 @@ class PlatformAdapter(abc.ABC):
     async def add_reaction(self, message: SentMessage, reaction: str) -> None:
         raise PlatformAPIError(f"{self.platform} has no reactions")
 
+    async def reply_finished(self, target: ReplyTarget, sent: list[SentMessage], *, failed: bool) -> None:  # noqa: B027
+        """The delivery has written a run's whole reply (or given up: `failed`). Platforms whose streamed
+        reply stays open until told (DingTalk's AI cards, a WeCom AI bot's stream) close it here; the
+        others have nothing to do."""
+
     async def webhook_register(self, url: str) -> str:
         """Tell the platform where to send updates (an admin action); returns a line for the operator."""
         raise PlatformAPIError(
