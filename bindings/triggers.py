@@ -110,6 +110,10 @@ class TriggerContext:
     mentioned: bool
     chat_id: str | None = None
     user_id: str | None = None
+    is_message: bool = True
+    """False for events that are not messages (`member.joined`, `reaction.added`, ...): they have no text
+    and do not address the bot, so the group and ignore rules, which are about a message's text, are not
+    asked; the chat types and access lists still are."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,8 @@ class TriggerFilter:
         policy = self.policy
         if context.chat_kind not in policy.chat_types or not self._access_allows(context):
             return None
+        if not context.is_message:
+            return TriggerMatch()
         strip = ""
         if context.chat_kind == "group":
             rule = self._group_rule(context)

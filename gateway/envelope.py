@@ -22,6 +22,10 @@ EVENT_TYPE_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)+$"
 # Event ids appear in URLs (`GET /events/{event_id}`), so they are restricted to URL-safe characters.
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$"
 
+# Events about a message that carry no message of their own (docs/platform-events.md): a recalled message is
+# gone, so the event names it (`data.target_message_id`) and has no input.
+TEXTLESS_MESSAGE_EVENTS = frozenset({"message.recalled"})
+
 EventId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=EVENT_ID_PATTERN)]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 
@@ -168,12 +172,14 @@ class EventEnvelopeIn(_Strict):
         # Fields validate in declaration order, so a valid `event_type` is already in `info.data`.
         event_type = info.data.get("event_type", "")
         if isinstance(event_type, str) and event_type.startswith("message.") and value.is_empty:
+            if event_type in TEXTLESS_MESSAGE_EVENTS:
+                return value
             raise ValueError("a message event needs input.text, input.contents or input.attachments")
         return value
 
     @property
     def is_message(self) -> bool:
-        return self.event_type.startswith("message.")
+        return self.event_type.startswith("message.") and self.event_type not in TEXTLESS_MESSAGE_EVENTS
 
     def event_id_or_new(self) -> str:
         return self.event_id or str(uuid.uuid4())

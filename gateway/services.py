@@ -104,6 +104,7 @@ def trigger_context_of(envelope: EventEnvelopeIn) -> TriggerContext:
         mentioned=mentioned if isinstance(mentioned, bool) else True,
         chat_id=str(chat_id) if isinstance(chat_id, str | int) and not isinstance(chat_id, bool) else None,
         user_id=envelope.actor.actor_id if envelope.actor else None,
+        is_message=envelope.is_message,
     )
 
 
