@@ -79,6 +79,19 @@ class RetryPolicy(_Policy):
     backoff_seconds: float = Field(default=2.0, ge=0, le=300)
 
 
+class GroupReply(StrEnum):
+    """How a reply in a group chat points at the message it answers (private chats are never affected)."""
+
+    PLAIN = "plain"
+    """A message of its own in the chat (in the thread the message was in, if any)."""
+    QUOTE = "quote"
+    """A reply to the message: Telegram's reply, a Slack thread, a Discord reference, Lark's reply API,
+    OneBot's reply segment. What the adapters did before this setting existed."""
+    MENTION = "mention"
+    """A message of its own that @-mentions the sender first; quoted instead where the platform has no way
+    to mention them (a Telegram user without a username)."""
+
+
 class NonTextInput(StrEnum):
     NOTE = "note"
     REFUSE = "refuse"
@@ -98,6 +111,8 @@ class DeliveryPolicy(_Policy):
     """What a message with images, files or other non-text parts does when the runner declares
     `multimodal_input: false`: `note` (each part reaches it as a text note naming it) or `refuse` (the
     event is refused with `input.unsupported`, no run starts)."""
+    group_reply: GroupReply = GroupReply.QUOTE
+    """How a reply in a group chat points at the message it answers (`GroupReply`)."""
 
     @model_serializer(mode="wrap")
     def _without_unset_retry(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -106,6 +121,17 @@ class DeliveryPolicy(_Policy):
         if self.retry is None:
             data.pop("retry", None)
         return data
+
+
+RATE_LIMIT_MESSAGES_MAX = 10_000
+RATE_LIMIT_SECONDS_MAX = 86_400
+
+
+class RateLimit(_Policy):
+    """At most `messages` events answered per `seconds` (a fixed window that starts with its first event)."""
+
+    messages: int = Field(ge=1, le=RATE_LIMIT_MESSAGES_MAX)
+    seconds: int = Field(ge=1, le=RATE_LIMIT_SECONDS_MAX)
 
 
 class ConcurrencyPolicy(StrEnum):

@@ -21,9 +21,14 @@ The checks, in this order (LangBot's, so an imported pipeline behaves as it did 
    say: the platform adapters forward only group messages that address the bot), it starts with one of
    `group_prefixes`, or one of `group_patterns` matches at its start. The rules are tried in that order
    and the first that holds decides; a matched prefix is removed from the text the runner gets (with the
-   spaces after it) unless `strip_prefix` is off, as LangBot did.
+   spaces after it) unless `strip_prefix` is off, as LangBot did. With `group_always` every group message
+   is answered (the rules then only say which prefix is removed) — on the platforms whose adapter forwards
+   group messages that do not address the bot (`data.mentioned: false`).
 4. Ignore rules, on that text: a message starting with one of `ignore_prefixes`, or in which one of
    `ignore_patterns` matches anywhere, is not answered — in any chat.
+
+Rate limits (`rate_limit_per_user`, `rate_limit_per_chat`) are not checked here but where an event is
+admitted (`gateway.rate_limits`): they count only events this filter accepted.
 
 Patterns are regular expressions of the `regex` package, checked when the policy is saved, at most
 `PATTERN_MAX_CHARS` long, and run with a `PATTERN_TIMEOUT_SECONDS` timeout: a pattern that backtracks
@@ -42,6 +47,8 @@ from typing import Annotated, Any, Literal
 import regex
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from bindings.policies import RateLimit
+
 logger = logging.getLogger(__name__)
 
 ChatKind = Literal["private", "group"]
@@ -59,6 +66,8 @@ RULES_MAX = 50
 TriggerText = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 TriggerPattern = Annotated[str, StringConstraints(min_length=1, max_length=PATTERN_MAX_CHARS)]
 TriggerId = Annotated[str, StringConstraints(min_length=1, max_length=255, strip_whitespace=True)]
+RATE_LIMIT_REPLY_MAX_CHARS = 500
+RateLimitReply = Annotated[str, StringConstraints(max_length=RATE_LIMIT_REPLY_MAX_CHARS, strip_whitespace=True)]
 
 
 class TriggerPolicy(BaseModel):
@@ -74,6 +83,8 @@ class TriggerPolicy(BaseModel):
     """In a group, a message starting with one of these is answered."""
     group_patterns: list[TriggerPattern] = Field(default_factory=list, max_length=RULES_MAX)
     """In a group, a message one of these regular expressions matches at its start is answered."""
+    group_always: bool = False
+    """In a group, every message is answered, whether it addresses the bot or not."""
     strip_prefix: bool = True
     """Remove the matched group prefix (and the spaces after it) from the text the runner gets."""
     ignore_prefixes: list[TriggerText] = Field(default_factory=list, max_length=RULES_MAX)
@@ -84,6 +95,12 @@ class TriggerPolicy(BaseModel):
     access_private_user_ids: list[TriggerId] = Field(default_factory=list, max_length=RULES_MAX)
     access_user_ids: list[TriggerId] = Field(default_factory=list, max_length=RULES_MAX)
     """Senders listed in any chat (`*` is not special here)."""
+    rate_limit_per_user: RateLimit | None = None
+    """The most events of one sender (on one bot) answered per window; None for no limit."""
+    rate_limit_per_chat: RateLimit | None = None
+    """The most events of one chat (on one bot) answered per window; None for no limit."""
+    rate_limit_reply: RateLimitReply = ""
+    """The one reply an over-limit sender or chat gets per window; empty for the default (translated) text."""
 
     @field_validator("group_patterns", "ignore_patterns")
     @classmethod
@@ -151,7 +168,9 @@ class TriggerFilter:
         if context.chat_kind == "group":
             rule = self._group_rule(context)
             if rule is None:
-                return None
+                if not policy.group_always:
+                    return None
+                rule = ""
             strip = rule if policy.strip_prefix else ""
         text = text_without_prefix(context.text, strip)
         if any(text.startswith(prefix) for prefix in policy.ignore_prefixes):
