@@ -353,6 +353,13 @@ LANGBOT_WS_ALLOWED_ORIGINS = env.list("LANGBOT_WS_ALLOWED_ORIGINS", default=[])
 # long for the client to read up to it (webchat.consumers).
 LANGBOT_WS_SEND_STALL_SECONDS = env.float("LANGBOT_WS_SEND_STALL_SECONDS", default=10.0)
 LANGBOT_WS_CLOSE_WAIT_SECONDS = env.float("LANGBOT_WS_CLOSE_WAIT_SECONDS", default=30.0)
+# The website chat widget (webchat.widget): visitor tokens last this many days (each session renews them);
+# per client address, new visitors per hour and session requests per minute; messages per visitor per minute.
+# Over a limit: 429 `widget.rate_limited` (a `rate_limited` error frame on the socket). 0 turns a limit off.
+LANGBOT_WIDGET_VISITOR_DAYS = env.int("LANGBOT_WIDGET_VISITOR_DAYS", default=90)
+LANGBOT_WIDGET_NEW_VISITORS_PER_IP_HOUR = env.int("LANGBOT_WIDGET_NEW_VISITORS_PER_IP_HOUR", default=20)
+LANGBOT_WIDGET_SESSIONS_PER_IP_MINUTE = env.int("LANGBOT_WIDGET_SESSIONS_PER_IP_MINUTE", default=60)
+LANGBOT_WIDGET_MESSAGES_PER_VISITOR_MINUTE = env.int("LANGBOT_WIDGET_MESSAGES_PER_VISITOR_MINUTE", default=10)
 # REST requests per API key (per user for browser sessions), `<n>/<second|minute|hour|day>`, counted in the
 # cache; over it: 429 rate_limited with Retry-After (bindings/throttling.py). Generous by default (an
 # integration at the throughput target stays under it); empty or `off` disables.
