@@ -15,6 +15,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from bindings.models import AgentBinding, Bot, Workspace
+from foundation.tracing import run_trace_id_new
 from transcripts.models import EventLog
 
 
@@ -31,6 +32,11 @@ class Run(models.Model):
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
     run_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False, verbose_name=_("run id"))
+    # The run's OpenTelemetry trace (32 hex digits): the inbound request's when it was traced, else a fresh id
+    # (foundation/tracing.py). Runs from before it existed have none; `trace_hex` falls back to the run id.
+    trace_id = models.CharField(
+        max_length=32, blank=True, default=run_trace_id_new, editable=False, verbose_name=_("trace id")
+    )
     workspace = models.ForeignKey(
         Workspace, on_delete=models.CASCADE, related_name="runs", db_index=False, verbose_name=_("workspace")
     )
@@ -77,6 +83,11 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True, verbose_name=_("created at"))
     started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
     finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
+
+    @property
+    def trace_hex(self) -> str:
+        """The run's trace id, also for a run recorded before runs had one (its run id: 32 hex digits too)."""
+        return self.trace_id or self.run_id.hex
 
     class Meta:
         verbose_name = _("run")
