@@ -78,7 +78,20 @@ class UserStack:
 
 
 def _free_port_pair() -> int:
-    """A port whose successor is free too (the runtime listens on PORT + 1, as `make run` does)."""
+    """A port whose successor is free too (the runtime listens on PORT + 1, as `make run` does); within
+    BENCH_PORTS (`first-last`) when set, so that benchmarks sharing a machine keep to their own ports."""
+    span = os.environ.get("BENCH_PORTS", "")
+    if span:
+        first, _, last = span.partition("-")
+        for port in range(int(first), int(last or first), 2):
+            with socket.socket() as sock, socket.socket() as probe:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                    probe.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+            return port
+        raise NotMeasuredError(f"no free pair of ports in BENCH_PORTS={span}")
     for _ in range(50):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
@@ -123,7 +136,7 @@ def _roles(process: subprocess.Popen[bytes]) -> dict[str, psutil.Process]:
     for child in psutil.Process(process.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
             line = " ".join(child.cmdline())
-            if "daphne" in line:
+            if "daphne" in line or "langbot_host.web" in line:
                 roles.setdefault("web", child)
             elif "celery" in line and " worker" in line:
                 roles.setdefault("worker", child)
