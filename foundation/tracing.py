@@ -27,7 +27,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
@@ -53,6 +53,7 @@ _carried: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.Context
 _forced_trace_id: contextvars.ContextVar[int | None] = contextvars.ContextVar("langbot_trace_id", default=None)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 
 
 def export_configured(environ: Mapping[str, str] | None = None) -> bool:
@@ -196,6 +197,18 @@ def traced(name: str) -> Callable[[_F], _F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+def span_around(name: str, coroutine: Coroutine[Any, Any, _T], **attributes: Any) -> Coroutine[Any, Any, _T]:
+    """`coroutine` inside `span(name)` (for a task's whole body); the coroutine itself while tracing is off."""
+    if not _enabled:
+        return coroutine
+
+    async def traced() -> _T:
+        with _tracer.start_as_current_span(name, attributes=_clean(attributes)):
+            return await coroutine
+
+    return traced()
 
 
 def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -342,8 +355,10 @@ def span_current(current: Span | None) -> Iterator[None]:
 # -- model calls (the GenAI semantic conventions) -----------------------------------------------------------
 
 
-def model_span_start(*, operation: str, model: str, provider: str, system: str = "openai") -> Span | None:
-    """A model call's client span, named `{operation} {model}` as the GenAI conventions name it."""
+def model_span_start(*, operation: str, model: str, model_id: str, provider_id: str) -> Span | None:
+    """A model call's client span, named `{operation} {model}` as the GenAI conventions name it. Every provider
+    here speaks the OpenAI API (`gen_ai.provider.name`); which of the workspace's providers and models it was are
+    the host's own attributes."""
     if not _enabled:
         return None
     return _tracer.start_span(
@@ -352,8 +367,9 @@ def model_span_start(*, operation: str, model: str, provider: str, system: str =
         attributes={
             "gen_ai.operation.name": operation,
             "gen_ai.request.model": model,
-            "gen_ai.provider.name": provider,
-            "gen_ai.system": system,
+            "gen_ai.provider.name": "openai",
+            "langbot.model_id": model_id,
+            "langbot.model_provider": provider_id,
         },
     )
 

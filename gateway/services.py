@@ -28,6 +28,7 @@ from bindings.selectors import BindingResolution, binding_resolve_for_event, bot
 from bindings.triggers import TriggerContext, chat_kind_of, text_without_prefix
 from foundation.api_errors import FieldsRefusedError
 from foundation.sql import insert_with_children
+from foundation.tracing import traced
 from gateway.envelope import ContentIn, EventEnvelopeIn
 from langbot_sdk.protocol import AgentInput, ArtifactRef, ContentElement
 from people.commands import link_command_answer, link_command_of
@@ -132,6 +133,7 @@ def _prefix_stripped(envelope: EventEnvelopeIn, prefix: str) -> EventEnvelopeIn:
     return envelope.model_copy(update={"input": stripped_input})
 
 
+@traced("gateway.ingest")
 def event_ingest(
     *,
     workspace: Workspace,

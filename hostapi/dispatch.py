@@ -37,6 +37,7 @@ from django.conf import settings
 from foundation.log_context import log_context_set
 from foundation.sql import DatabaseExecutor
 from foundation.storable import UNSTORABLE_MESSAGE, storable_text, unstorable_text_path
+from foundation.tracing import proxy_span_end, proxy_span_start, span_current
 from hostapi import artifacts, events, history, platform, providers, state, storage
 from hostapi.base import FamilyHandler, ProxyCall, RateLimiter
 from langbot_sdk.authorization import request_parse
@@ -113,8 +114,10 @@ def proxy_handlers(
             named_run = storable_text(str(data.get("run_id") or ""))
             session: RunSession | None = None
             resource = ""
+            traced: Any = None  # the call's span, ended with its audit row (a stream's at its end)
 
             def record(outcome: str) -> None:
+                proxy_span_end(traced, outcome)
                 audit_log.record(
                     run_id=session.run_id if session else "",
                     runner_id=session.scope.runner_id if session else "",
@@ -155,8 +158,9 @@ def proxy_handlers(
                 call = ProxyCall(action=action, request=request, session=session, deadline_at=deadline_at, db=db)
                 active = _run_active(sessions, token)
                 watch = RunEndWatch(active if action in _CUT_AT_RUN_END else None)
+                traced = proxy_span_start(session.run_id, action.value, **{"langbot.proxy.resource": resource})
                 try:
-                    async with asyncio.timeout(remaining):
+                    async with asyncio.timeout(remaining), span_current(traced):
                         result = await family(call)
                 except TimeoutError:
                     raise AgentAPIException.deadline_exceeded(

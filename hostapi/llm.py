@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
+from foundation.tracing import model_span_end, model_span_start, span_current
 from hostapi.base import ProxyCall
 from hostapi.model_calls import call_timeout, model_of_kind, usage_count
 from langbot_sdk.protocol import AgentAPIException, InvokeLLMRequest
@@ -50,13 +51,20 @@ def allowed_options(request: InvokeLLMRequest) -> dict[str, Any]:
 async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
     request: InvokeLLMRequest = call.request
     model = await model_of_kind(call, Model.Kind.LLM)
-    answer = await chat_complete(
-        model=model,
-        messages=request.messages,
-        tools=request.tools,
-        options=allowed_options(request),
-        timeout=call_timeout(call, model.provider),
-    )
+    traced = _model_span(model)
+    try:
+        with span_current(traced):
+            answer = await chat_complete(
+                model=model,
+                messages=request.messages,
+                tools=request.tools,
+                options=allowed_options(request),
+                timeout=call_timeout(call, model.provider),
+            )
+    except BaseException as exc:
+        model_span_end(traced, usage=None, error=exc)
+        raise
+    model_span_end(traced, usage=answer.usage)
     await usage_count(call, model, answer.usage)
     return {"message": answer.message, "usage": answer.usage, "finish_reason": answer.finish_reason}
 
@@ -64,19 +72,34 @@ async def llm_invoke(call: ProxyCall) -> dict[str, Any]:
 async def llm_stream(call: ProxyCall) -> AsyncIterator[dict[str, Any]]:
     request: InvokeLLMRequest = call.request
     model = await model_of_kind(call, Model.Kind.LLM)
+    traced = _model_span(model)
     # Awaited here, not in the generator, so a refusal (429, 401...) is the call's error, not a frame's.
-    chunks = await chat_stream(
-        model=model,
-        messages=request.messages,
-        tools=request.tools,
-        options=allowed_options(request),
-        timeout=call_timeout(call, model.provider),
+    try:
+        with span_current(traced):
+            chunks = await chat_stream(
+                model=model,
+                messages=request.messages,
+                tools=request.tools,
+                options=allowed_options(request),
+                timeout=call_timeout(call, model.provider),
+            )
+    except BaseException as exc:
+        model_span_end(traced, usage=None, error=exc)
+        raise
+    return _frames(call, model, chunks, traced)
+
+
+def _model_span(model: Model) -> Any:
+    return model_span_start(
+        operation="chat",
+        model=model.name or model.model_id,
+        model_id=model.model_id,
+        provider_id=model.provider.provider_id,
     )
-    return _frames(call, model, chunks)
 
 
 async def _frames(
-    call: ProxyCall, model: Model, chunks: AsyncGenerator[ChatChunk, None]
+    call: ProxyCall, model: Model, chunks: AsyncGenerator[ChatChunk, None], traced: Any = None
 ) -> AsyncIterator[dict[str, Any]]:
     last_usage: dict[str, Any] | None = None
     ended = False
@@ -88,6 +111,7 @@ async def _frames(
         ended = True
     finally:
         # Counted here so a stream its consumer stopped (or that broke) still records what arrived.
+        model_span_end(traced, usage=last_usage)
         try:
             await chunks.aclose()
         finally:

@@ -15,11 +15,15 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import re_path  # noqa: E402
 
 from foundation.process import startup_objects_freeze  # noqa: E402
+from foundation.tracing import asgi_wrap, tracing_configure  # noqa: E402
 from langbot_host.routing import platform_websocket_urlpatterns, websocket_urlpatterns  # noqa: E402
+
+# Traced only when the OTEL_* variables configure export (docs/tracing.md): a server span per HTTP request.
+tracing_configure(role="web")
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": asgi_wrap(django_asgi_app),
         "websocket": URLRouter(
             [
                 *platform_websocket_urlpatterns,

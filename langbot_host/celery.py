@@ -49,8 +49,10 @@ def _start_run_loop(sender: Any = None, **kwargs: Any) -> None:
     if pool is not None and type(pool).__module__.endswith("prefork"):
         return
     from foundation.process import startup_objects_freeze
+    from foundation.tracing import tracing_configure
     from runners.orchestrator.worker import orchestrator_start
 
+    tracing_configure(role="worker")
     orchestrator_start()
     startup_objects_freeze()
 
@@ -58,8 +60,10 @@ def _start_run_loop(sender: Any = None, **kwargs: Any) -> None:
 @worker_process_init.connect
 def _start_child_run_loop(**kwargs: Any) -> None:
     from foundation.process import startup_objects_freeze
+    from foundation.tracing import tracing_configure
     from runners.orchestrator.worker import orchestrator_start
 
+    tracing_configure(role="worker")
     orchestrator_start()
     startup_objects_freeze()
 
@@ -67,6 +71,8 @@ def _start_child_run_loop(**kwargs: Any) -> None:
 @worker_shutdown.connect
 @worker_process_shutdown.connect
 def _stop_run_loop(**kwargs: Any) -> None:
+    from foundation.tracing import tracing_shutdown
     from runners.orchestrator.worker import orchestrator_shutdown
 
     orchestrator_shutdown()
+    tracing_shutdown()  # the last runs' spans are exported before the process ends

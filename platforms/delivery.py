@@ -56,6 +56,7 @@ from artifacts.selectors import artifact_get
 from artifacts.services import artifact_read_bytes
 from bindings.models import Bot
 from bindings.policies import DeliveryPolicy
+from foundation.tracing import span_around
 from langbot_sdk.protocol import RunFailureCode
 from platforms.interface import (
     OutboundFile,
@@ -214,7 +215,8 @@ class ReplyStream:
         self.files: list[dict[str, Any]] = []
         self.ended = False
         self.wake = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self._deliver(), name=f"platform-reply {run.run_id}")
+        deliver = span_around("platform.deliver", self._deliver(), **{"langbot.run_id": str(run.run_id)})
+        self.task = asyncio.get_running_loop().create_task(deliver, name=f"platform-reply {run.run_id}")
 
     def feed(self, events: Sequence[RunEvent], ended: bool) -> None:
         for event in events:

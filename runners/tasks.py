@@ -16,9 +16,11 @@ def run_execute(run_ids: str | list[str]) -> None:
     messages queued before batches existed are those); a list is runs that were dispatched together.
     Acknowledged late: a worker lost in the middle of a list leaves the message to be delivered again,
     and its runs already claimed are then skipped."""
+    from foundation.tracing import task_carry
     from runners.orchestrator.worker import runs_admit
 
-    runs_admit(run_ids=run_ids if isinstance(run_ids, list) else [run_ids])
+    with task_carry(run_execute.request):  # the runs' dispatch spans the message carried, when traced
+        runs_admit(run_ids=run_ids if isinstance(run_ids, list) else [run_ids])
 
 
 @shared_task(ignore_result=True)

@@ -22,6 +22,7 @@ import openai
 
 from bindings.selectors import workspace_private_addresses_allowed
 from foundation.outbound import AddressRefusedError, guarded_httpx2_async_transport, guarded_httpx2_transport
+from foundation.tracing import http_event_hooks
 from resources.models import ModelProvider
 from resources.providers.failures import call_failure
 
@@ -57,7 +58,10 @@ def async_openai_client(provider: ModelProvider, *, timeout: float | None = None
         default_headers=provider.headers or None,
         timeout=seconds if timeout is None else min(seconds, timeout),
         max_retries=provider.max_retries,
-        http_client=openai.DefaultAsyncHttpxClient(transport=transport, trust_env=False),
+        # Traced, each request carries its span as `traceparent` (the httpx instrumentation does not reach httpx2).
+        http_client=openai.DefaultAsyncHttpxClient(
+            transport=transport, trust_env=False, event_hooks=http_event_hooks()
+        ),
     )
 
 

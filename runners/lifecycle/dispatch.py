@@ -31,6 +31,7 @@ from celery import current_app
 from django.utils import timezone
 
 from foundation.compat.kombu import channel_client_keep
+from foundation.tracing import runs_dispatched, task_headers
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,12 @@ class _Dispatcher:
 
     def _send(self, run_ids: list[str]) -> None:
         try:
-            current_app.send_task(RUN_EXECUTE_TASK, args=_message_args(run_ids), producer=self.producer.get())
+            current_app.send_task(
+                RUN_EXECUTE_TASK,
+                args=_message_args(run_ids),
+                producer=self.producer.get(),
+                headers=task_headers(run_ids),  # the runs' dispatch spans, when traced
+            )
         except Exception:
             self.producer.drop()
             logger.warning(
@@ -145,7 +151,9 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 
 def runs_dispatch(*, run_ids: Iterable[str]) -> None:
     """Wake workers for queued runs, several per message when they arrive together."""
-    _dispatcher_get().batcher.dispatch(str(run_id) for run_id in run_ids)
+    ids = [str(run_id) for run_id in run_ids]
+    runs_dispatched(ids)
+    _dispatcher_get().batcher.dispatch(ids)
 
 
 def run_dispatch(*, run_id: str) -> None:
@@ -163,6 +171,7 @@ def run_dispatch_at(*, run_id: str, eta: datetime) -> None:
         run_dispatch(run_id=run_id)
         return
     try:
-        current_app.send_task(RUN_EXECUTE_TASK, args=[run_id], countdown=delay)
+        runs_dispatched([run_id])
+        current_app.send_task(RUN_EXECUTE_TASK, args=[run_id], countdown=delay, headers=task_headers([run_id]))
     except Exception:
         logger.warning("could not send run %s to the broker; the sweeper will re-send it", run_id, exc_info=True)

@@ -572,7 +572,7 @@ def context_build(
         state=AgentRunState(),
         runtime=AgentRuntimeContext(
             langbot_version=HOST_VERSION,
-            trace_id=run_id,
+            trace_id=run.trace_hex,  # the run's OpenTelemetry trace (foundation/tracing.py)
             deadline_at=deadline_at.timestamp(),
             locale=_locale(event),
             timezone=settings.TIME_ZONE,

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from django.conf import settings
 
 from bindings.policies import ConcurrencyPolicy
+from foundation.tracing import span
 from langbot_sdk.protocol import (
     AgentAPIError,
     AgentAPIException,
@@ -133,6 +134,7 @@ class RunExecution:
         binding = claimed.run.binding if claimed.run.binding_id is not None else None
         self._ended = False  # the run's end is written
         self._steer_policy = binding is not None and binding.concurrency_policy == ConcurrencyPolicy.STEER.value
+        self.trace_parent: Any = None  # where the run's trace continues on this worker (foundation/tracing.py)
 
     # -- stop requests (called on the loop) -----------------------------------------------------
 
@@ -263,9 +265,10 @@ class RunExecution:
 
     async def _read(self) -> None:
         try:
-            async with self.orchestrator.hosts.get(*self.runner_source).run_agent(self.request) as stream:
-                async for item in stream:
-                    self.inbox.put_nowait(item)
+            with span("runtime.run_agent", **{"langbot.run_id": self.run_id, "langbot.runner_id": self.run.runner_id}):
+                async with self.orchestrator.hosts.get(*self.runner_source).run_agent(self.request) as stream:
+                    async for item in stream:
+                        self.inbox.put_nowait(item)
             self.inbox.put_nowait(_StreamEnded(None))
         except asyncio.CancelledError:
             raise

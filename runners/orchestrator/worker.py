@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Coroutine
 from functools import partial
 from typing import Any
@@ -33,6 +34,7 @@ from django.db import connection
 
 from foundation.log_context import log_context, log_context_set
 from foundation.sql import DatabaseExecutor, LoopStatements
+from foundation.tracing import run_claimed, run_executing
 from runners.access.audit import AuditLog
 from runners.access.proxy import proxy_handlers_for_worker
 from runners.access.session import RunSession
@@ -157,7 +159,8 @@ class Orchestrator:
         # This task, and the reader and publications it starts, log as this run.
         log_context_set(run_id=execution.run_id, workspace=execution.session.scope.workspace)
         try:
-            await execution.execute()
+            with run_executing(execution.run_id, execution.trace_parent):
+                await execution.execute()
         except Exception:
             logger.exception("run %s: execution failed", execution.run_id)
         finally:
@@ -200,6 +203,7 @@ class Orchestrator:
         handed = False
         try:
             # The task thread is reused for other runs: the context ends with the claim.
+            claim_started = time.time_ns()
             with log_context(run_id=str(run_id), workspace="-"):
                 claimed = run_claim(
                     run_id=run_id,
@@ -210,6 +214,13 @@ class Orchestrator:
             if claimed is None:
                 return
             execution = RunExecution(self, claimed)
+            execution.trace_parent = run_claimed(
+                run_id=str(run_id),
+                trace_id=claimed.run.trace_hex,
+                created_at=claimed.run.created_at.timestamp(),
+                claim_started_ns=claim_started,
+                claim_ended_ns=time.time_ns(),
+            )
             asyncio.run_coroutine_threadsafe(self._run(execution), self.loop)
             handed = True
         finally:
