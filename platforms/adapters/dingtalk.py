@@ -5,10 +5,22 @@ client secret, within an hour of the server's clock, as DingTalk defines it), re
 `robot/oToMessages/batchSend`, with an access token bought with the app's client id and secret and kept
 until shortly before it expires). Pictures, files, audio and video in are fetched with
 `robot/messageFiles/download`; files out are uploaded with `media/upload` and sent as `sampleFile` /
-`sampleImageMsg`. DingTalk robots cannot edit a plain message, so a reply is sent once, whole.
+`sampleImageMsg`. DingTalk robots cannot edit a plain message, so a reply is sent once, whole — unless
+the bot names an AI card template (`card_template_id`): then a reply is an AI card, created and delivered
+with `card/instances/createAndDeliver` and streamed with `PUT card/streaming` (the whole text each time,
+`isFull`), the last update marked `isFinalize` once the run's reply is whole (`reply_finished`); such a bot's
+capabilities say `edit`.
+
+Two ways in, chosen by the credential `mode`: `callback` (the default: DingTalk posts each message to the
+webhook below) or `stream` (no public URL: the connector process holds DingTalk's Stream-mode connection,
+`platforms.adapters.dingtalk_stream`, and hands each message to the same `update_of` as the callback, so
+deduplication, files and replies are the same). Card clicks (`/v1.0/card/instances/callback`) arrive over
+the stream only and become `card.clicked` events.
 
 Credentials: `client_id` (the app's Client ID, once AppKey) and `client_secret` (Client Secret, once
 AppSecret), both on the app's "Credentials and basic information" page of the DingTalk developer console;
+optional `mode` (`callback` or `stream`), optional `card_template_id` (an AI card template of the
+DingTalk card platform, with a streaming text variable named by `card_content_key`, default `content`),
 optional `api_base_url` (the OpenAPI's origin, default `https://api.dingtalk.com`; when set it also serves
 `media/upload`, which otherwise goes to `https://oapi.dingtalk.com`, and may receive session webhooks).
 
@@ -24,6 +36,8 @@ import hashlib
 import hmac
 import json
 import time
+import uuid
+from dataclasses import replace
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
 
@@ -42,6 +56,7 @@ from platforms.interface import (
     PlatformAdapter,
     PlatformAPIError,
     PlatformCapabilities,
+    PlatformConnector,
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
@@ -68,6 +83,11 @@ MAX_IMAGE_BYTES = 20 * 1024 * 1024
 TOKEN_INVALID_CODES = frozenset({"InvalidAuthentication", "Forbidden.AccessDenied.AccessTokenPermissionDenied"})
 OAPI_TOKEN_INVALID = frozenset({40014, 42001, 88})
 FILE_KINDS = {"picture": "image", "file": "file", "audio": "audio", "video": "video"}
+MODES = ("callback", "stream")
+DEFAULT_CARD_CONTENT_KEY = "content"
+# An AI card takes its streaming updates about as fast as a person reads; one a second keeps well under
+# DingTalk's per-app limit on `card/streaming` even with several replies at once.
+CARD_EDIT_INTERVAL_SECONDS = 1.0
 
 # (api base, client_id, sha256(client_secret)) -> (token, expires at): shared by the adapters of one process.
 _access_tokens = AccessTokens(early_seconds=TOKEN_EARLY_SECONDS)
@@ -99,7 +119,14 @@ class DingTalkAdapter(PlatformAdapter):
         edit_interval_seconds=3.0,
         max_file_bytes=20 * 1024 * 1024,
     )
-    credential_keys: ClassVar[tuple[str, ...]] = ("client_id", "client_secret", "api_base_url")
+    credential_keys: ClassVar[tuple[str, ...]] = (
+        "client_id",
+        "client_secret",
+        "mode",
+        "card_template_id",
+        "card_content_key",
+        "api_base_url",
+    )
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
         CredentialField(
             "client_id",
@@ -117,12 +144,57 @@ class DingTalkAdapter(PlatformAdapter):
             link="https://open-dev.dingtalk.com/",
         ),
         CredentialField(
+            "mode",
+            help="Optional: how messages come in. callback (the default): DingTalk posts them to this bot's "
+            "webhook (the robot's HTTP mode). stream: the host holds DingTalk's Stream-mode connection, no "
+            "public URL needed (developer console → the app → Robot → message receiving mode: Stream).",
+            pattern="^(callback|stream)$",
+            pattern_hint="callback or stream",
+            link="https://open-dev.dingtalk.com/",
+        ),
+        CredentialField(
+            "card_template_id",
+            help="Optional: an AI card template's id (DingTalk card platform → the template → Template ID). "
+            "When set, replies stream into an AI card; the app needs the Card.Instance.Write and "
+            "Card.Streaming.Write permissions.",
+            link="https://open-dev.dingtalk.com/fe/card",
+        ),
+        CredentialField(
+            "card_content_key",
+            help="Optional: the template's streaming text variable (default content).",
+        ),
+        CredentialField(
             "api_base_url",
             help="Optional: the OpenAPI's origin (default https://api.dingtalk.com), for a proxy.",
         ),
     )
+    connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below: DingTalkStreamConnector
 
     _http: httpx.AsyncClient | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The last text each open AI card shows (out track id -> text): `reply_finished` repeats it with
+        # the finish flag. Per adapter, which the delivery keeps per bot.
+        self._cards: dict[str, str] = {}
+        if self.card_template_id:
+            # Per bot: with a card template, a reply is edited as it streams.
+            self.capabilities = replace(  # type: ignore[misc]
+                type(self).capabilities, edit=True, edit_interval_seconds=CARD_EDIT_INTERVAL_SECONDS
+            )
+
+    @property
+    def mode(self) -> str:
+        value = str(self.credentials.get("mode") or "callback").strip().lower()
+        return value if value in MODES else "callback"
+
+    @property
+    def card_template_id(self) -> str:
+        return str(self.credentials.get("card_template_id") or "").strip()
+
+    @property
+    def card_content_key(self) -> str:
+        return str(self.credentials.get("card_content_key") or "").strip() or DEFAULT_CARD_CONTENT_KEY
 
     def _secret(self, key: str) -> str:
         return str(self.credentials.get(key) or "")
@@ -320,13 +392,15 @@ class DingTalkAdapter(PlatformAdapter):
         _access_tokens.put(key, token, float(body.get("expireIn") or 7200))
         return token
 
-    async def openapi(self, what: str, path: str, payload: dict[str, Any], *, writes: bool = True) -> dict[str, Any]:
+    async def openapi(
+        self, what: str, path: str, payload: dict[str, Any], *, writes: bool = True, method: str = "POST"
+    ) -> dict[str, Any]:
         """One OpenAPI call with the app's token (`x-acs-dingtalk-access-token`); a token DingTalk no
         longer takes is bought again once."""
         for attempt in (1, 2):
             token = await self.access_token()
             response = await self._send_raw(
-                what, "POST", f"{self.base_url}{path}", json=payload, headers={"x-acs-dingtalk-access-token": token}
+                what, method, f"{self.base_url}{path}", json=payload, headers={"x-acs-dingtalk-access-token": token}
             )
             body = _json_or_none(response)
             stale = response.status_code in (401, 403) or (
@@ -404,6 +478,8 @@ class DingTalkAdapter(PlatformAdapter):
         return str(answer.get("processQueryKey") or "")
 
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
+        if self.card_template_id:
+            return await self._card_send(target, text)
         in_group = target.extra.get("conversation_type") == "group"
         staff = str(target.extra.get("sender_staff_id") or "")
         session = self._session_webhook(target)
@@ -420,6 +496,73 @@ class DingTalkAdapter(PlatformAdapter):
             return SentMessage(chat_id=target.chat_id, message_id="")
         key = await self._robot_send(target, "sampleMarkdown", {"title": _title(text), "text": text})
         return SentMessage(chat_id=target.chat_id, message_id=key)
+
+    # -- AI cards -------------------------------------------------------------------------------
+    def _open_space(self, target: ReplyTarget) -> tuple[str, dict[str, Any]]:
+        """The card's open space (`dtv1.card//IM_GROUP.<conversation>` or `IM_ROBOT.<staff id>`) and its
+        delivery model."""
+        robot = str(target.extra.get("robot_code") or self._secret("client_id"))
+        if target.chat_id.startswith("user:"):
+            space = f"dtv1.card//IM_ROBOT.{target.chat_id.removeprefix('user:')}"
+            return space, {"imRobotOpenDeliverModel": {"spaceType": "IM_ROBOT", "robotCode": robot}}
+        conversation = str(target.extra.get("conversation_id") or target.chat_id)
+        return f"dtv1.card//IM_GROUP.{conversation}", {"imGroupOpenDeliverModel": {"robotCode": robot}}
+
+    async def _card_send(self, target: ReplyTarget, text: str) -> SentMessage:
+        out_track_id = f"lbh-{uuid.uuid4().hex}"
+        space, deliver = self._open_space(target)
+        await self.openapi(
+            "card.createAndDeliver",
+            "/v1.0/card/instances/createAndDeliver",
+            {
+                "cardTemplateId": self.card_template_id,
+                "outTrackId": out_track_id,
+                "callbackType": "STREAM",
+                "cardData": {"cardParamMap": {self.card_content_key: ""}},
+                "openSpaceId": space,
+                "imGroupOpenSpaceModel": {"supportForward": True},
+                "imRobotOpenSpaceModel": {"supportForward": True},
+                "userIdType": 1,
+                **deliver,
+            },
+        )
+        self._cards[out_track_id] = ""
+        message = SentMessage(chat_id=target.chat_id, message_id=out_track_id)
+        await self._card_stream(message, text, finished=False)
+        return message
+
+    async def _card_stream(self, message: SentMessage, text: str, *, finished: bool, failed: bool = False) -> None:
+        await self.openapi(
+            "card.streaming",
+            "/v1.0/card/streaming",
+            {
+                "outTrackId": message.message_id,
+                "guid": uuid.uuid4().hex,
+                "key": self.card_content_key,
+                "content": text,
+                "isFull": True,
+                "isFinalize": finished,
+                "isError": failed,
+            },
+            method="PUT",
+        )
+        if finished:
+            self._cards.pop(message.message_id, None)
+        else:
+            self._cards[message.message_id] = text
+
+    async def edit_text(self, message: SentMessage, text: str) -> None:
+        if not self.card_template_id or not message.message_id.startswith("lbh-"):
+            raise PlatformAPIError("DingTalk messages cannot be edited (only AI cards)")
+        await self._card_stream(message, text, finished=False)
+
+    async def reply_finished(self, target: ReplyTarget, sent: list[SentMessage], *, failed: bool) -> None:
+        """Each card of the reply gets its last text once more, marked final (a card left unfinalised
+        keeps showing its typing state)."""
+        for message in sent:
+            if message.message_id in self._cards:
+                text = self._cards[message.message_id]
+                await self._card_stream(message, text, finished=True, failed=failed and not text)
 
     async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
         image = file.mime_type in IMAGE_TYPES and len(file.data) <= MAX_IMAGE_BYTES
@@ -466,6 +609,11 @@ class DingTalkAdapter(PlatformAdapter):
         """DingTalk takes the message receiving address only on the developer console; this checks the
         credentials (by buying a token) and says what to paste where."""
         await self.access_token()
+        if self.mode == "stream":
+            return (
+                "the bot is in Stream mode: the connector process holds its connection, no URL is needed; "
+                "choose Stream as the robot's message receiving mode (developer console → the app → Robot)"
+            )
         return (
             f"paste {url} as the message receiving address of the app's robot (developer console → the app → "
             "Robot → HTTP mode) and publish the app"
@@ -484,3 +632,8 @@ def _retry_after(response: httpx.Response) -> float:
         return max(0.0, float(response.headers.get("retry-after") or 1.0))
     except ValueError:
         return 1.0
+
+
+from platforms.adapters.dingtalk_stream import DingTalkStreamConnector  # noqa: E402 (it imports this module's names)
+
+DingTalkAdapter.connector_class = DingTalkStreamConnector

@@ -4,7 +4,10 @@
 `x-acs-dingtalk-access-token` and answer their JSON or DingTalk's error body (`{"code", "message"}`, HTTP
 400/401); `POST /media/upload?access_token=&type=` (the older API) answers `{"errcode", "media_id"}`; session
 webhooks (`POST /robot/sendBySession?session=...`) answer `{"errcode": 0, "errmsg": "ok"}`; download URLs
-serve the files a test added.
+serve the files a test added. The Stream mode's `POST /v1.0/gateway/connections/open` checks the app's
+client id and secret and answers the endpoint of the fake stream gateway a test attached
+(`tests/fakes/dingtalk_stream.py`) with a fresh ticket; the AI card routes (`POST
+/v1.0/card/instances/createAndDeliver`, `PUT /v1.0/card/streaming`) keep each card's updates (`cards`).
 
 It records what each chat was sent (`sent`) and every call (`calls`), expires tokens on demand, and builds
 robot messages as DingTalk posts them to the HTTP callback, with the `timestamp` and `sign` headers.
@@ -62,6 +65,24 @@ class Sent:
         return str(self.params.get("text") or self.params.get("content") or "")
 
 
+@dataclass
+class Card:
+    """An AI card the robot created: where it went, with which template, and each streaming update."""
+
+    template_id: str
+    space: str
+    deliver: dict[str, Any]
+    updates: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def contents(self) -> list[str]:
+        return [str(u.get("content") or "") for u in self.updates]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.updates) and bool(self.updates[-1].get("isFinalize"))
+
+
 class FakeDingTalk(FakePlatformServer):
     def __init__(self) -> None:
         super().__init__(DingTalkHandler)
@@ -72,6 +93,9 @@ class FakeDingTalk(FakePlatformServer):
         self.sessions: dict[str, str] = {}  # session -> where its messages land
         self.files: dict[str, tuple[str, bytes]] = {}  # download code -> (content type, bytes)
         self.uploads: dict[str, tuple[str, bytes]] = {}  # media id -> (name, bytes)
+        self.stream_endpoint = ""  # the fake stream gateway's ws:// URL, when a test attached one
+        self.tickets: list[str] = []  # tickets connections/open handed out, in order
+        self.cards: dict[str, Card] = {}  # out track id -> the card as created and streamed
         self._ids = itertools.count(1)
 
     # -- what a test sets up ---------------------------------------------------------------------
@@ -140,6 +164,61 @@ class FakeDingTalk(FakePlatformServer):
 class DingTalkHandler(PlatformHandler):
     fake: FakeDingTalk
 
+    def do_PUT(self) -> None:  # noqa: N802 (http.server names it)
+        fake = self.fake
+        try:
+            body = json.loads(self.read_body() or b"{}")
+        except ValueError:
+            self.send_json(400, {"code": "InvalidParameter", "message": "body is not JSON"})
+            return
+        if self.path_only != "/v1.0/card/streaming":
+            self.send_json(404, {"code": "NotFound", "message": "no such route"})
+            return
+        with fake.lock:
+            authorized = self.headers.get("x-acs-dingtalk-access-token") in fake.tokens
+            fake.calls.append(Call("card.streaming", body, at=time.monotonic(), status=200 if authorized else 401))
+            if not authorized:
+                self.send_json(401, {"code": "InvalidAuthentication", "message": "不合法的access_token"})
+                return
+            card = fake.cards.get(str(body.get("outTrackId") or ""))
+            if card is None:
+                self.send_json(400, {"code": "param.cardNotExist", "message": "卡片不存在"})
+                return
+            if card.finished:
+                self.send_json(400, {"code": "param.cardFinished", "message": "卡片已结束"})
+                return
+            if not body.get("guid") or not body.get("key") or "isFull" not in body:
+                self.send_json(400, {"code": "InvalidParameter", "message": "guid, key and isFull are required"})
+                return
+            card.updates.append(body)
+        self.send_json(200, {"success": True, "result": True})
+
+    def _open_connection(self, body: dict[str, Any]) -> None:
+        fake = self.fake
+        with fake.lock:
+            fake.calls.append(Call("connections.open", body, at=time.monotonic()))
+            if (body.get("clientId"), body.get("clientSecret")) != (CLIENT_ID, CLIENT_SECRET):
+                self.send_json(401, {"code": "invalidClientIdOrSecret", "message": "无效的clientId或者clientSecret"})
+                return
+            topics = {s.get("topic") for s in body.get("subscriptions") or [] if isinstance(s, dict)}
+            if not topics or not fake.stream_endpoint:
+                self.send_json(400, {"code": "InvalidParameter", "message": "no subscriptions"})
+                return
+            ticket = f"ticket-{next(fake._ids):06d}"
+            fake.tickets.append(ticket)
+        self.send_json(200, {"endpoint": fake.stream_endpoint, "ticket": ticket})
+
+    def _card_deliver(self, body: dict[str, Any]) -> None:
+        fake = self.fake
+        track = str(body.get("outTrackId") or "")
+        space = str(body.get("openSpaceId") or "")
+        if not track or not body.get("cardTemplateId") or not space.startswith("dtv1.card//"):
+            self.send_json(400, {"code": "InvalidParameter", "message": "outTrackId, cardTemplateId, openSpaceId"})
+            return
+        deliver = body.get("imGroupOpenDeliverModel") or body.get("imRobotOpenDeliverModel") or {}
+        fake.cards[track] = Card(str(body["cardTemplateId"]), space, deliver)
+        self.send_json(200, {"success": True, "result": {"outTrackId": track, "deliverResults": [{"success": True}]}})
+
     def do_GET(self) -> None:  # noqa: N802 (http.server names it)
         fake = self.fake
         if self.path_only.startswith("/files/"):
@@ -169,6 +248,9 @@ class DingTalkHandler(PlatformHandler):
         if path == "/robot/sendBySession":
             self._session(body, query)
             return
+        if path == "/v1.0/gateway/connections/open":
+            self._open_connection(body)
+            return
         if path == "/v1.0/oauth2/accessToken":
             with fake.lock:
                 fake.calls.append(Call("accessToken", body, at=time.monotonic()))
@@ -185,6 +267,7 @@ class DingTalkHandler(PlatformHandler):
             "/v1.0/robot/groupMessages/send": "groupMessages.send",
             "/v1.0/robot/oToMessages/batchSend": "oToMessages.batchSend",
             "/v1.0/robot/messageFiles/download": "messageFiles.download",
+            "/v1.0/card/instances/createAndDeliver": "card.createAndDeliver",
         }.get(path)
         if route is None:
             self.send_json(404, {"code": "NotFound", "message": "no such route"})
@@ -199,6 +282,9 @@ class DingTalkHandler(PlatformHandler):
 
     def _robot(self, route: str, body: dict[str, Any]) -> None:
         fake = self.fake
+        if route == "card.createAndDeliver":
+            self._card_deliver(body)
+            return
         if body.get("robotCode") != CLIENT_ID:
             self.send_json(400, {"code": "robot.notexist", "message": "机器人不存在"})
             return
