@@ -32,6 +32,7 @@ from foundation.api_errors import ApiError, field_errors, invalid_fields
 from foundation.api_input import refuse_unstorable_text
 from foundation.db_unavailable import database_unavailable
 from gateway.envelope import EventEnvelopeIn
+from gateway.rate_limits import RateLimitedError
 from gateway.services import event_ingest
 from runners.lifecycle import services as run_services
 from runners.lifecycle.api import RunSummaryOut, run_summary_out
@@ -226,7 +227,11 @@ class EventIngestApi(APIView):
             envelope = EventEnvelopeIn.model_validate(body)
         except ValidationError as exc:
             raise invalid_fields(field_errors(exc)) from None
-        result = event_ingest(workspace=workspace, envelope=envelope)
+        try:
+            result = event_ingest(workspace=workspace, envelope=envelope)
+        except RateLimitedError as exc:
+            # 429 `rate_limited` with Retry-After, as the REST throttle answers; nothing was stored.
+            raise exceptions.Throttled(wait=exc.retry_after, detail=exc.message) from None
         runs = result.runs
         ended = False
         if wait > 0 and runs:

@@ -30,6 +30,7 @@ from foundation.api_errors import FieldsRefusedError
 from foundation.sql import insert_with_children
 from foundation.tracing import traced
 from gateway.envelope import ContentIn, EventEnvelopeIn
+from gateway.rate_limits import event_rate_limit_check, rate_limit_refusal, rate_limit_reply_on_commit
 from langbot_sdk.protocol import AgentInput, ArtifactRef, ContentElement
 from people.commands import link_command_answer, link_command_of
 from runners.lifecycle import services as run_services
@@ -182,6 +183,17 @@ def event_ingest(
     link_code = link_command_of(envelope.input.text) if envelope.is_message else None
     if link_code is not None:
         resolution = BindingResolution(strip_prefix=resolution.strip_prefix)
+    # Over the replying binding's rate limit (gateway.rate_limits): no run; the API and web chat are refused.
+    limited = None
+    if not held and link_code is None and resolution.replying is not None:
+        limited = event_rate_limit_check(
+            binding=resolution.replying, envelope=envelope, conversation_id=conversation_id, bot=bot
+        )
+        refusal = rate_limit_refusal(limited, source=envelope.source) if limited is not None else None
+        if refusal is not None and not EventLog.objects.filter(workspace=workspace, event_id=event_id).exists():
+            raise refusal
+        if limited is not None:
+            resolution = BindingResolution(strip_prefix=resolution.strip_prefix)
     resolution = _non_text_refusals(workspace, event_id, envelope, resolution)
     attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)
     if resolution.strip_prefix:
@@ -204,6 +216,8 @@ def event_ingest(
     status, error = (EventLog.Status.HELD, None) if held else _routing_outcome(resolution)
     if link_code is not None:
         status, error = EventLog.Status.ACCEPTED, None
+    if limited is not None:
+        status, error = EventLog.Status.RATE_LIMITED, limited.error()
     event = EventLog(
         workspace=workspace,
         event_id=event_id,
@@ -223,7 +237,9 @@ def event_ingest(
         error=error,
     )
     children: list[TranscriptItem | Run] = []
-    if envelope.is_message and not envelope.input.is_empty:
+    # An over-limit message stays out of the transcript: no runner answered it, and a flood would fill
+    # the history runners read later.
+    if envelope.is_message and not envelope.input.is_empty and limited is None:
         children.append(
             TranscriptItem(
                 workspace=workspace,
@@ -293,6 +309,8 @@ def event_ingest(
             else:
                 run_services.run_dispatch_on_commit(run_id=str(run.run_id))
             runs.append(run)
+        if limited is not None and envelope.is_message:
+            rate_limit_reply_on_commit(event=event, bot=bot, hit=limited)
     return EventIngestResult(event=event, runs=runs)
 
 

@@ -21,6 +21,8 @@ class EventLog(models.Model):
         CONFLICT = "conflict", _("binding conflict")
         # A person holds the conversation (human takeover): recorded and shown to them, no run.
         HELD = "held", _("held by a person (no run)")
+        # Over the replying binding's rate limit (gateway.rate_limits): recorded, no run.
+        RATE_LIMITED = "rate_limited", _("rate limited (no run)")
 
     workspace = models.ForeignKey(
         Workspace, on_delete=models.CASCADE, related_name="events", verbose_name=_("workspace")
