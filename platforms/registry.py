@@ -20,6 +20,7 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.onebot.OneBotAdapter",
     "platforms.adapters.dingtalk.DingTalkAdapter",
     "platforms.adapters.wecom.WeComAdapter",
+    "platforms.adapters.wecom_aibot.WeComAIBotAdapter",
     "platforms.adapters.wechat_oa.WeChatOAAdapter",
     "platforms.adapters.line.LineAdapter",
     "platforms.adapters.qq_official.QQOfficialAdapter",
