@@ -13,6 +13,7 @@ from langbot_host.metrics_view import metrics
 from runners.conversations_admin import conversation_detail_view, conversation_list_view
 from runners.usage_report import usage_report_view
 from webchat.chat import chat_urlpatterns, home_page
+from webchat.widget_views import widget_urlpatterns
 
 api_v1 = [
     path("", include("gateway.urls")),
@@ -53,6 +54,8 @@ urlpatterns = [
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["webchat"]), name="javascript-catalog"),
     # Chat platforms' inbound webhooks (outside /api/v1/: the platforms call them, with their own auth).
     path("platforms/", include("platforms.urls")),
+    # The website chat widget: its script and its visitors' sessions (public: any site its bot allows).
+    *widget_urlpatterns,
 ]
 
 # JSON error bodies under /api/ for what no API view handled (docs/architecture.md, "The REST API").

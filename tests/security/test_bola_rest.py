@@ -19,6 +19,7 @@ from django.apps import apps
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from bindings.models import Bot
 from bindings.services import api_key_create
 from platforms.schedules.models import Schedule
 from platforms.webhooks.models import WebhookEndpoint
@@ -26,6 +27,7 @@ from resources.models import KnowledgeBase
 from runners.models import Budget
 from tests.factories import AgentBindingFactory, ModelFactory, ModelProviderFactory
 from tests.security.conftest import MARKER, Mine, Theirs, snapshot
+from webchat.widget import widget_public_id
 
 pytestmark = pytest.mark.django_db
 
@@ -158,6 +160,10 @@ ROUTES: dict[str, dict[str, tuple[set[int], str | None] | Attempt]] = {
     "jsi18n/": {"GET": (OWN, None)},
     # Their bot under my workspace's slug is no bot of mine.
     "platforms/<str:platform>/<slug:workspace_slug>/<slug:bot_id>/webhook": {"POST": (GONE, None)},
+    # The website chat widget, public by design: its script (nothing of any workspace) and a visitor session,
+    # which needs a page of an origin their web bot allows (none here: 403), their Telegram bot has no widget (404).
+    "widget.js": {"GET": (OWN, None)},
+    "widget/<str:widget_id>/session": {"POST": ({403, 404}, None)},
 }
 EXTRA_ATTEMPTS: list[tuple[str, str, str]] = [
     # The other reference a schedule can make.
@@ -252,6 +258,7 @@ def test_no_route_reaches_another_workspaces_objects(
         client.force_login(mine.staff)
     # The platform webhook route: their bot under my workspace's slug.
     ids = {**theirs.ids, "workspace_slug": mine.workspace.slug}
+    ids["widget_id"] = widget_public_id(Bot.objects.get(workspace=theirs.workspace, bot_id=theirs.ids["bot_id"]))
     before = snapshot(theirs.workspace)
 
     wrong: list[str] = []

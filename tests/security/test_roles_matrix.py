@@ -108,6 +108,8 @@ OUTSIDE_ROLES: dict[str, str] = {
     "chat/try/<int:binding_pk>/ticket": "a binding's try-it ticket: staff the admin lets change the binding",
     "i18n/setlang/": "the language cookie", "jsi18n/": "translated strings",
     "platforms/<str:platform>/<slug:workspace_slug>/<slug:bot_id>/webhook": "platforms, with their own signatures",
+    "widget.js": "the website chat widget's script, public", "widget/<str:widget_id>/session":
+    "a website visitor's session: public, for the origins the web bot allows (webchat.widget_views)",
 }  # fmt: skip
 """Routes the role check does not stand in front of, and why."""
 
