@@ -920,8 +920,11 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
 
 def _reload_with(parameter: str) -> str:
     """An onchange handler reloading the page with this select's value as `?<parameter>=`, other query
-    parameters (the runner, the workspace) kept."""
+    parameters (the runner, the workspace) kept. The admin's related-widget script fires `change` on every
+    wrapped select as the page loads: the option the page came with selected reloads nothing (it reloaded
+    the add page without end)."""
     return (
+        "if(this.selectedIndex<0||this.options[this.selectedIndex].defaultSelected)return;"
         "var q=new URLSearchParams(window.location.search);"
         f"q.set('{parameter}',this.value);window.location.search=q.toString()"
     )
