@@ -25,6 +25,7 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.line.LineAdapter",
     "platforms.adapters.qq_official.QQOfficialAdapter",
     "platforms.adapters.mattermost.MattermostAdapter",
+    "platforms.adapters.kook.KookAdapter",
 )
 
 
