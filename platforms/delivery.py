@@ -32,6 +32,12 @@ attempt, so receivers de-duplicate (Standard Webhooks).
 - Records: every run's delivery leaves one `PlatformDelivery` row (messages sent, or the error); the run's
   outcome never changes because of it.
 - Files: `artifact.created` results are uploaded after the text.
+- Group replies: in a group chat the binding's `delivery_policy.group_reply` says how the reply points at
+  the message it answers (`group_reply_target`): `quote` (the adapters' own reply: Telegram's reply, a Slack
+  thread, a Discord reference, Lark's reply API, OneBot's reply segment), `plain` (a message of its own,
+  `PlatformAdapter.plain_reply_target`) or `mention` (a message of its own that starts by @-mentioning the
+  sender, `PlatformAdapter.mention_markup`; quoted where the platform cannot mention them). Private chats
+  are answered as the adapter made the target.
 
 `PlatformDeliveryPort` is what `runners` calls (installed by `PlatformsConfig.ready`): it answers what a
 platform supports, carries out platform actions, and takes committed results on the worker's loop.
@@ -55,7 +61,8 @@ from django.conf import settings
 from artifacts.selectors import artifact_get
 from artifacts.services import artifact_read_bytes
 from bindings.models import Bot
-from bindings.policies import DeliveryPolicy
+from bindings.policies import DeliveryPolicy, GroupReply
+from bindings.triggers import chat_kind_of
 from foundation.tracing import span_around
 from langbot_sdk.protocol import RunFailureCode
 from platforms.interface import (
@@ -120,6 +127,26 @@ def retry_allowed(exc: PlatformAPIError, *, idempotent: bool) -> bool:
     """Whether a failed platform call may be made again: transient, and either provably not carried out
     or harmless to repeat (an edit to the same text)."""
     return exc.retryable and (idempotent or not exc.outcome_unknown)
+
+
+def group_reply_target(
+    adapter: PlatformAdapter, target: ReplyTarget, event: Any, mode: GroupReply
+) -> tuple[ReplyTarget, str]:
+    """Where a reply to `event` (an EventLog) goes, and the text put before it (a mention, with its space),
+    as the binding's `group_reply` says for a group chat; any other chat's target is left as it is."""
+    data = event.data if isinstance(event.data, dict) else {}
+    if mode is GroupReply.QUOTE or chat_kind_of(data.get("chat_type")) != "group":
+        return target, ""
+    subject = event.subject if isinstance(event.subject, dict) else {}
+    message_id = str(subject.get("subject_id") or "") or None if subject.get("subject_type") == "message" else None
+    lead = ""
+    if mode is GroupReply.MENTION:
+        actor = event.actor if isinstance(event.actor, dict) else {}
+        markup = adapter.mention_markup(actor) if actor.get("actor_id") else None
+        if markup is None:
+            return target, ""  # the platform cannot mention this sender: the reply quotes instead
+        lead = f"{markup} "
+    return adapter.plain_reply_target(target, message_id), lead
 
 
 def _message_text(data: dict[str, Any]) -> str:
@@ -259,6 +286,7 @@ class ReplyStream:
         if bot is None or target is None or run.is_observer or not policy.enable_reply:
             return  # nothing to deliver to; results are still in the ledger and the transcript
         caps = adapter.capabilities
+        target, lead = group_reply_target(adapter, target, run.event, policy.group_reply)
         limit = min(caps.max_message_chars, policy.max_message_size or caps.max_message_chars)
         override = settings.LANGBOT_PLATFORM_EDIT_INTERVAL
         writer = PlatformWriter(
@@ -276,7 +304,7 @@ class ReplyStream:
         error: dict[str, Any] | None = None
 
         async def show(text: str) -> None:
-            for index, piece in enumerate(text_split(text, limit, adapter.text_length)):
+            for index, piece in enumerate(text_split(lead + text, limit, adapter.text_length)):
                 if index < len(sent):
                     if shown[index] != piece:
                         await writer.call(adapter.edit_text, sent[index], piece, idempotent=True)

@@ -429,6 +429,18 @@ class PlatformAdapter(abc.ABC):
         less in groups than in private chats say so here)."""
         return self.capabilities.edit_interval_seconds
 
+    def plain_reply_target(self, target: ReplyTarget, message_id: str | None) -> ReplyTarget:
+        """Where a group reply goes when it is not to quote the message `message_id` it answers (the
+        binding's `group_reply: plain` or `mention`, platforms.delivery): by default the same chat and
+        thread, replying to no message."""
+        return ReplyTarget(chat_id=target.chat_id, thread_id=target.thread_id, extra=target.extra)
+
+    def mention_markup(self, actor: dict[str, Any]) -> str | None:
+        """The text that @-mentions `actor` (an event's sender) on this platform, put before a group reply
+        when the binding asks for `group_reply: mention`; None when there is none for this platform or
+        sender (the reply then quotes the message instead)."""
+        return None
+
     @property
     def api_base_url(self) -> str | None:
         value = self.credentials.get("api_base_url")

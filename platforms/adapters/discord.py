@@ -267,8 +267,21 @@ class DiscordAdapter(PlatformAdapter):
         return FetchedFile(data=response.content, name=ref.name, mime_type=ref.mime_type)
 
     # -- outbound -------------------------------------------------------------------------------
+    def mention_markup(self, actor: dict[str, Any]) -> str | None:
+        user = str(actor.get("actor_id") or "")
+        return f"<@{user}>" if user.isdigit() else None
+
+    @staticmethod
+    def _mentioned_first(text: str) -> list[str]:
+        """The user a reply starts by mentioning (`mention_markup`): the one mention Discord may notify."""
+        match = re.match(r"<@(\d{1,20})> ", text)
+        return [match.group(1)] if match else []
+
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
-        body: dict[str, Any] = {"content": text, "allowed_mentions": {"parse": []}}
+        body: dict[str, Any] = {
+            "content": text,
+            "allowed_mentions": {"parse": [], "users": self._mentioned_first(text)},
+        }
         if target.reply_to_message_id:
             body["message_reference"] = {"message_id": target.reply_to_message_id, "fail_if_not_exists": False}
         sent = await self.request("POST", f"/channels/{target.chat_id}/messages", json=body)

@@ -568,6 +568,15 @@ class LarkAdapter(PlatformAdapter):
             chat_id=str(getattr(data, "chat_id", None) or target.chat_id), message_id=str(data.message_id)
         )
 
+    def mention_markup(self, actor: dict[str, Any]) -> str | None:
+        # The reply is a card whose Markdown mentions a user by open_id.
+        open_id = (actor.get("metadata") or {}).get("open_id")
+        return (
+            f"<at id={open_id}></at>"
+            if isinstance(open_id, str) and open_id.isascii() and open_id.replace("_", "").isalnum()
+            else None
+        )
+
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
         return await self._send(target, "interactive", _card(text))
 

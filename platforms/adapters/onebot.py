@@ -332,8 +332,17 @@ class OneBotAdapter(PlatformAdapter):
         sent = await self.call("send_msg", params)
         return SentMessage(chat_id=target.chat_id, message_id=str(sent.get("message_id") or ""))
 
+    def mention_markup(self, actor: dict[str, Any]) -> str | None:
+        user = str(actor.get("actor_id") or "")
+        return f"[CQ:at,qq={user}]" if user.isdigit() else None
+
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
-        return await self._send(target, [{"type": "text", "data": {"text": text}}])
+        segments: list[dict[str, Any]] = [{"type": "text", "data": {"text": text}}]
+        # A reply that starts with `mention_markup` starts with an `at` segment (text segments are literal).
+        qq, sep, rest = text.removeprefix("[CQ:at,qq=").partition("] ")
+        if text.startswith("[CQ:at,qq=") and sep and qq.isdigit():
+            segments = [{"type": "at", "data": {"qq": qq}}, {"type": "text", "data": {"text": f" {rest}"}}]
+        return await self._send(target, segments)
 
     async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
         encoded = f"base64://{base64.b64encode(file.data).decode()}"

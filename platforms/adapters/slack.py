@@ -13,6 +13,7 @@ the event's `event_id` makes a redelivery the same gateway event.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -293,6 +294,16 @@ class SlackAdapter(PlatformAdapter):
         data = response.data
         return data if isinstance(data, dict) else {}
 
+    def plain_reply_target(self, target: ReplyTarget, message_id: str | None) -> ReplyTarget:
+        # Slack's quote is a thread on the message: a plain reply goes to the channel, or stays in the
+        # thread the message itself was written in.
+        thread = target.thread_id if target.thread_id and target.thread_id != message_id else None
+        return ReplyTarget(chat_id=target.chat_id, thread_id=thread, extra=target.extra)
+
+    def mention_markup(self, actor: dict[str, Any]) -> str | None:
+        user = str(actor.get("actor_id") or "")
+        return f"<@{user}>" if _USER_ID.fullmatch(user) else None
+
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
         sent = await self._call(
             "chat_postMessage",
@@ -345,10 +356,17 @@ class SlackAdapter(PlatformAdapter):
         self._client = None  # the SDK opens and closes an HTTP session per call
 
 
+_USER_ID = re.compile(r"[UW][A-Z0-9]{2,20}")
+_LEADING_MENTION = re.compile(r"<@[UW][A-Z0-9]{2,20}> ")
+
+
 def _escape(text: str) -> str:
     """Slack reads `<...>` in a message as a link or mention and `&` as an entity: the three are escaped
-    (and nothing else), as its message formatting guide asks."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    (and nothing else), as its message formatting guide asks — all but the one user mention a reply may
+    start with (`mention_markup`, for the binding's `group_reply: mention`)."""
+    lead = _LEADING_MENTION.match(text)
+    head = lead.group(0) if lead else ""
+    return head + text[len(head) :].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _retry_after(headers: Any) -> float:

@@ -315,6 +315,12 @@ class TelegramAdapter(PlatformAdapter):
             )
         return where
 
+    def mention_markup(self, actor: dict[str, Any]) -> str | None:
+        # Telegram makes an @username in plain text a mention; a user without one cannot be mentioned
+        # without formatting the whole reply, so they are quoted instead.
+        username = (actor.get("metadata") or {}).get("username")
+        return f"@{username}" if isinstance(username, str) and username else None
+
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
         sent = await self._call(self.client().send_message, text=text, **self._where(target))
         return SentMessage(chat_id=str(sent.chat.id), message_id=str(sent.message_id))
