@@ -181,7 +181,8 @@ def rate_limit_refusal(hit: RateLimitHit, *, source: EventSource) -> RateLimited
     if source not in REFUSED_SOURCES:
         return None
     return RateLimitedError(
-        gettext("You're sending messages too quickly; try again in %(seconds)d seconds.") % {"seconds": hit.retry_after},
+        gettext("You're sending messages too quickly; try again in %(seconds)d seconds.")
+        % {"seconds": hit.retry_after},
         retry_after=hit.retry_after,
         scope=hit.scope,
     )

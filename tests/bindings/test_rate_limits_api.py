@@ -5,8 +5,6 @@ duplicate it is."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 from django.conf import settings
@@ -22,11 +20,11 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def counters() -> Iterator[redis.Redis]:
+def counters() -> redis.Redis:
     client = redis.Redis.from_url(settings.REDIS_URL)
     for key in client.scan_iter(f"{KEY_PREFIX}:*"):
         client.delete(key)
-    yield client
+    return client
 
 
 def from_user(user_id: str, event_id: str, *, chat_id: str = "room-1") -> dict:

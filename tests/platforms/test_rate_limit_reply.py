@@ -4,7 +4,7 @@ held back by their limit; a chat's own limit holds back everyone in it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,12 +26,11 @@ MENTION = "@langbot_test_bot"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_counters() -> Iterator[None]:
+def _fresh_counters() -> None:
     """Binding rows are new in every test but their ids may repeat (SQLite): the counters start empty."""
     client = redis.Redis.from_url(settings.REDIS_URL)
     for key in client.scan_iter(f"{KEY_PREFIX}:*"):
         client.delete(key)
-    yield
 
 
 @pytest.fixture
@@ -50,7 +49,10 @@ def send(monkeypatch, django_capture_on_commit_callbacks) -> Callable[[Bot, dict
 
 def addressed(fake_telegram, text: str, *, user_id: int):
     return fake_telegram.message_update(
-        f"{MENTION} {text}", user_id=user_id, entities=[{"type": "mention", "offset": 0, "length": len(MENTION)}], **GROUP
+        f"{MENTION} {text}",
+        user_id=user_id,
+        entities=[{"type": "mention", "offset": 0, "length": len(MENTION)}],
+        **GROUP,
     )
 
 
@@ -94,7 +96,8 @@ def test_another_sender_in_the_same_chat_is_not_held_back_by_the_first_ones_limi
 
     assert other.status_code == 200
     last = EventLog.objects.order_by("id").last()
-    assert last is not None and last.status == "accepted"
+    assert last is not None
+    assert last.status == "accepted"
     assert Run.objects.filter(event=last).count() == 1
     assert fake_telegram.texts(GROUP["chat_id"]) == ["Easy there, one at a time."]
 
