@@ -270,6 +270,81 @@ class ReplyTarget:
         return None
 
 
+_EVENT_SUBJECTS = {
+    "member.joined": "member",
+    "member.left": "member",
+    "bot.added": "chat",
+    "reaction.added": "message",
+    "reaction.removed": "message",
+    "message.recalled": "message",
+    "message.edited": "message",
+    "card.clicked": "message",
+}
+
+
+def platform_event_envelope(
+    *,
+    event_id: str,
+    event_type: str,
+    source_event_type: str,
+    chat_id: str | None,
+    chat_type: str | None,
+    actor_id: str | None = None,
+    actor_name: str | None = None,
+    actor_type: str = "user",
+    target_message_id: str | None = None,
+    reaction: str | None = None,
+    action: Any = None,
+    text: str | None = None,
+    thread_id: str | None = None,
+    reply_target: ReplyTarget | None = None,
+    extra: Mapping[str, Any] | None = None,
+    raw: Any = None,
+    event_time: float | None = None,
+) -> dict[str, Any]:
+    """The envelope of an event beyond `message.received` (one of `PLATFORM_EVENT_TYPES`), the same shape
+    on every platform (docs/platform-events.md): who did it in `actor` (the member who joined or left, the
+    user who reacted, clicked, edited or recalled, who added the bot), the chat in `data.chat_id` /
+    `data.chat_type`, the message concerned in `data.target_message_id`, the emoji in `data.reaction`,
+    the card's action value in `data.action`, an edit's new text in `input.text`. A reply goes to the chat
+    the event happened in (`data.reply_target`, never a reply to the message concerned unless given)."""
+    if reply_target is None and not chat_id:
+        raise ValueError("an event needs its chat or a reply target")
+    target = reply_target or ReplyTarget(chat_id=str(chat_id), thread_id=thread_id)
+    subject_type = _EVENT_SUBJECTS.get(event_type, "chat")
+    subject_id = {"member": actor_id, "chat": chat_id}.get(subject_type, target_message_id)
+    data: dict[str, Any] = {
+        **({"chat_id": chat_id} if chat_id else {}),
+        **({"chat_type": chat_type} if chat_type else {}),
+        "reply_target": target.as_data(),
+        **({"target_message_id": target_message_id} if target_message_id else {}),
+        **({"reaction": reaction} if reaction else {}),
+        **({"action": action} if action is not None else {}),
+        **(dict(extra) if extra else {}),
+    }
+    if raw is not None:
+        data["raw"] = raw
+    envelope: dict[str, Any] = {
+        "event_id": event_id[:200],
+        "event_type": event_type,
+        "source_event_type": source_event_type[:100],
+        "subject": {"subject_type": subject_type, **({"subject_id": str(subject_id)[:255]} if subject_id else {})},
+        "input": {"text": text} if text else {},
+        "data": data,
+    }
+    if thread_id:
+        envelope["thread_id"] = thread_id
+    if actor_id or actor_name:
+        envelope["actor"] = {
+            "actor_type": actor_type,
+            **({"actor_id": str(actor_id)[:255]} if actor_id else {}),
+            **({"actor_name": str(actor_name)[:255]} if actor_name else {}),
+        }
+    if event_time is not None:
+        envelope["event_time"] = event_time
+    return envelope
+
+
 @dataclass(frozen=True)
 class SentMessage:
     """A message the bot sent, as the platform names it (enough to edit or react to it later)."""

@@ -13,7 +13,10 @@ client caches guilds and members the host never uses.
 In servers the bot answers messages that mention it or reply to one of its messages (as a reply to the
 asking message); in direct messages it answers everything. Its own messages and other bots' are ignored.
 A message the gateway dispatches twice (after a resume) is one gateway event: its `event_id` is the
-message's snowflake.
+message's snowflake. Member joins and leaves (with `member_events`), reactions, edits, deletions, the bot
+joining a server and clicks on message components are events of their own (docs/platform-events.md);
+a slash command is a message, acknowledged at once with a deferred response that the run's reply then
+edits (later parts are follow-ups on the interaction's webhook).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import websockets
+from django.core.cache import cache
 from websockets.asyncio.client import ClientConnection
 
 from foundation.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
@@ -48,6 +52,7 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -55,12 +60,27 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_API_BASE_URL = "https://discord.com/api/v10"
 GATEWAY_VERSION = 10
-# GUILDS | GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT (the last is privileged: enabled in the portal).
-INTENTS = (1 << 0) | (1 << 9) | (1 << 12) | (1 << 15)
+# GUILDS | GUILD_MESSAGES | GUILD_MESSAGE_REACTIONS | DIRECT_MESSAGES | DIRECT_MESSAGE_REACTIONS |
+# MESSAGE_CONTENT (the last is privileged: enabled in the portal).
+INTENTS = (1 << 0) | (1 << 9) | (1 << 10) | (1 << 12) | (1 << 13) | (1 << 15)
+# GUILD_MEMBERS, privileged too: asked for only when the bot's `member_events` is on, since the gateway
+# closes the connection (4014) when a bot asks for an intent its portal page does not grant.
+MEMBERS_INTENT = 1 << 1
+# Interaction types (APPLICATION_COMMAND, MESSAGE_COMPONENT) and the callback types answering them within
+# Discord's 3 seconds: a deferred channel message (the "thinking…" the run's reply replaces) and a
+# deferred update (the click acknowledged, nothing shown).
+INTERACTION_COMMAND = 2
+INTERACTION_COMPONENT = 3
+CALLBACK_DEFERRED_MESSAGE = 5
+CALLBACK_DEFERRED_UPDATE = 6
+# A reply target's chat naming an interaction's webhook instead of a channel: `interaction:<app>:<token>`.
+INTERACTION_CHAT_PREFIX = "interaction:"
 REQUEST_TIMEOUT = 30.0
 # Gateway close codes after which reconnecting cannot help (bad token, intents not enabled or not allowed).
 FATAL_CLOSE_CODES = frozenset({4004, 4010, 4011, 4012, 4013, 4014})
 CDN_HOSTS = ("discordapp.com", "discordapp.net", "discord.com")
+# How long an interaction's token lets the bot write (Discord: 15 minutes).
+INTERACTION_TOKEN_SECONDS = 15 * 60
 
 
 class OP:
@@ -109,8 +129,18 @@ class DiscordAdapter(PlatformAdapter):
         max_message_chars=2000,
         edit_interval_seconds=1.0,
         max_file_bytes=10 * 1024 * 1024,
+        event_types=(
+            "member.joined",
+            "member.left",
+            "reaction.added",
+            "reaction.removed",
+            "message.recalled",
+            "message.edited",
+            "card.clicked",
+            "bot.added",
+        ),
     )
-    credential_keys: ClassVar[tuple[str, ...]] = ("token", "api_base_url")
+    credential_keys: ClassVar[tuple[str, ...]] = ("token", "api_base_url", "member_events")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
         CredentialField(
             "token",
@@ -121,6 +151,12 @@ class DiscordAdapter(PlatformAdapter):
             link="https://discord.com/developers/applications",
         ),
         CredentialField("api_base_url", help="Optional: the REST API's origin (default https://discord.com/api/v10)."),
+        CredentialField(
+            "member_events",
+            types=("boolean",),
+            help="Optional (default off): deliver member joins and leaves. Turn on the Server Members intent "
+            "on the Developer Portal's Bot page first: without it Discord refuses the connection.",
+        ),
     )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
 
@@ -182,6 +218,178 @@ class DiscordAdapter(PlatformAdapter):
 
     def parse(self, request: InboundRequest) -> InboundBatch:  # pragma: no cover - verify refuses first
         return InboundBatch()
+
+    def intents(self) -> int:
+        return INTENTS | (MEMBERS_INTENT if self.credentials.get("member_events") is True else 0)
+
+    def event_update(
+        self, kind: str, data: dict[str, Any], *, bot_user_id: str, delivery: str, system_channels: dict[str, str]
+    ) -> InboundUpdate | None:
+        """The update of a dispatch that is an event beyond messages (docs/platform-events.md), or None.
+        `delivery` names the dispatch within its gateway session (a resumed session sends it again with
+        the same name); `system_channels` is where a server's member events are answered (its system
+        channel, from GUILD_CREATE): a server without one gets no member events."""
+        event_id = f"discord:{self.bot_id}:{delivery}"
+        common: dict[str, Any] = {"source_event_type": kind, "raw": data, "event_time": time.time()}
+        if kind in ("GUILD_MEMBER_ADD", "GUILD_MEMBER_REMOVE"):
+            user = data.get("user") or {}
+            guild = str(data.get("guild_id") or "")
+            channel = system_channels.get(guild)
+            if not channel or not user.get("id") or user.get("bot"):
+                return None
+            envelope = platform_event_envelope(
+                event_id=event_id,
+                event_type="member.joined" if kind == "GUILD_MEMBER_ADD" else "member.left",
+                chat_id=channel,
+                chat_type="guild",
+                actor_id=str(user["id"]),
+                actor_name=user.get("global_name") or user.get("username"),
+                extra={"guild_id": guild},
+                **common,
+            )
+        elif kind in ("MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"):
+            user = str(data.get("user_id") or "")
+            if not user or user == bot_user_id or not data.get("channel_id") or not data.get("message_id"):
+                return None
+            emoji = data.get("emoji") or {}
+            # A custom emoji by its name and id (how the API names it back), a Unicode one as itself.
+            name = f"{emoji.get('name')}:{emoji['id']}" if emoji.get("id") else str(emoji.get("name") or "")
+            envelope = platform_event_envelope(
+                event_id=event_id,
+                event_type="reaction.added" if kind == "MESSAGE_REACTION_ADD" else "reaction.removed",
+                chat_id=str(data["channel_id"]),
+                chat_type="guild" if data.get("guild_id") else "dm",
+                actor_id=user,
+                target_message_id=str(data["message_id"]),
+                reaction=name,
+                **common,
+            )
+        elif kind == "MESSAGE_UPDATE":
+            author = data.get("author") or {}
+            content = str(data.get("content") or "")
+            # Discord sends MESSAGE_UPDATE for embeds unfurling too; only an edit has `edited_timestamp`.
+            if not data.get("edited_timestamp") or not author or author.get("bot") or not data.get("channel_id"):
+                return None
+            mentioned = any(str(m.get("id")) == bot_user_id for m in data.get("mentions") or () if isinstance(m, dict))
+            text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", content).strip() if bot_user_id else content
+            if not text:
+                return None
+            envelope = platform_event_envelope(
+                event_id=f"discord:{self.bot_id}:{data.get('id')}:edited:{data['edited_timestamp']}",
+                event_type="message.edited",
+                chat_id=str(data["channel_id"]),
+                chat_type="guild" if data.get("guild_id") else "dm",
+                actor_id=str(author.get("id") or "") or None,
+                actor_name=author.get("global_name") or author.get("username"),
+                target_message_id=str(data.get("id") or "") or None,
+                text=text,
+                extra={"mentioned": mentioned or not data.get("guild_id")},
+                **common,
+            )
+        elif kind == "MESSAGE_DELETE":
+            if not data.get("channel_id") or not data.get("id"):
+                return None
+            envelope = platform_event_envelope(
+                event_id=f"discord:{self.bot_id}:{data['id']}:deleted",
+                event_type="message.recalled",
+                chat_id=str(data["channel_id"]),
+                chat_type="guild" if data.get("guild_id") else "dm",
+                target_message_id=str(data["id"]),
+                **common,
+            )
+        elif kind == "GUILD_CREATE":
+            channel = str(data.get("system_channel_id") or "")
+            if not channel:
+                return None
+            envelope = platform_event_envelope(
+                event_id=f"discord:{self.bot_id}:guild:{data.get('id')}:{data.get('joined_at') or ''}",
+                event_type="bot.added",
+                chat_id=channel,
+                chat_type="guild",
+                extra={"guild_id": str(data.get("id") or ""), "guild_name": str(data.get("name") or "")},
+                **common,
+            )
+        else:
+            return None
+        return InboundUpdate(envelope=envelope)
+
+    def interaction_update(self, interaction: dict[str, Any]) -> InboundUpdate | None:
+        """A slash command (→ `message.received`, answered through the interaction's webhook) or a click on
+        a message component (→ `card.clicked`); None for other interactions."""
+        kind = interaction.get("type")
+        channel = str(interaction.get("channel_id") or (interaction.get("channel") or {}).get("id") or "")
+        user = (interaction.get("member") or {}).get("user") or interaction.get("user") or {}
+        if not channel or not interaction.get("id") or not interaction.get("token"):
+            return None
+        in_guild = bool(interaction.get("guild_id"))
+        event_id = f"discord:{self.bot_id}:interaction:{interaction['id']}"
+        raw = {k: v for k, v in interaction.items() if k != "token"}
+        data = interaction.get("data") or {}
+        webhook = ReplyTarget(
+            chat_id=f"{INTERACTION_CHAT_PREFIX}{interaction.get('application_id')}:{interaction['token']}",
+            extra={"channel_id": channel},
+        )
+        if kind == INTERACTION_COMMAND:
+            name = str(data.get("name") or "")
+            options = " ".join(
+                str(o.get("value")) for o in data.get("options") or () if isinstance(o, dict) and "value" in o
+            )
+            text = f"/{name} {options}".strip()
+            return InboundUpdate(
+                envelope={
+                    "event_id": event_id,
+                    "event_type": "message.received",
+                    "source_event_type": "INTERACTION_CREATE",
+                    "actor": {
+                        "actor_type": "user",
+                        "actor_id": str(user.get("id") or "") or None,
+                        "metadata": {"username": str(user.get("username") or "")},
+                    },
+                    "subject": {"subject_type": "command", "subject_id": str(interaction["id"])},
+                    "input": {"text": text},
+                    "data": {
+                        "chat_id": channel,
+                        "chat_type": "guild" if in_guild else "dm",
+                        "command": name,
+                        "mentioned": True,
+                        "reply_target": webhook.as_data(),
+                        "raw": raw,
+                    },
+                    "event_time": time.time(),
+                }
+            )
+        if kind == INTERACTION_COMPONENT:
+            message = interaction.get("message") or {}
+            action = {"custom_id": data.get("custom_id"), "component_type": data.get("component_type")}
+            if data.get("values") is not None:
+                action["values"] = data.get("values")
+            return InboundUpdate(
+                envelope=platform_event_envelope(
+                    event_id=event_id,
+                    event_type="card.clicked",
+                    source_event_type="INTERACTION_CREATE",
+                    chat_id=channel,
+                    chat_type="guild" if in_guild else "dm",
+                    actor_id=str(user.get("id") or "") or None,
+                    actor_name=user.get("global_name") or user.get("username"),
+                    target_message_id=str(message.get("id") or "") or None,
+                    action=action,
+                    raw=raw,
+                    event_time=time.time(),
+                )
+            )
+        return None
+
+    async def interaction_ack(self, interaction: dict[str, Any]) -> None:
+        """Answer an interaction within Discord's 3 seconds: a command with a deferred message (the run's
+        reply then edits it), a component click with a deferred update."""
+        kind = interaction.get("type")
+        if kind not in (INTERACTION_COMMAND, INTERACTION_COMPONENT):
+            return
+        answer = CALLBACK_DEFERRED_MESSAGE if kind == INTERACTION_COMMAND else CALLBACK_DEFERRED_UPDATE
+        await self.request(
+            "POST", f"/interactions/{interaction['id']}/{interaction['token']}/callback", json={"type": answer}
+        )
 
     def message_update(self, message: dict[str, Any], *, bot_user_id: str) -> InboundUpdate | None:
         """The update of a MESSAGE_CREATE dispatch, or None when it is not for the bot."""
@@ -267,6 +475,14 @@ class DiscordAdapter(PlatformAdapter):
         return FetchedFile(data=response.content, name=ref.name, mime_type=ref.mime_type)
 
     # -- outbound -------------------------------------------------------------------------------
+    @staticmethod
+    def _interaction_webhook(chat_id: str) -> str | None:
+        """The webhook path of an interaction reply target (`interaction:<app>:<token>`), else None."""
+        if not chat_id.startswith(INTERACTION_CHAT_PREFIX):
+            return None
+        app, _, token = chat_id[len(INTERACTION_CHAT_PREFIX) :].partition(":")
+        return f"/webhooks/{quote(app, safe='')}/{quote(token, safe='')}"
+
     def mention_markup(self, actor: dict[str, Any]) -> str | None:
         user = str(actor.get("actor_id") or "")
         return f"<@{user}>" if user.isdigit() else None
@@ -278,6 +494,17 @@ class DiscordAdapter(PlatformAdapter):
         return [match.group(1)] if match else []
 
     async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
+        webhook = self._interaction_webhook(target.chat_id)
+        if webhook is not None:
+            # The first write replaces the deferred response's "thinking…"; later ones are follow-ups.
+            # The cache is shared by the workers, so two writers agree which one was first.
+            first = await cache.aadd(f"platforms:discord:interaction:{webhook}", 1, timeout=INTERACTION_TOKEN_SECONDS)
+            answer = {"content": text, "allowed_mentions": {"parse": []}}
+            if first:
+                sent = await self.request("PATCH", f"{webhook}/messages/@original", json=answer)
+            else:
+                sent = await self.request("POST", f"{webhook}?wait=true", json=answer)
+            return SentMessage(chat_id=target.chat_id, message_id=str(sent["id"]))
         body: dict[str, Any] = {
             "content": text,
             "allowed_mentions": {"parse": [], "users": self._mentioned_first(text)},
@@ -288,6 +515,10 @@ class DiscordAdapter(PlatformAdapter):
         return SentMessage(chat_id=str(sent.get("channel_id") or target.chat_id), message_id=str(sent["id"]))
 
     async def edit_text(self, message: SentMessage, text: str) -> None:
+        webhook = self._interaction_webhook(message.chat_id)
+        if webhook is not None:
+            await self.request("PATCH", f"{webhook}/messages/{message.message_id}", json={"content": text})
+            return
         await self.request(
             "PATCH", f"/channels/{message.chat_id}/messages/{message.message_id}", json={"content": text}
         )
@@ -350,6 +581,10 @@ class DiscordConnector(PlatformConnector):
         self.session_id = ""
         self.resume_url = ""
         self.sessions = 0
+        # Servers the session knows (READY lists them, each GUILD_CREATE then fills one in: one not listed
+        # is a server that added the bot) and their system channels, where member events are answered.
+        self.guilds: set[str] = set()
+        self.system_channels: dict[str, str] = {}
 
     async def run(self) -> None:
         delays = self.backoff_delays(self.reconnect_first_delay)
@@ -429,7 +664,7 @@ class DiscordConnector(PlatformConnector):
             "op": OP.IDENTIFY,
             "d": {
                 "token": token,
-                "intents": INTENTS,
+                "intents": self.adapter.intents(),
                 "properties": {"os": "linux", "browser": "langbot-host", "device": "langbot-host"},
             },
         }
@@ -482,6 +717,7 @@ class DiscordConnector(PlatformConnector):
             self.bot_user_id = str((data.get("user") or {}).get("id") or "")
             self.session_id = str(data.get("session_id") or "")
             self.resume_url = str(data.get("resume_gateway_url") or "")
+            self.guilds = {str(g.get("id")) for g in data.get("guilds") or () if isinstance(g, dict)}
             self.state, self.detail = "connected", ""
         elif kind == "RESUMED":
             self.state, self.detail = "connected", ""
@@ -493,6 +729,41 @@ class DiscordConnector(PlatformConnector):
                 except Exception:
                     # One message that cannot become an event must not drop the bot's connection.
                     logger.exception("discord bot %s: a message could not be accepted", self.adapter.bot_id)
+        elif kind == "INTERACTION_CREATE":
+            await self._interaction(data)
+        elif self.bot_user_id:
+            if kind == "GUILD_CREATE":
+                guild = str(data.get("id") or "")
+                if data.get("system_channel_id"):
+                    self.system_channels[guild] = str(data["system_channel_id"])
+                if guild in self.guilds:
+                    return  # a server the bot was in already, becoming available
+                self.guilds.add(guild)
+            update = self.adapter.event_update(
+                kind,
+                data,
+                bot_user_id=self.bot_user_id,
+                delivery=f"{self.session_id}:{self.sequence}",
+                system_channels=self.system_channels,
+            )
+            if update is not None:
+                await self._hand_on(update)
+
+    async def _interaction(self, data: dict[str, Any]) -> None:
+        update = self.adapter.interaction_update(data)
+        try:
+            await self.adapter.interaction_ack(data)
+        except PlatformAPIError as exc:
+            # Unanswered, Discord shows the user that the interaction failed; the event is still taken.
+            logger.warning("discord bot %s: an interaction could not be answered: %s", self.adapter.bot_id, exc)
+        if update is not None:
+            await self._hand_on(update)
+
+    async def _hand_on(self, update: InboundUpdate) -> None:
+        try:
+            await self.on_update(update)
+        except Exception:
+            logger.exception("discord bot %s: an event could not be accepted", self.adapter.bot_id)
 
 
 DiscordAdapter.connector_class = DiscordConnector

@@ -12,7 +12,9 @@ callbacks" page; at least one is required), optional `api_base_url` (the Open Pl
 `bot/v3/info`).
 
 In one-to-one chats the bot answers everything; in groups a message that mentions it, and it answers as a
-reply to that message (in its topic thread when the message is in one).
+reply to that message (in its topic thread when the message is in one). Member, bot-added, reaction and
+recall events and card callbacks (`card.action.trigger`, answered at once with the optional `card_toast`)
+are events of their own (docs/platform-events.md).
 
 The SDK is imported on first use: importing lark-oapi takes seconds, and most processes never need it.
 """
@@ -49,6 +51,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -96,6 +99,22 @@ def _card(text: str) -> str:
     )
 
 
+MEMBER_ADDED = "im.chat.member.user.added_v1"
+MEMBER_DELETED = "im.chat.member.user.deleted_v1"
+BOT_ADDED = "im.chat.member.bot.added_v1"
+REACTION_CREATED = "im.message.reaction.created_v1"
+REACTION_DELETED = "im.message.reaction.deleted_v1"
+RECALLED = "im.message.recalled_v1"
+CARD_ACTION = "card.action.trigger"
+
+
+def _open_id(ids: Any) -> str:
+    """A user's open_id (else user_id, union_id) from the platform's id object."""
+    if not isinstance(ids, dict):
+        return ""
+    return str(ids.get("open_id") or ids.get("user_id") or ids.get("union_id") or "")
+
+
 class LarkAdapter(PlatformAdapter):
     platform: ClassVar[str] = "lark"
     # A card's request body may not exceed 30 KB; 4,000 characters stay under it even with every character
@@ -110,6 +129,15 @@ class LarkAdapter(PlatformAdapter):
         max_message_chars=4000,
         edit_interval_seconds=0.5,
         max_file_bytes=30 * 1024 * 1024,
+        event_types=(
+            "member.joined",
+            "member.left",
+            "reaction.added",
+            "reaction.removed",
+            "message.recalled",
+            "card.clicked",
+            "bot.added",
+        ),
     )
     credential_keys: ClassVar[tuple[str, ...]] = (
         "app_id",
@@ -118,6 +146,7 @@ class LarkAdapter(PlatformAdapter):
         "encrypt_key",
         "api_base_url",
         "bot_open_id",
+        "card_toast",
     )
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
         CredentialField(
@@ -157,6 +186,11 @@ class LarkAdapter(PlatformAdapter):
         CredentialField(
             "api_base_url",
             help="Optional: the Open Platform's origin (default Feishu's; https://open.larksuite.com for Lark).",
+        ),
+        CredentialField(
+            "card_toast",
+            help="Optional: the toast a user sees when they click a button in one of the bot's cards (the "
+            "click itself goes to the bindings as card.clicked); empty shows none.",
         ),
     )
     # Events are taken only when one of these proves them (`verify`): a bot with neither is refused on save.
@@ -252,7 +286,13 @@ class LarkAdapter(PlatformAdapter):
         if payload.get("schema") != "2.0" or not isinstance(header, dict) or not isinstance(event, dict):
             raise InboundRefusedError("malformed", "not a Lark event of subscription schema 2.0", status=400)
         if header.get("event_type") != "im.message.receive_v1":
-            return InboundBatch()  # other subscriptions (read receipts, chat changes): acknowledged
+            if not header.get("event_id"):
+                raise InboundRefusedError("malformed", "a Lark event without its event_id", status=400)
+            # Other subscriptions: the events beyond messages (docs/platform-events.md), anything else
+            # (read receipts, chat changes) acknowledged.
+            envelopes = self._events(header, event)
+            response = self._card_answer() if header.get("event_type") == CARD_ACTION else None
+            return InboundBatch(updates=[InboundUpdate(envelope=e) for e in envelopes], response=response)
         message = event.get("message")
         sender = event.get("sender")
         if not isinstance(message, dict) or not isinstance(sender, dict) or not header.get("event_id"):
@@ -267,6 +307,103 @@ class LarkAdapter(PlatformAdapter):
         return InboundBatch(
             updates=[InboundUpdate(envelope=self._envelope(header, sender, message, text), files=files)]
         )
+
+    def _card_answer(self) -> dict[str, Any]:
+        """The answer to a card callback, which the platform wants within 3 seconds (the webhook answers
+        before any run starts): the bot's `card_toast` as a toast when it has one, else nothing to show."""
+        toast = str(self.credentials.get("card_toast") or "")
+        return {"toast": {"type": "info", "content": toast}} if toast else {}
+
+    def _events(self, header: dict[str, Any], event: dict[str, Any]) -> list[dict[str, Any]]:
+        kind = str(header.get("event_type") or "")
+        event_id = f"lark:{self.bot_id}:{header['event_id']}"
+        raw = {"schema": "2.0", "header": {k: v for k, v in header.items() if k != "token"}, "event": event}
+        try:
+            event_time: float | None = int(str(header.get("create_time"))) / 1000
+        except ValueError:
+            event_time = None
+        common: dict[str, Any] = {"source_event_type": kind, "raw": raw, "event_time": event_time}
+        chat_id = str(event.get("chat_id") or "") or None
+        operator = _open_id(event.get("operator_id"))
+        if kind in (MEMBER_ADDED, MEMBER_DELETED) and chat_id:
+            users = [u for u in event.get("users") or () if isinstance(u, dict) and _open_id(u.get("user_id"))]
+            return [
+                platform_event_envelope(
+                    event_id=f"{event_id}:{_open_id(user.get('user_id'))}" if len(users) > 1 else event_id,
+                    event_type="member.joined" if kind == MEMBER_ADDED else "member.left",
+                    chat_id=chat_id,
+                    chat_type="group",
+                    actor_id=_open_id(user.get("user_id")),
+                    actor_name=user.get("name"),
+                    extra={"operator_id": operator} if operator and operator != _open_id(user.get("user_id")) else None,
+                    **common,
+                )
+                for user in users
+            ]
+        if kind == BOT_ADDED and chat_id:
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="bot.added",
+                    chat_id=chat_id,
+                    chat_type="group",
+                    actor_id=operator or None,
+                    **common,
+                )
+            ]
+        if kind in (REACTION_CREATED, REACTION_DELETED):
+            message_id = str(event.get("message_id") or "")
+            user = _open_id(event.get("user_id"))
+            if not message_id or event.get("operator_type") not in (None, "user") or not user:
+                return []  # an app's reaction (this bot's own included)
+            emoji = event.get("reaction_type") or {}
+            # The reaction events do not name the chat: an answer goes as a reply to the message.
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="reaction.added" if kind == REACTION_CREATED else "reaction.removed",
+                    chat_id=None,
+                    chat_type=None,
+                    actor_id=user,
+                    target_message_id=message_id,
+                    reaction=str(emoji.get("emoji_type") or "") if isinstance(emoji, dict) else "",
+                    reply_target=ReplyTarget(chat_id=message_id, reply_to_message_id=message_id),
+                    **common,
+                )
+            ]
+        if kind == RECALLED and chat_id:
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="message.recalled",
+                    chat_id=chat_id,
+                    chat_type=None,
+                    target_message_id=str(event.get("message_id") or "") or None,
+                    extra={"recall_type": str(event.get("recall_type") or "")},
+                    **common,
+                )
+            ]
+        if kind == CARD_ACTION:
+            context = event.get("context") or {}
+            chat = str(context.get("open_chat_id") or "")
+            clicked = str(context.get("open_message_id") or "") or None
+            clicker = _open_id(event.get("operator"))
+            action = event.get("action") or {}
+            if not chat:
+                return []  # a card outside a chat (a link preview): no chat to answer in
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="card.clicked",
+                    chat_id=chat,
+                    chat_type=None,
+                    actor_id=clicker or None,
+                    target_message_id=clicked,
+                    action={k: action.get(k) for k in ("value", "tag", "name", "option", "form_value") if k in action},
+                    **common,
+                )
+            ]
+        return []
 
     def _mentioned(self, message: dict[str, Any]) -> bool:
         mentions = [m for m in message.get("mentions") or () if isinstance(m, dict)]

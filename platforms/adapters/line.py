@@ -10,8 +10,9 @@ Messaging API channel: Basic settings → Channel secret; Messaging API → Chan
 optional `api_base_url` (one origin for both API hosts, for a proxy or a test).
 
 Text, image, video, audio and file messages become events; in a group or room a message says whether it
-mentions the bot (`data.mentioned`, for the binding's group rules). Follow, unfollow, join, leave and the
-other events are acknowledged. LINE messages cannot be edited, and a bot's images go out only as public
+mentions the bot (`data.mentioned`, for the binding's group rules). Follow / unfollow, join, memberJoined /
+memberLeft, postback and unsend are events of their own (docs/platform-events.md); leave, beacons and the
+rest are acknowledged. LINE messages cannot be edited, and a bot's images go out only as public
 HTTPS URLs, so a run's files are not sent.
 """
 
@@ -43,6 +44,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -68,6 +70,7 @@ class LineAdapter(PlatformAdapter):
         threads=False,
         max_message_chars=5000,
         edit_interval_seconds=0.5,
+        event_types=("member.joined", "member.left", "message.recalled", "card.clicked", "bot.added"),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("channel_secret", "channel_access_token", "api_base_url")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
@@ -120,15 +123,92 @@ class LineAdapter(PlatformAdapter):
             if not isinstance(events, list):
                 raise TypeError("events")
             for event in events:
-                update = self._update(event, destination=str(body.get("destination") or ""))
-                if update is not None:
-                    updates.append(update)
+                updates.extend(self._updates(event, destination=str(body.get("destination") or "")))
         # An empty `events` list is the console's "Verify" button: answered 200 like any other.
         return InboundBatch(updates=updates)
 
+    def _updates(self, event: dict[str, Any], *, destination: str) -> list[InboundUpdate]:
+        if event.get("type") != "message":
+            if event.get("mode", "active") != "active":
+                return []
+            return [InboundUpdate(envelope=e) for e in self._events(event)]
+        update = self._update(event, destination=destination)
+        return [update] if update is not None else []
+
+    def _events(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events beyond messages (docs/platform-events.md): follow / unfollow (a user befriending or
+        blocking the bot) → member.joined / member.left in the one-to-one chat, join → bot.added,
+        memberJoined / memberLeft → one member event per member, postback → card.clicked (its `data` in
+        `data.action`), unsend → message.recalled. A reply token comes with those that have one."""
+        kind = str(event.get("type") or "")
+        source = event.get("source") or {}
+        source_type = str(source.get("type") or "user")
+        user = str(source.get("userId") or "")
+        chat = str(source.get("groupId") or source.get("roomId") or user)
+        if not chat:
+            return []
+        delivery = str(event.get("webhookEventId") or "")
+        if not delivery:
+            raise ValueError("no webhookEventId")
+        timestamp = event.get("timestamp")
+        event_time = float(timestamp) / 1000 if isinstance(timestamp, int | float) else time.time()
+        reply_token = str(event.get("replyToken") or "")
+        target = ReplyTarget(
+            chat_id=chat,
+            extra={"reply_token": reply_token, "reply_until": event_time + REPLY_TOKEN_SECONDS} if reply_token else {},
+        )
+        common: dict[str, Any] = {
+            "source_event_type": kind,
+            "chat_id": chat,
+            "chat_type": "group" if source_type in GROUP_SOURCES else "private",
+            "reply_target": target,
+            "raw": event,
+            "event_time": event_time,
+        }
+        event_id = f"line:{self.bot_id}:{delivery}"
+        simple = {"follow": "member.joined", "unfollow": "member.left", "join": "bot.added"}
+        if kind in simple:
+            return [
+                platform_event_envelope(event_id=event_id, event_type=simple[kind], actor_id=user or None, **common)
+            ]
+        if kind in ("memberJoined", "memberLeft"):
+            members = (event.get("joined" if kind == "memberJoined" else "left") or {}).get("members") or []
+            ids = [str(m.get("userId")) for m in members if isinstance(m, dict) and m.get("userId")]
+            return [
+                platform_event_envelope(
+                    event_id=f"{event_id}:{member}" if len(ids) > 1 else event_id,
+                    event_type="member.joined" if kind == "memberJoined" else "member.left",
+                    actor_id=member,
+                    **common,
+                )
+                for member in ids
+            ]
+        if kind == "postback":
+            postback = event.get("postback") or {}
+            action: Any = str(postback.get("data") or "")
+            if postback.get("params"):
+                action = {"data": action, "params": postback["params"]}
+            return [
+                platform_event_envelope(
+                    event_id=event_id, event_type="card.clicked", actor_id=user or None, action=action, **common
+                )
+            ]
+        if kind == "unsend":
+            message_id = str((event.get("unsend") or {}).get("messageId") or "")
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="message.recalled",
+                    actor_id=user or None,
+                    target_message_id=message_id or None,
+                    **common,
+                )
+            ]
+        return []
+
     def _update(self, event: dict[str, Any], *, destination: str) -> InboundUpdate | None:
-        if event.get("type") != "message" or event.get("mode", "active") != "active":
-            return None  # follow, unfollow, join, leave, postbacks...; a standby channel does not answer
+        if event.get("mode", "active") != "active":
+            return None  # a standby channel does not answer
         message = event["message"]
         source = event.get("source") or {}
         kind = str(message.get("type") or "")

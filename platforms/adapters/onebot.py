@@ -15,6 +15,8 @@ with the access token, as NapCat signs with its one token), `api_base_url` (opti
 HTTP API, e.g. `http://127.0.0.1:3000`). The bot's `platform` is `qq`.
 
 Private messages are answered; in groups, the messages that @ the bot (answered as a reply to them).
+Notices of members joining and leaving, the bot joining a group, recalls and NapCat's emoji reactions are
+events of their own (docs/platform-events.md).
 Segments read: text, at, image (fetched lazily from its `url`), reply; others are left out of the text.
 OneBot cannot edit a sent message, so replies are sent once, whole (the host's delivery does not stream to
 platforms without edits).
@@ -55,6 +57,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -98,6 +101,14 @@ class OneBotAdapter(PlatformAdapter):
         max_message_chars=4000,
         edit_interval_seconds=1.0,
         max_file_bytes=30 * 1024 * 1024,
+        event_types=(
+            "member.joined",
+            "member.left",
+            "reaction.added",
+            "reaction.removed",
+            "message.recalled",
+            "bot.added",
+        ),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("access_token", "secret", "api_base_url")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
@@ -161,6 +172,9 @@ class OneBotAdapter(PlatformAdapter):
 
     def event_update(self, event: dict[str, Any]) -> InboundUpdate | None:
         """The update of a OneBot message event, or None for other events and messages not for the bot."""
+        if event.get("post_type") == "notice":
+            envelope = self._notice(event)
+            return InboundUpdate(envelope=envelope) if envelope else None
         if event.get("post_type") != "message" or event.get("message_type") not in ("private", "group"):
             return None
         self_id = str(event.get("self_id") or "")
@@ -227,6 +241,68 @@ class OneBotAdapter(PlatformAdapter):
             },
             files=files,
         )
+
+    def _notice(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        """A notice that is an event beyond messages (docs/platform-events.md): group_increase /
+        group_decrease (the bot itself joining is `bot.added`), group_recall / friend_recall, and NapCat's
+        group_msg_emoji_like. OneBot names no delivery, so the event id is made of what the notice says
+        (redelivered, it says the same)."""
+        kind = str(event.get("notice_type") or "")
+        self_id = str(event.get("self_id") or "")
+        user = str(event.get("user_id") or "")
+        group = str(event.get("group_id") or "")
+        operator = str(event.get("operator_id") or "")
+        message_id = str(event.get("message_id") or "")
+        chat_id, chat_type = (f"group:{group}", "group") if group else (f"private:{user}", "private")
+        event_id = ":".join(
+            ("onebot", self.bot_id, self_id, kind, str(event.get("sub_type") or ""), group, user, message_id,
+             str(event.get("time") or ""))
+        )  # fmt: skip
+        common: dict[str, Any] = {
+            "source_event_type": f"notice.{kind}",
+            "raw": event,
+            "event_time": float(event.get("time") or time.time()),
+        }
+        if not user or (not group and kind != "friend_recall"):
+            return None
+        if kind == "group_increase":
+            if user == self_id:
+                return platform_event_envelope(
+                    event_id=event_id, event_type="bot.added", chat_id=chat_id, chat_type=chat_type,
+                    actor_id=operator or None, **common,
+                )  # fmt: skip
+            return platform_event_envelope(
+                event_id=event_id, event_type="member.joined", chat_id=chat_id, chat_type=chat_type, actor_id=user,
+                extra={"operator_id": operator} if operator and operator != user else None, **common,
+            )  # fmt: skip
+        if kind == "group_decrease":
+            if user == self_id or event.get("sub_type") == "kick_me":
+                return None  # the bot was removed: nothing to say to a group it is no longer in
+            return platform_event_envelope(
+                event_id=event_id, event_type="member.left", chat_id=chat_id, chat_type=chat_type, actor_id=user,
+                extra={"operator_id": operator, "how": str(event.get("sub_type") or "")} if operator else None,
+                **common,
+            )  # fmt: skip
+        if kind in ("group_recall", "friend_recall"):
+            if user == self_id:
+                return None
+            return platform_event_envelope(
+                event_id=event_id, event_type="message.recalled", chat_id=chat_id, chat_type=chat_type,
+                actor_id=operator or user, target_message_id=message_id or None,
+                extra={"author_id": user}, **common,
+            )  # fmt: skip
+        if kind == "group_msg_emoji_like":
+            if user == self_id or not message_id:
+                return None
+            likes = [str(like.get("emoji_id")) for like in event.get("likes") or () if isinstance(like, dict)]
+            # NapCat says `is_add: false` for a reaction taken back; older versions only report additions.
+            added = event.get("is_add") is not False
+            return platform_event_envelope(
+                event_id=event_id, event_type="reaction.added" if added else "reaction.removed", chat_id=chat_id,
+                chat_type=chat_type, actor_id=user, target_message_id=message_id, reaction=",".join(likes),
+                **common,
+            )  # fmt: skip
+        return None
 
     async def fetch_file(self, ref: PlatformFileRef) -> FetchedFile:
         url = str(ref.ref.get("url") or "")

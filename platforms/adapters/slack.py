@@ -6,20 +6,25 @@ request is refused), optional `api_base_url` (the Web API's base, default `https
 or Slack's GovSlack host).
 
 The bot answers direct messages, and in channels the messages that mention it (`app_mention`); there it
-answers in the thread of the message that asked. Its own messages and other bots' are ignored, so it never
+answers in the thread of the message that asked; with `thread_follow_ups` on, a later reply in a thread it
+answered in is answered without a mention. Member joins and leaves, reactions, edits, deletions, the bot
+joining a channel and `block_actions` (interactivity requests, form-encoded, to the same URL) are events of
+their own (docs/platform-events.md). Its own messages and other bots' are ignored, so it never
 answers itself. Slack redelivers an event it did not see acknowledged within 3 s (`X-Slack-Retry-Num`);
 the event's `event_id` makes a redelivery the same gateway event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 import httpx
+from django.core.cache import cache
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
@@ -41,6 +46,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -50,6 +56,22 @@ REPLAY_WINDOW_SECONDS = 5 * 60
 # Message subtypes that are still a person writing (a message with files arrives as `file_share`).
 USER_SUBTYPES = frozenset({"file_share", "thread_broadcast"})
 FILE_DOWNLOAD_TIMEOUT = 60.0
+# How long a thread the bot answered in stays one whose follow-ups it answers without a mention.
+THREAD_FOLLOW_SECONDS = 7 * 24 * 3600
+
+
+def thread_key(bot_id: str, channel: str, thread_ts: str) -> str:
+    """The cache key marking a thread the bot wrote in (shared by the web and worker processes)."""
+    return f"platforms:slack:thread:{bot_id}:{channel}:{thread_ts}"
+
+
+# A conversation's kind from its id's first letter, for events that do not say (reactions): C public
+# channel, G private channel or group DM, D direct message.
+_CHANNEL_TYPES = {"C": "channel", "G": "group", "D": "im"}
+
+
+def _chat_type_of(channel: str) -> str:
+    return _CHANNEL_TYPES.get(channel[:1], "channel")
 
 
 def _file_kind(mime_type: str) -> str:
@@ -70,8 +92,23 @@ class SlackAdapter(PlatformAdapter):
         max_message_chars=4000,
         edit_interval_seconds=1.0,
         max_file_bytes=1024 * 1024 * 1024,
+        event_types=(
+            "member.joined",
+            "member.left",
+            "reaction.added",
+            "reaction.removed",
+            "message.recalled",
+            "message.edited",
+            "card.clicked",
+            "bot.added",
+        ),
     )
-    credential_keys: ClassVar[tuple[str, ...]] = ("bot_token", "signing_secret", "api_base_url")
+    credential_keys: ClassVar[tuple[str, ...]] = (
+        "bot_token",
+        "signing_secret",
+        "api_base_url",
+        "thread_follow_ups",
+    )
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
         CredentialField(
             "bot_token",
@@ -91,6 +128,12 @@ class SlackAdapter(PlatformAdapter):
             link="https://api.slack.com/apps",
         ),
         CredentialField("api_base_url", help="Optional: the Web API's origin (default https://slack.com/api)."),
+        CredentialField(
+            "thread_follow_ups",
+            types=("boolean",),
+            help="Optional (default off): in a channel thread the bot has answered in, a reply without a "
+            "mention is taken as addressed to the bot. Needs the message.channels / message.groups events.",
+        ),
     )
 
     _client: AsyncWebClient | None = None
@@ -135,9 +178,53 @@ class SlackAdapter(PlatformAdapter):
             raise InboundRefusedError("forged", "the Slack signature does not match", status=401)
 
     def parse(self, request: InboundRequest) -> InboundBatch:
+        if request.body.startswith(b"payload="):
+            # An interactivity request (a button in a message): form-encoded, its JSON in `payload`.
+            try:
+                form = parse_qs(request.body.decode("utf-8"), strict_parsing=True)
+            except (UnicodeDecodeError, ValueError):
+                raise InboundRefusedError("malformed", "not a Slack interaction: bad form", status=400) from None
+            interaction = inbound_json_object((form.get("payload") or [""])[0], what="not a Slack interaction")
+            with malformed_unless_shaped("not a Slack interaction"):
+                return self._interaction(interaction)
         payload = inbound_json_object(request.body, what="not a Slack Events API request")
         with malformed_unless_shaped("not a Slack Events API request"):
             return self._batch(payload)
+
+    def _interaction(self, payload: dict[str, Any]) -> InboundBatch:
+        """`block_actions` (a button or menu in a message the bot sent) → `card.clicked`, one per action."""
+        if payload.get("type") != "block_actions":
+            return InboundBatch()  # shortcuts, modals: not handled, acknowledged
+        user = payload.get("user") or {}
+        container = payload.get("container") or {}
+        channel = str((payload.get("channel") or {}).get("id") or container.get("channel_id") or "")
+        if not channel:
+            return InboundBatch()  # an action in a modal or on the app's home tab: no chat to answer in
+        message = payload.get("message") or {}
+        message_ts = str(container.get("message_ts") or message.get("ts") or "")
+        thread = message.get("thread_ts") or None
+        updates = []
+        for index, action in enumerate(payload.get("actions") or ()):
+            value = action.get("value")
+            if value is None:
+                selected = action.get("selected_option") or {}
+                value = selected.get("value") if isinstance(selected, dict) else None
+            delivery = str(payload.get("trigger_id") or action.get("action_ts") or "")
+            envelope = platform_event_envelope(
+                event_id=f"slack:{self.bot_id}:{delivery}:{index}",
+                event_type="card.clicked",
+                source_event_type="block_actions",
+                chat_id=channel,
+                chat_type=_chat_type_of(channel),
+                actor_id=str(user.get("id") or "") or None,
+                actor_name=user.get("name") or user.get("username"),
+                target_message_id=message_ts or None,
+                action={"action_id": action.get("action_id"), "block_id": action.get("block_id"), "value": value},
+                thread_id=str(thread) if thread else None,
+                raw={k: v for k, v in payload.items() if k not in ("token", "response_url")},
+            )
+            updates.append(InboundUpdate(envelope=envelope))
+        return InboundBatch(updates=updates)
 
     def _batch(self, payload: dict[str, Any]) -> InboundBatch:
         kind = payload.get("type")
@@ -149,6 +236,9 @@ class SlackAdapter(PlatformAdapter):
         event_id = payload.get("event_id")
         if not isinstance(event, dict) or not isinstance(event_id, str) or not event_id:
             raise InboundRefusedError("malformed", "an event_callback without an event", status=400)
+        other = self._event(payload, event)
+        if other is not None:
+            return InboundBatch(updates=[InboundUpdate(envelope=other)] if other else [])
         if not self._addressed(payload, event):
             return InboundBatch()
         text = self._text(payload, event)
@@ -164,13 +254,101 @@ class SlackAdapter(PlatformAdapter):
                 return str(authorization["user_id"])
         return ""
 
+    def _event(self, payload: dict[str, Any], event: dict[str, Any]) -> dict[str, Any] | None:
+        """The envelope of an event beyond messages (docs/platform-events.md); `{}` for one of those kinds
+        that is not ours to deliver (the bot's own edits); None for a message or anything else."""
+        kind = event.get("type")
+        subtype = event.get("subtype")
+        bot_user = self._bot_user_id(payload)
+        event_id = f"slack:{self.bot_id}:{payload['event_id']}"
+        raw = {k: v for k, v in payload.items() if k != "token"}
+        event_time = float(payload.get("event_time") or time.time())
+        common: dict[str, Any] = {"event_id": event_id, "source_event_type": str(subtype or kind), "raw": raw}
+        if kind in ("member_joined_channel", "member_left_channel"):
+            channel, user = str(event.get("channel") or ""), str(event.get("user") or "")
+            if not channel or not user:
+                return {}
+            chat_type = _CHANNEL_TYPES.get(str(event.get("channel_type") or "C"), "channel")
+            if kind == "member_joined_channel" and user == bot_user:
+                inviter = str(event.get("inviter") or "") or None
+                return platform_event_envelope(
+                    event_type="bot.added", chat_id=channel, chat_type=chat_type, actor_id=inviter,
+                    event_time=event_time, **common,
+                )  # fmt: skip
+            if user == bot_user:
+                return {}  # the bot left: nothing to say to the channel
+            inviter = str(event.get("inviter") or "")
+            return platform_event_envelope(
+                event_type="member.joined" if kind == "member_joined_channel" else "member.left",
+                chat_id=channel, chat_type=chat_type, actor_id=user,
+                extra={"operator_id": inviter} if inviter else None, event_time=event_time, **common,
+            )  # fmt: skip
+        if kind in ("reaction_added", "reaction_removed"):
+            item = event.get("item") or {}
+            user = str(event.get("user") or "")
+            if item.get("type") != "message" or not item.get("channel") or not user or user == bot_user:
+                return {}
+            return platform_event_envelope(
+                event_type="reaction.added" if kind == "reaction_added" else "reaction.removed",
+                chat_id=str(item["channel"]), chat_type=_chat_type_of(str(item["channel"])), actor_id=user,
+                target_message_id=str(item.get("ts") or "") or None, reaction=str(event.get("reaction") or ""),
+                extra={"item_user": str(event["item_user"])} if event.get("item_user") else None,
+                event_time=event_time, **common,
+            )  # fmt: skip
+        if kind == "message" and subtype == "message_changed":
+            new = event.get("message") or {}
+            user = str(new.get("user") or "")
+            channel = str(event.get("channel") or "")
+            if new.get("bot_id") or not user or user == bot_user or not channel:
+                return {}
+            previous = event.get("previous_message") or {}
+            if previous.get("text") == new.get("text"):
+                return {}  # an unfurl or a reply count changed, not the text
+            text = self._text(payload, new)
+            if not text:
+                return {}
+            in_channel = event.get("channel_type") != "im"
+            thread = new.get("thread_ts") or (new.get("ts") if in_channel else None)
+            mentioned = not in_channel or (bool(bot_user) and f"<@{bot_user}>" in str(new.get("text") or ""))
+            return platform_event_envelope(
+                event_type="message.edited", chat_id=channel, chat_type=str(event.get("channel_type") or "channel"),
+                actor_id=user, target_message_id=str(new.get("ts") or "") or None, text=text,
+                thread_id=str(thread) if thread else None, extra={"mentioned": mentioned},
+                event_time=event_time, **common,
+            )  # fmt: skip
+        if kind == "message" and subtype == "message_deleted":
+            previous = event.get("previous_message") or {}
+            channel = str(event.get("channel") or "")
+            if previous.get("bot_id") or previous.get("user") == bot_user or not channel:
+                return {}
+            return platform_event_envelope(
+                event_type="message.recalled", chat_id=channel, chat_type=str(event.get("channel_type") or "channel"),
+                actor_id=str(previous.get("user") or "") or None,
+                target_message_id=str(event.get("deleted_ts") or previous.get("ts") or "") or None,
+                event_time=event_time, **common,
+            )  # fmt: skip
+        return None
+
+    def _thread_follow_up(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
+        """A channel message in a thread the bot has written in, without a mention (a mention arrives as
+        `app_mention` too), when the bot's `thread_follow_ups` credential is on."""
+        if self.credentials.get("thread_follow_ups") is not True:
+            return False
+        thread, channel = event.get("thread_ts"), event.get("channel")
+        if event.get("type") != "message" or not thread or event.get("channel_type") == "im":
+            return False
+        bot_user = self._bot_user_id(payload)
+        if bot_user and f"<@{bot_user}>" in str(event.get("text") or ""):
+            return False
+        return bool(cache.get(thread_key(self.bot_id, str(channel), str(thread))))
+
     def _addressed(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
         if event.get("bot_id") or event.get("subtype") not in (None, *USER_SUBTYPES):
             return False  # bots (this one included), edits, deletions, joins
         user = event.get("user")
         if not user or user == self._bot_user_id(payload) or not event.get("channel"):
             return False
-        if event.get("type") == "app_mention":
+        if event.get("type") == "app_mention" or self._thread_follow_up(payload, event):
             return True
         # A plain message in a channel also arrives as an app_mention when it mentions the bot; answering
         # it here too would answer twice.
@@ -312,7 +490,17 @@ class SlackAdapter(PlatformAdapter):
             thread_ts=target.thread_id,
             unfurl_links=False,
         )
+        if target.thread_id:
+            await self._thread_mark(target)
         return SentMessage(chat_id=str(sent.get("channel") or target.chat_id), message_id=str(sent.get("ts")))
+
+    async def _thread_mark(self, target: ReplyTarget) -> None:
+        """Remember that the bot answered in this thread (for `thread_follow_ups`); a cache outage only
+        loses follow-ups, never the reply."""
+        if self.credentials.get("thread_follow_ups") is not True or not target.thread_id:
+            return
+        with contextlib.suppress(Exception):
+            await cache.aset(thread_key(self.bot_id, target.chat_id, target.thread_id), 1, THREAD_FOLLOW_SECONDS)
 
     async def edit_text(self, message: SentMessage, text: str) -> None:
         await self._call("chat_update", channel=message.chat_id, ts=message.message_id, text=_escape(text))

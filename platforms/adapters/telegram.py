@@ -40,6 +40,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -49,6 +50,22 @@ POOL_SIZE = 32
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 GROUP_CHATS = frozenset({"group", "supergroup"})
 GROUP_WRITE_INTERVAL_SECONDS = 3.0
+# What the webhook asks Telegram for: chat_member and message_reaction come only when asked for (and the
+# bot is an administrator of the chat).
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query", "message_reaction", "chat_member", "my_chat_member")
+
+
+# A member's statuses that are not in the chat ("restricted" is in it only while `is_member`).
+_OUTSIDE = frozenset({"left", "kicked"})
+
+
+def _member_in(member: Any) -> bool:
+    return member.status != "restricted" or bool(getattr(member, "is_member", False))
+
+
+def _reaction_name(reaction: Any) -> str:
+    """An emoji as itself; a custom emoji by its id; a paid reaction as `paid`."""
+    return str(getattr(reaction, "emoji", None) or getattr(reaction, "custom_emoji_id", None) or reaction.type)
 
 
 def _retry_seconds(error: RetryAfter) -> float:
@@ -72,6 +89,15 @@ class TelegramAdapter(PlatformAdapter):
         max_message_chars=4096,
         edit_interval_seconds=1.0,
         max_file_bytes=50 * 1024 * 1024,
+        event_types=(
+            "member.joined",
+            "member.left",
+            "reaction.added",
+            "reaction.removed",
+            "message.edited",
+            "card.clicked",
+            "bot.added",
+        ),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("token", "secret_token", "api_base_url", "username")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
@@ -170,9 +196,12 @@ class TelegramAdapter(PlatformAdapter):
         update = Update.de_json(raw, None)
         if update is None:
             raise InboundRefusedError("malformed", "not a Telegram update", status=400)
+        events = self._events(update, raw)
+        if events is not None:
+            return InboundBatch(updates=[InboundUpdate(envelope=e) for e in events])
         message = update.message
         if message is None or message.from_user is None:
-            return InboundBatch()  # edits, channel posts, member updates: not handled yet, acknowledged
+            return InboundBatch()  # channel posts and the like: not handled, acknowledged
         addressed, text, command = self._addressed(message)
         if not addressed:
             return InboundBatch()
@@ -182,6 +211,115 @@ class TelegramAdapter(PlatformAdapter):
         return InboundBatch(
             updates=[InboundUpdate(envelope=self._envelope(update, message, raw, text, command), files=files)]
         )
+
+    def _events(self, update: Update, raw: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The events beyond messages an update carries (docs/platform-events.md), or None when it is no
+        such update. An update Telegram sends for a change that is no event of ours gives an empty list."""
+        event_id = f"telegram:{self.bot_id}:{update.update_id}"
+        if update.edited_message is not None:
+            message = update.edited_message
+            sender = message.from_user
+            addressed, text, _ = self._addressed(message)
+            if sender is None or not text:
+                return []
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="message.edited",
+                    source_event_type="edited_message",
+                    chat_id=str(message.chat.id),
+                    chat_type=message.chat.type,
+                    actor_id=str(sender.id),
+                    actor_name=sender.full_name or sender.username,
+                    target_message_id=str(message.message_id),
+                    text=text,
+                    thread_id=self._thread(message),
+                    extra={"mentioned": addressed},
+                    raw=raw,
+                    event_time=(message.edit_date or message.date).timestamp(),
+                )
+            ]
+        if update.callback_query is not None:
+            query = update.callback_query
+            where = query.message
+            if where is None:
+                return []  # a button of an inline-mode message: no chat to answer in
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type="card.clicked",
+                    source_event_type="callback_query",
+                    chat_id=str(where.chat.id),
+                    chat_type=where.chat.type,
+                    actor_id=str(query.from_user.id),
+                    actor_name=query.from_user.full_name or query.from_user.username,
+                    target_message_id=str(where.message_id),
+                    action=query.data or query.game_short_name or "",
+                    extra={"callback_query_id": query.id},
+                    raw=raw,
+                )
+            ]
+        if update.message_reaction is not None:
+            reacted = update.message_reaction
+            who = reacted.user or reacted.actor_chat
+            who_name = getattr(who, "full_name", None) or getattr(who, "title", None) if who else None
+            old = {_reaction_name(r) for r in reacted.old_reaction}
+            new = {_reaction_name(r) for r in reacted.new_reaction}
+            changes = [("reaction.added", r) for r in sorted(new - old)] + [
+                ("reaction.removed", r) for r in sorted(old - new)
+            ]
+            return [
+                platform_event_envelope(
+                    event_id=f"{event_id}:{kind}:{reaction}",
+                    event_type=kind,
+                    source_event_type="message_reaction",
+                    chat_id=str(reacted.chat.id),
+                    chat_type=reacted.chat.type,
+                    actor_id=str(who.id) if who else None,
+                    actor_name=who_name,
+                    target_message_id=str(reacted.message_id),
+                    reaction=reaction,
+                    raw=raw,
+                    event_time=reacted.date.timestamp(),
+                )
+                for kind, reaction in changes
+                if reaction
+            ]
+        changed = update.chat_member or update.my_chat_member
+        if changed is not None:
+            was = changed.old_chat_member.status in _OUTSIDE or not _member_in(changed.old_chat_member)
+            now = changed.new_chat_member.status not in _OUTSIDE and _member_in(changed.new_chat_member)
+            member = changed.new_chat_member.user
+            if update.my_chat_member is not None:
+                # The bot's own membership: only its arrival is an event; the actor is who added it.
+                if not (was and now):
+                    return []
+                kind, actor = "bot.added", changed.from_user
+            elif was and now:
+                kind, actor = "member.joined", member
+            elif not was and not now:
+                kind, actor = "member.left", member
+            else:
+                return []  # a change of rights, not of membership
+            return [
+                platform_event_envelope(
+                    event_id=event_id,
+                    event_type=kind,
+                    source_event_type="my_chat_member" if update.my_chat_member is not None else "chat_member",
+                    chat_id=str(changed.chat.id),
+                    chat_type=changed.chat.type,
+                    actor_id=str(actor.id),
+                    actor_name=actor.full_name or actor.username,
+                    extra={"operator_id": str(changed.from_user.id)} if changed.from_user.id != actor.id else None,
+                    raw=raw,
+                    event_time=changed.date.timestamp(),
+                )
+            ]
+        return None
+
+    @staticmethod
+    def _thread(message: Message) -> str | None:
+        return str(message.message_thread_id) if message.is_topic_message and message.message_thread_id else None
 
     def _addressed(self, message: Message) -> tuple[bool, str, str | None]:
         """Whether the bot is meant, the text without its @name, and the command (without `/` or @name)."""
@@ -367,7 +505,11 @@ class TelegramAdapter(PlatformAdapter):
         client = self.client()
         me = await self._call(client.get_me)
         await self._call(
-            client.set_webhook, url=url, secret_token=secret, allowed_updates=["message"], drop_pending_updates=False
+            client.set_webhook,
+            url=url,
+            secret_token=secret,
+            allowed_updates=list(ALLOWED_UPDATES),
+            drop_pending_updates=False,
         )
         if me.username:
             self.credentials["username"] = me.username

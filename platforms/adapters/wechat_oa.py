@@ -19,6 +19,9 @@ Configuration), `token` and, for safe mode, `encoding_aes_key` (the same page's 
 the callback URL is pasted), optional `api_base_url` (default `https://api.weixin.qq.com`). WeChat requires
 the calling server's address in the account's IP whitelist before the API answers.
 
+Event pushes: `subscribe` is `member.joined`, `unsubscribe` `member.left`, a menu `CLICK` `card.clicked`
+(docs/platform-events.md); a run answering a subscription greets the follower like a message's reply.
+
 Text and images in (images fetched with `media/get`; a voice message WeChat transcribed comes in as its
 text); follow and other events are acknowledged. Messages cannot be edited.
 """
@@ -55,6 +58,7 @@ from platforms.interface import (
     ReplyTarget,
     SentMessage,
     malformed_unless_shaped,
+    platform_event_envelope,
 )
 
 DEFAULT_API_BASE_URL = "https://api.weixin.qq.com"
@@ -72,6 +76,12 @@ RATE_LIMITED = frozenset({45009, 45047})
 IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif"})
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 SUCCESS = ("success", "text/plain; charset=utf-8")
+
+
+def _event_key(message: ET.Element) -> str:
+    """What names an event push (which has no MsgId): its sender, time and event."""
+    parts = (xml_text(message, "FromUserName"), xml_text(message, "CreateTime"), xml_text(message, "Event"))
+    return ":".join(parts)
 
 
 def _passive_keys(bot_id: str, msg_id: str) -> tuple[str, str]:
@@ -123,6 +133,7 @@ class WeChatOAAdapter(WeChatApiAdapter):
         max_message_chars=2048,
         edit_interval_seconds=1.0,
         max_file_bytes=MAX_IMAGE_BYTES,
+        event_types=("member.joined", "member.left", "card.clicked"),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("app_id", "app_secret", "token", "encoding_aes_key", "api_base_url")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
@@ -258,7 +269,7 @@ class WeChatOAAdapter(WeChatApiAdapter):
         seal = self._sealer(
             request, to_user=xml_text(message, "FromUserName"), from_user=xml_text(message, "ToUserName"), sealed=sealed
         )
-        msg_id = xml_text(message, "MsgId")
+        msg_id = xml_text(message, "MsgId") or _event_key(message)
 
         def reply_wait(started: bool) -> tuple[str, str]:
             return passive_reply_wait(bot_id=self.bot_id, msg_id=msg_id, until=until, started=started, seal=seal)
@@ -283,8 +294,10 @@ class WeChatOAAdapter(WeChatApiAdapter):
 
     def _update(self, message: ET.Element, *, passive_until: float) -> InboundUpdate | None:
         kind = xml_text(message, "MsgType")
-        if kind == "event" or not kind:
-            return None  # follow, unfollow, menu clicks, location reports: acknowledged
+        if kind == "event":
+            return self._event(message, passive_until=passive_until)
+        if not kind:
+            return None
         msg_id = xml_text(message, "MsgId")
         sender = xml_text(message, "FromUserName")
         if not msg_id or not sender:
@@ -324,6 +337,37 @@ class WeChatOAAdapter(WeChatApiAdapter):
             "event_time": event_time,
         }
         return InboundUpdate(envelope=envelope, files=files)
+
+    def _event(self, message: ET.Element, *, passive_until: float) -> InboundUpdate | None:
+        """An event push (docs/platform-events.md): `subscribe` → `member.joined` (a user followed the
+        account: the chat with them begins, and the passive answer may greet them), `unsubscribe` →
+        `member.left`, a menu `CLICK` → `card.clicked` (its EventKey in `data.action`). Location reports,
+        scans and menu links are acknowledged only. Events carry no MsgId: the sender and time name them,
+        as WeChat's own advice on deduplicating events says."""
+        event = xml_text(message, "Event").lower()
+        sender = xml_text(message, "FromUserName")
+        kinds = {"subscribe": "member.joined", "unsubscribe": "member.left", "click": "card.clicked"}
+        if event not in kinds or not sender:
+            return None
+        key = _event_key(message)
+        try:
+            event_time = float(xml_text(message, "CreateTime"))
+        except ValueError:
+            event_time = time.time()
+        action = xml_text(message, "EventKey")
+        envelope = platform_event_envelope(
+            event_id=f"wechat_oa:{self.bot_id}:{key}",
+            event_type=kinds[event],
+            source_event_type=f"event.{event}",
+            chat_id=sender,
+            chat_type="private",
+            actor_id=sender,
+            action=action if event == "click" else None,
+            reply_target=ReplyTarget(chat_id=sender, extra={"msg_id": key, "passive_until": passive_until}),
+            raw={child.tag: (child.text or "") for child in message if len(child) == 0},
+            event_time=event_time,
+        )
+        return InboundUpdate(envelope=envelope)
 
     # -- HTTP (platforms.adapters.wechat_api) ------------------------------------------------------
     def token_params(self) -> dict[str, str]:

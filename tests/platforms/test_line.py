@@ -76,14 +76,22 @@ def post_webhook(bot: Bot, body: bytes, *, signed: str | None = None) -> Any:
 
 
 @pytest.mark.django_db
-def test_the_consoles_verification_and_acknowledged_events_start_nothing(bot, fake_line):
+def test_the_consoles_verification_starts_nothing_and_follow_and_join_are_events_of_their_own(bot, fake_line):
     follow = {"type": "follow", "timestamp": 1, "source": {"type": "user", "userId": "Uada"}, "replyToken": "x",
               "webhookEventId": "01F", "mode": "active"}  # fmt: skip
     join = {**follow, "type": "join", "webhookEventId": "01J", "source": {"type": "group", "groupId": "Cg"}}
+    leave = {**join, "type": "leave", "webhookEventId": "01L"}
 
     assert post_webhook(bot, FakeLine.webhook()).status_code == 200
-    assert post_webhook(bot, FakeLine.webhook(follow, join)).status_code == 200
     assert not EventLog.objects.exists()
+    assert post_webhook(bot, FakeLine.webhook(follow, join, leave)).status_code == 200
+    assert post_webhook(bot, FakeLine.webhook(follow, join, leave)).status_code == 200  # redelivered: once
+
+    events = {e.event_type: e for e in EventLog.objects.all()}
+    assert sorted(events) == ["bot.added", "member.joined"]
+    assert events["member.joined"].actor["actor_id"] == "Uada"
+    assert events["bot.added"].data["chat_id"] == "Cg"
+    assert events["bot.added"].data["reply_target"]["extra"]["reply_token"] == "x"
 
 
 @pytest.mark.django_db

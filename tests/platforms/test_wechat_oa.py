@@ -142,13 +142,23 @@ def test_a_safe_mode_message_is_decrypted(workspace, oa_bot_for, fake_oa):
 
 
 @pytest.mark.django_db
-def test_events_are_acknowledged_and_start_nothing(bot, fake_oa):
+def test_a_subscription_is_a_member_event_and_a_location_report_starts_nothing(bot, fake_oa):
     follow = fake_oa.message_xml(None, msg_type="event", extra={"Event": "subscribe"})
+    location = fake_oa.message_xml(None, msg_type="event", extra={"Event": "LOCATION", "Latitude": "1"})
 
     answer = post_push(bot, follow)
+    again = post_push(bot, follow)  # WeChat retries a push it did not see answered: one event
+    located = post_push(bot, location)
 
+    # No binding answers it here, so the push is answered as WeChat asks for no reply.
     assert (answer.status_code, answer.content) == (200, b"success")
-    assert not EventLog.objects.exists()
+    assert (again.status_code, located.content) == (200, b"success")
+    event = EventLog.objects.get()
+    assert (event.event_type, event.actor["actor_id"], event.data["chat_id"]) == (
+        "member.joined",
+        "oUser-ada",
+        "oUser-ada",
+    )
 
 
 @pytest.mark.django_db
