@@ -26,7 +26,7 @@ FUZZ_FACTOR ?= 10
 FUZZ_TESTS := tests/host/test_api_fuzz.py tests/streaming/test_chat_socket_fuzz.py tests/handlers/test_proxy_fuzz.py
 CELERY_LOGLEVEL ?= INFO
 
-.PHONY: help venv lbp-venv run test fuzz chaos peers lint docs bench web worker migrate static messages clean
+.PHONY: help venv lbp-venv run test fuzz chaos peers bench-peers lint docs bench web worker migrate static messages clean
 
 help:
 	@echo "make run      start Redis (if needed), migrate, seed the demo, runtime + web + worker + beat"
@@ -34,6 +34,7 @@ help:
 	@echo "make fuzz     the fuzz tests randomized and FUZZ_FACTOR (default 10) times longer, before a release"
 	@echo "make chaos    fault tests against real processes (runtime/worker killed, ...), printing a table"
 	@echo "make peers    install real n8n and Langflow under var/peers and run the runners' tests against them (not CI)"
+	@echo "make bench-peers  install LangBot 4.11.2 and the LangGraph dev server under var/peers and print this host's figures beside theirs (not CI)"
 	@echo "make lint     ruff, mypy, import-linter, the plugin import check and the docs build"
 	@echo "make docs     build the runner author's guide (docs/) into var/site, warnings as errors"
 	@echo "make bench    run every benchmark under bench/ and print their tables"
@@ -111,6 +112,28 @@ $(LANGFLOW_STAMP):
 
 peers: venv $(N8N_STAMP) $(LANGFLOW_STAMP)
 	LANGBOT_PEERS=1 $(VENV)/bin/pytest -p no:randomly tests/peers $(PYTEST_ARGS)
+
+# This host beside LangBot's released host and the LangGraph dev server, the same client and load against each
+# (bench/peers; not CI). Each peer in a virtualenv of its own under var/peers, pinned so that figures compare.
+LANGBOT_PEER_VERSION ?= 4.11.2
+LANGGRAPH_CLI_VERSION ?= 0.4.40
+LANGGRAPH_API_VERSION ?= 0.16.7
+LANGBOT_PEER_STAMP := $(PEERS)/langbot-venv/.installed-$(LANGBOT_PEER_VERSION)
+LANGGRAPH_STAMP := $(PEERS)/langgraph-venv/.installed-$(LANGGRAPH_CLI_VERSION)
+
+$(LANGBOT_PEER_STAMP):
+	$(PYTHON) -m venv $(PEERS)/langbot-venv
+	$(PEERS)/langbot-venv/bin/python -m pip install --quiet langbot==$(LANGBOT_PEER_VERSION)
+	touch $@
+
+$(LANGGRAPH_STAMP):
+	$(PYTHON) -m venv $(PEERS)/langgraph-venv
+	$(PEERS)/langgraph-venv/bin/python -m pip install --quiet "langgraph-cli[inmem]==$(LANGGRAPH_CLI_VERSION)" \
+		langgraph-api==$(LANGGRAPH_API_VERSION)
+	touch $@
+
+bench-peers: venv $(LANGBOT_PEER_STAMP) $(LANGGRAPH_STAMP)
+	$(PY) -m bench.peers $(BENCH_PEERS_ARGS)
 
 # Runs every check even when an earlier one fails, so one CI run shows all findings.
 LINT_CHECKS := "$(VENV)/bin/ruff check ." "$(VENV)/bin/mypy ." "$(VENV)/bin/lint-imports" \
