@@ -40,6 +40,7 @@ from bindings.policies import (
     MERGE_WINDOW_DEFAULT,
     WILDCARD,
     DeliveryPolicy,
+    GroupReply,
     NonTextInput,
     ResourcePolicy,
     StatePolicy,
@@ -176,6 +177,27 @@ class LinesField(forms.CharField):
         return value
 
 
+class RateLimitField(forms.CharField):
+    """A rate limit (`bindings.policies.RateLimit`) written as `messages/seconds`, `5/60`; empty for none."""
+
+    _FORM = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*(?:s|seconds?)?\s*")
+
+    def to_python(self, value: Any) -> Any:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return None
+        match = self._FORM.fullmatch(text)
+        if match is None:
+            raise forms.ValidationError(gettext("Write it as messages/seconds, like 5/60."), code="invalid")
+        # Bounds are the policy's (checked with the rest of it), so the form and the API say the same.
+        return {"messages": int(match.group(1)), "seconds": int(match.group(2))}
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return f"{value.get('messages')}/{value.get('seconds')}"
+        return value
+
+
 class SecretInput(forms.PasswordInput):
     """A password input that shows the mask for a stored secret and never a secret itself.
 
@@ -284,9 +306,10 @@ POLICY_CONTROLLED_KEYS: dict[str, tuple[str, ...]] = {
         "history_same_actor",
     ),
     "state_policy": ("enable_state", "state_scopes"),
-    "delivery_policy": ("enable_streaming", "enable_reply", "max_message_size", "non_text_input"),
+    "delivery_policy": ("enable_streaming", "enable_reply", "max_message_size", "non_text_input", "group_reply"),
     "trigger_policy": (
         "chat_types",
+        "group_always",
         "group_mention",
         "group_prefixes",
         "group_patterns",
@@ -297,6 +320,9 @@ POLICY_CONTROLLED_KEYS: dict[str, tuple[str, ...]] = {
         "access_group_chat_ids",
         "access_private_user_ids",
         "access_user_ids",
+        "rate_limit_per_user",
+        "rate_limit_per_chat",
+        "rate_limit_reply",
     ),
 }
 
@@ -453,6 +479,19 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         required=False,
         help_text=_("For a runner that declares it reads text only (multimodal_input: false)."),
     )
+    delivery_policy__group_reply = forms.ChoiceField(
+        label=_("Replies in groups"),
+        choices=[
+            (GroupReply.QUOTE.value, _("quote: reply to the sender's message (a thread on Slack)")),
+            (GroupReply.PLAIN.value, _("plain: a message of its own in the chat")),
+            (GroupReply.MENTION.value, _("mention: a message of its own that @-mentions the sender")),
+        ],
+        required=False,
+        help_text=_(
+            "How a reply in a group chat points at the message it answers; private chats are answered the same "
+            "whatever this says. Where the platform cannot mention the sender, the reply quotes instead."
+        ),
+    )
     delivery_policy__other = _other_keys_field()
     # Trigger filter (bindings.triggers).
     trigger_policy__chat_types = forms.MultipleChoiceField(
@@ -461,6 +500,14 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
         choices=[("private", _("private")), ("group", _("group"))],
         widget=forms.CheckboxSelectMultiple,
         help_text=_("The chats answered; an event naming no group chat type counts as private."),
+    )
+    trigger_policy__group_always = forms.BooleanField(
+        label=_("Group: answer every message"),
+        required=False,
+        help_text=_(
+            "Every group message is answered, addressed to the bot or not (the rules below then only say which "
+            "prefix is removed). Private chats are always answered, unless the access lists say otherwise."
+        ),
     )
     trigger_policy__group_mention = forms.BooleanField(
         label=_("Group: answer when addressed"),
@@ -494,6 +541,29 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
     )
     trigger_policy__access_user_ids = LinesField(
         label=_("Senders"), required=False, help_text=_("User ids, one per line, listed in any chat.")
+    )
+    trigger_policy__rate_limit_per_user = RateLimitField(
+        label=_("Rate limit per sender"),
+        required=False,
+        help_text=_(
+            "At most this many messages of one sender answered per this many seconds, as messages/seconds "
+            "(5/60); empty for no limit. Messages over it start no run."
+        ),
+    )
+    trigger_policy__rate_limit_per_chat = RateLimitField(
+        label=_("Rate limit per chat"),
+        required=False,
+        help_text=_("The same for all the senders of one chat together, as messages/seconds; empty for no limit."),
+    )
+    trigger_policy__rate_limit_reply = forms.CharField(
+        label=_("Rate limit reply"),
+        required=False,
+        max_length=500,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=_(
+            "Sent once per window to a sender or chat over its limit; empty for “You're sending messages too "
+            "quickly; please wait a moment.” in the host's language."
+        ),
     )
     trigger_policy__other = _other_keys_field()
 
@@ -812,6 +882,10 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
     def clean_delivery_policy__non_text_input(self) -> str:
         # A form posted before the control existed leaves it out: the default applies.
         return self.cleaned_data.get("delivery_policy__non_text_input") or NonTextInput.NOTE.value
+
+    def clean_delivery_policy__group_reply(self) -> str:
+        # A form posted before the control existed leaves it out: the default applies.
+        return self.cleaned_data.get("delivery_policy__group_reply") or GroupReply.QUOTE.value
 
     def clean_resource_policy__other(self) -> Any:
         return self._clean_other("resource_policy")
