@@ -10,6 +10,12 @@ EncodingAESKey (AES-256-CBC, IV the key's first 16 bytes, 16 random bytes + 4-by
 corp id, PKCS#7 to 32 bytes), wrapped in `<xml><Encrypt>`, signed with SHA-1 of the sorted token,
 timestamp, nonce and ciphertext in the query (`msg_signature`); and the URL check's `echostr` the same way.
 The encryption is written here from the platform's description, not taken from the adapter.
+
+WeChat Customer Service (微信客服) rides on the same server: `kf_event` builds the sealed `kf_msg_or_event`
+callback with a fresh sync token, `POST /cgi-bin/kf/sync_msg` pages through the customer messages a test
+queued (`kf_message`, `kf_enter_session`) from the given `cursor` (opaque, as WeCom's), and `POST
+/cgi-bin/kf/send_msg` / `send_msg_on_event` record what customers were sent (`kf_sent`), refusing a welcome
+code used twice.
 """
 
 from __future__ import annotations
@@ -88,6 +94,11 @@ class FakeWeCom(FakePlatformServer):
         self.sent: list[Sent] = []
         self.tokens: set[str] = set()
         self.media: dict[str, tuple[str, str, bytes]] = {}  # media id -> (name, type, bytes)
+        self.kf_log: list[dict[str, Any]] = []  # every message and event of the kf accounts, in order
+        self.kf_tokens: set[str] = set()
+        self.kf_sent: list[dict[str, Any]] = []
+        self.welcome_codes: set[str] = set()
+        self.kf_page_size = 1000
         self._ids = itertools.count(1)
 
     # -- what a test sets up ---------------------------------------------------------------------
@@ -141,6 +152,57 @@ class FakeWeCom(FakePlatformServer):
         encrypted = seal(echo.encode())
         return urlencode({**signed_query(encrypted, **sign), "echostr": encrypted})
 
+    def kf_message(
+        self, text: str = "hello", *, customer: str = "wmCustomerA", account: str = "wkAccount1", origin: int = 3
+    ) -> dict[str, Any]:
+        """Queue a message a customer (origin 3) or a human agent (5) wrote to a kf account."""
+        number = next(self._ids)
+        item = {
+            "msgid": f"kfmsg{number:08d}",
+            "open_kfid": account,
+            "external_userid": customer,
+            "send_time": int(time.time()),
+            "origin": origin,
+            "msgtype": "text",
+            "text": {"content": text},
+        }
+        with self.lock:
+            self.kf_log.append(item)
+        return item
+
+    def kf_enter_session(self, *, customer: str = "wmCustomerA", account: str = "wkAccount1") -> str:
+        code = f"welcome-{next(self._ids):06d}"
+        with self.lock:
+            self.welcome_codes.add(code)
+            self.kf_log.append(
+                {
+                    "msgid": f"kfevt{next(self._ids):08d}",
+                    "send_time": int(time.time()),
+                    "origin": 4,
+                    "msgtype": "event",
+                    "event": {
+                        "event_type": "enter_session",
+                        "open_kfid": account,
+                        "external_userid": customer,
+                        "scene": "qrcode",
+                        "welcome_code": code,
+                    },
+                }
+            )
+        return code
+
+    def kf_event(self, *, account: str = "wkAccount1", **sign: Any) -> tuple[bytes, str]:
+        """The sealed `kf_msg_or_event` callback saying new messages wait, with a fresh sync token."""
+        token = f"ENC{next(self._ids):010d}"
+        with self.lock:
+            self.kf_tokens.add(token)
+        plain = (
+            f"<xml><ToUserName><![CDATA[{CORP_ID}]]></ToUserName><CreateTime>{int(time.time())}</CreateTime>"
+            "<MsgType><![CDATA[event]]></MsgType><Event><![CDATA[kf_msg_or_event]]></Event>"
+            f"<Token><![CDATA[{token}]]></Token><OpenKfId><![CDATA[{account}]]></OpenKfId></xml>"
+        )
+        return self.callback(plain, **sign)
+
     # -- what a test reads -----------------------------------------------------------------------
     def calls_of(self, *routes: str) -> list[Call]:
         with self.lock:
@@ -155,6 +217,9 @@ ROUTES = {
     "/cgi-bin/message/send": "message.send",
     "/cgi-bin/media/get": "media.get",
     "/cgi-bin/media/upload": "media.upload",
+    "/cgi-bin/kf/sync_msg": "kf.sync_msg",
+    "/cgi-bin/kf/send_msg": "kf.send_msg",
+    "/cgi-bin/kf/send_msg_on_event": "kf.send_msg_on_event",
 }
 
 
@@ -190,7 +255,7 @@ class WeComHandler(PlatformHandler):
             self.send_json(404, {"errcode": 404, "errmsg": "not found"})
             return
         body: dict[str, Any] = {}
-        if route == "message.send":
+        if route == "message.send" or route.startswith("kf."):
             body = json.loads(raw or b"{}")
         with fake.lock:
             given = query.get("access_token")
@@ -203,6 +268,10 @@ class WeComHandler(PlatformHandler):
             return
         if route == "message.send":
             self._send(body)
+        elif route == "kf.sync_msg":
+            self._kf_sync(body)
+        elif route.startswith("kf.send_msg"):
+            self._kf_send(route, body)
         elif route == "media.get":
             found = fake.media.get(query.get("media_id", ""))
             if found is None:
@@ -257,3 +326,47 @@ class WeComHandler(PlatformHandler):
         with fake.lock:
             fake.sent.append(Sent(str(body["touser"]), kind, content, int(body["agentid"])))
         self._answer({"errcode": 0, "errmsg": "ok", "invaliduser": "", "msgid": f"msgid-{next(fake._ids)}"})
+
+    def _kf_sync(self, body: dict[str, Any]) -> None:
+        fake = self.fake
+        with fake.lock:
+            if body.get("token") not in fake.kf_tokens:
+                self._answer({"errcode": 95007, "errmsg": "invalid msg token"})
+                return
+            cursor = str(body.get("cursor") or "")
+            start = int(cursor.removeprefix("cur")) if cursor.startswith("cur") else 0
+            account = body.get("open_kfid")
+            log = fake.kf_log[start:]
+            page = log[: min(int(body.get("limit") or 1000), fake.kf_page_size)]
+            end = start + len(page)
+            listed = [
+                m for m in page if not account or (m.get("open_kfid") or m.get("event", {}).get("open_kfid")) == account
+            ]
+        self._answer(
+            {
+                "errcode": 0,
+                "errmsg": "ok",
+                "next_cursor": f"cur{end}",
+                "has_more": 1 if end < start + len(log) else 0,
+                "msg_list": listed,
+            }
+        )
+
+    def _kf_send(self, route: str, body: dict[str, Any]) -> None:
+        fake = self.fake
+        kind = str(body.get("msgtype") or "")
+        with fake.lock:
+            if route == "kf.send_msg_on_event":
+                code = str(body.get("code") or "")
+                if code not in fake.welcome_codes:
+                    self._answer({"errcode": 95012, "errmsg": "invalid welcome code"})
+                    return
+                fake.welcome_codes.discard(code)
+            elif not body.get("touser") or not body.get("open_kfid"):
+                self._answer({"errcode": 40003, "errmsg": "invalid touser or open_kfid"})
+                return
+            if not isinstance(body.get(kind), dict):
+                self._answer({"errcode": 40008, "errmsg": "invalid message type"})
+                return
+            fake.kf_sent.append({"route": route, **body})
+        self._answer({"errcode": 0, "errmsg": "ok", "msgid": f"kfsent-{next(fake._ids)}"})
