@@ -21,6 +21,7 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.dingtalk.DingTalkAdapter",
     "platforms.adapters.wecom.WeComAdapter",
     "platforms.adapters.wecom_aibot.WeComAIBotAdapter",
+    "platforms.adapters.wecom_kf.WeComKfAdapter",
     "platforms.adapters.wechat_oa.WeChatOAAdapter",
     "platforms.adapters.line.LineAdapter",
     "platforms.adapters.qq_official.QQOfficialAdapter",
