@@ -16,7 +16,7 @@ message's headers, the dispatch span's id and the time the run was queued; the w
 from there: the queue wait (enqueue → claim), the claim, the run's execution, and below it the runtime round
 trip, each proxy call (model calls with the GenAI attributes and token counts) and the deliveries. A run a
 message did not carry (a retry, a sweeper re-send) still gets its own trace: its spans are rooted at a span
-whose trace id is forced to the run's (`_RunTraceIds`).
+whose trace id is forced to the run's (`_run_trace_ids`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def tracing_configure(*, role: str) -> bool:
             "langbot.process": role,
         }
     )
-    provider = TracerProvider(resource=resource, id_generator=_RunTraceIds())
+    provider = TracerProvider(resource=resource, id_generator=_run_trace_ids())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     _tracer = provider.get_tracer(TRACER_NAME)
@@ -132,20 +132,17 @@ def _instrument_http_clients() -> None:
         instrumentor.instrument()
 
 
-class _RunTraceIds:
-    """The SDK's random ids, except that a root span started while `_forced_trace_id` is set takes that id."""
+def _run_trace_ids() -> Any:
+    """The SDK's random ids, except that a root span started while `_forced_trace_id` is set takes that id (the
+    SDK is imported only when tracing is on, hence the class made here)."""
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-    def __init__(self) -> None:
-        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    class RunTraceIds(RandomIdGenerator):
+        def generate_trace_id(self) -> int:
+            forced = _forced_trace_id.get()
+            return forced if forced is not None else super().generate_trace_id()
 
-        self._random = RandomIdGenerator()
-
-    def generate_span_id(self) -> int:
-        return self._random.generate_span_id()
-
-    def generate_trace_id(self) -> int:
-        forced = _forced_trace_id.get()
-        return forced if forced is not None else self._random.generate_trace_id()
+    return RunTraceIds()
 
 
 # -- the run's trace id -----------------------------------------------------------------------------------

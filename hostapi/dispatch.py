@@ -160,8 +160,9 @@ def proxy_handlers(
                 watch = RunEndWatch(active if action in _CUT_AT_RUN_END else None)
                 traced = proxy_span_start(session.run_id, action.value, **{"langbot.proxy.resource": resource})
                 try:
-                    async with asyncio.timeout(remaining), span_current(traced):
-                        result = await family(call)
+                    async with asyncio.timeout(remaining):
+                        with span_current(traced):
+                            result = await family(call)
                 except TimeoutError:
                     raise AgentAPIException.deadline_exceeded(
                         f"{action.value} did not finish before the run's deadline"

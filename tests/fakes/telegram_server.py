@@ -69,6 +69,7 @@ class FakeTelegram(FakePlatformServer):
         self.files: dict[str, tuple[str, bytes]] = {}  # file_id -> (file_path, bytes)
         self.failures: dict[str, deque[tuple[int, dict[str, Any]]]] = {}
         self.webhook: dict[str, Any] = {}
+        self.traceparents: list[str] = []  # the `traceparent` header of each API call that carried one
         self._ids = itertools.count(100)
         self._updates = itertools.count(500_000)
 
@@ -245,6 +246,8 @@ class TelegramHandler(PlatformHandler):
 
     def do_POST(self) -> None:  # noqa: N802 (http.server names it)
         raw = self.read_body()
+        if traceparent := self.headers.get("traceparent"):
+            self.fake.traceparents.append(traceparent)
         head, _, method = unquote(self.path_only).rpartition("/")
         if head != f"/bot{self.fake.token}":
             self.send_json(401, {"ok": False, "error_code": 401, "description": "Unauthorized"})
