@@ -455,6 +455,11 @@ LOGGING = {
 # (prometheus-client's multiprocess mode), which `/metrics` adds up. prometheus-client reads the variable
 # when it is first imported, so it is exported here, before any metric exists.
 LANGBOT_METRICS_TOKEN = env.str("LANGBOT_METRICS_TOKEN", default="")
+
+# Traces (docs/tracing.md): exported only when the standard OTEL_* variables configure OTLP export, which
+# the OpenTelemetry SDK reads itself. The admin's run page links its trace id through this template, e.g.
+# `http://jaeger:16686/trace/{trace_id}`; empty, it shows the id alone.
+LANGBOT_TRACE_URL_TEMPLATE = env.str("LANGBOT_TRACE_URL_TEMPLATE", default="")
 PROMETHEUS_MULTIPROC_DIR = env.str("PROMETHEUS_MULTIPROC_DIR", default="") or str(VAR_DIR / "metrics")
 os.makedirs(PROMETHEUS_MULTIPROC_DIR, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = PROMETHEUS_MULTIPROC_DIR

@@ -10,6 +10,7 @@ import json
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -22,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from bindings.forms import inline_code_html, manifest_locale
 from bindings.models import RunnerDescriptor
+from foundation.tracing import trace_url
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle.retry import run_attempt
 from runners.lifecycle.services import run_cancel_request
@@ -255,6 +257,7 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     actions = ["cancel_runs"]
     fields = (
         "run_id",
+        "trace_display",
         "workspace",
         "status",
         "status_reason",
@@ -306,6 +309,16 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     def short_id(self, obj: Run) -> SafeString:
         run_id = str(obj.run_id)
         return format_html('<code title="{}">{}</code>', run_id, run_id[:8])
+
+    @admin.display(description=_("trace"))
+    def trace_display(self, obj: Run) -> SafeString:
+        """The run's trace id, linked to the trace UI when `LANGBOT_TRACE_URL_TEMPLATE` names one (docs/tracing.md)."""
+        url = trace_url(settings.LANGBOT_TRACE_URL_TEMPLATE, obj.trace_hex)
+        if not url:
+            return format_html("<code>{}</code>", obj.trace_hex)
+        return format_html(
+            '<a href="{}" target="_blank" rel="noopener noreferrer"><code>{}</code></a>', url, obj.trace_hex
+        )
 
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Run) -> SafeString:
