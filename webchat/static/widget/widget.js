@@ -53,6 +53,11 @@
 
   const host = document.createElement("div");
   host.setAttribute("data-langbot-widget", botId);
+  // The page's own rules may still reach the host element itself (`div { display: none !important }`):
+  // inline !important declarations win over any stylesheet's.
+  for (const [name, value] of [["all", "initial"], ["display", "block"], ["position", "static"]]) {
+    host.style.setProperty(name, value, "important");
+  }
   const root = host.attachShadow({ mode: "open" });
   root.innerHTML = `<style>${CSS}</style>
     <div class="panel" part="panel" hidden role="dialog">
@@ -152,6 +157,7 @@
       el.classList.add("done");
       if (item.run_id) { el.dataset.runId = item.run_id; runs.set(item.run_id, el); }
     }
+    host.dataset.history = "loaded";
     scrollDown();
   }
 
