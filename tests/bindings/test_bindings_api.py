@@ -226,6 +226,7 @@ def test_policies_are_stored_and_returned(api_client, runner):
             "enable_reply": False,
             "max_message_size": 2000,
             "non_text_input": "refuse",
+            "group_reply": "plain",
         },
     }
 
