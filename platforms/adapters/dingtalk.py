@@ -118,6 +118,7 @@ class DingTalkAdapter(PlatformAdapter):
         max_message_chars=5000,
         edit_interval_seconds=3.0,
         max_file_bytes=20 * 1024 * 1024,
+        event_types=("card.clicked",),
     )
     credential_keys: ClassVar[tuple[str, ...]] = (
         "client_id",

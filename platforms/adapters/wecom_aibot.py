@@ -103,6 +103,7 @@ class WeComAIBotAdapter(PlatformAdapter):
         max_message_chars=MAX_STREAM_BYTES,
         edit_interval_seconds=0.5,
         max_file_bytes=20 * 1024 * 1024,
+        event_types=("card.clicked",),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("token", "encoding_aes_key", "bot_id", "api_base_url")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (

@@ -79,6 +79,7 @@ class WeComKfAdapter(WeComAdapter):
         max_message_chars=2048,
         edit_interval_seconds=2.0,
         max_file_bytes=20 * 1024 * 1024,
+        event_types=("member.joined", "message.recalled"),
     )
     credential_keys: ClassVar[tuple[str, ...]] = (
         "corp_id",
