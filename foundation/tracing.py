@@ -47,6 +47,7 @@ _tracer: trace.Tracer = trace.NoOpTracer()
 _run_contexts: dict[str, otel_context.Context] = {}
 # Run id → (traceparent of the dispatch span, enqueue time in ns), while a message is being built.
 _dispatched: dict[str, tuple[str, int]] = {}
+_DISPATCHED_MAX = 10_000
 # What the task thread's current message carried (run id → (parent span id, enqueue time in ns)).
 _carried: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar("langbot_carried", default=None)
 # A trace id the next root span must take (a run whose trace continues in this process without a carried parent).
@@ -169,12 +170,14 @@ def trace_url(template: str, trace_id: str) -> str:
 
 
 @contextlib.contextmanager
-def span(name: str, *, kind: SpanKind = SpanKind.INTERNAL, **attributes: Any) -> Iterator[Span | None]:
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, *, kind: SpanKind = SpanKind.INTERNAL
+) -> Iterator[Span | None]:
     """A span around a block, child of the current one; nothing at all while tracing is off."""
     if not _enabled:
         yield None
         return
-    with _tracer.start_as_current_span(name, kind=kind, attributes=_clean(attributes)) as current:
+    with _tracer.start_as_current_span(name, kind=kind, attributes=_clean(attributes or {})) as current:
         yield current
 
 
@@ -218,8 +221,12 @@ def _clean(attributes: Mapping[str, Any]) -> dict[str, Any]:
 def runs_dispatched(run_ids: list[str]) -> None:
     """Record the dispatch of runs about to be sent to a worker: one `run.dispatch` span each, under the current
     span (the gateway's); its traceparent and the enqueue time wait for the message (`task_headers`)."""
-    if not _enabled:
+    if not _enabled or not trace.get_current_span().get_span_context().is_valid:
+        # Outside a trace (the sweeper re-sending a run) there is no dispatch to show: the worker roots the run's
+        # spans in the run's own trace.
         return
+    if len(_dispatched) > _DISPATCHED_MAX:
+        _dispatched.clear()  # sends that failed never took theirs; the sweeper re-sends those runs untraced
     now = time.time_ns()
     for run_id in run_ids:
         with _tracer.start_as_current_span(
@@ -283,9 +290,10 @@ def run_claimed(
     if not trace_int:
         return None
     parent, enqueued = _parent_of(run_id, trace_id)
-    forced = _forced_trace_id.set(trace_int if not trace.get_current_span(parent).get_span_context().is_valid else None)
+    carried = trace.get_current_span(parent).get_span_context().is_valid
+    forced = _forced_trace_id.set(None if carried else trace_int)
     try:
-        if not trace.get_current_span(parent).get_span_context().is_valid:
+        if not carried:
             # No carried dispatch span: the run's worker spans hang from a root of their own, in the run's trace.
             root = _tracer.start_span(
                 "run", context=parent, attributes={"langbot.run_id": run_id}, start_time=claim_started_ns

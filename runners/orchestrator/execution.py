@@ -265,7 +265,7 @@ class RunExecution:
 
     async def _read(self) -> None:
         try:
-            with span("runtime.run_agent", **{"langbot.run_id": self.run_id, "langbot.runner_id": self.run.runner_id}):
+            with span("runtime.run_agent", {"langbot.run_id": self.run_id, "langbot.runner_id": self.run.runner_id}):
                 async with self.orchestrator.hosts.get(*self.runner_source).run_agent(self.request) as stream:
                     async for item in stream:
                         self.inbox.put_nowait(item)
