@@ -48,7 +48,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import hashlib
 import json
+import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -97,6 +99,8 @@ class PlatformCapabilities:
     event_types: tuple[str, ...] = ()
     """The events beyond `message.received` this adapter delivers (a subset of `PLATFORM_EVENT_TYPES`);
     the README's platform matrix is generated from it."""
+    groups: bool = True
+    """The bot takes messages in group chats (False: one-to-one only, e.g. an Official Account)."""
 
     @property
     def actions(self) -> tuple[str, ...]:
@@ -311,6 +315,10 @@ def platform_event_envelope(
     if reply_target is None and not chat_id:
         raise ValueError("an event needs its chat or a reply target")
     target = reply_target or ReplyTarget(chat_id=str(chat_id), thread_id=thread_id)
+    # An id made of what the event says (an emoji, a timestamp's "+") in the characters event ids allow.
+    event_id = re.sub(r"[^A-Za-z0-9._:@-]", lambda m: f"@{ord(m.group()):x}", event_id)
+    if len(event_id) > 200:
+        event_id = f"{event_id[:130]}:{hashlib.sha256(event_id.encode()).hexdigest()}"
     subject_type = _EVENT_SUBJECTS.get(event_type, "chat")
     subject_id = {"member": actor_id, "chat": chat_id}.get(subject_type, target_message_id)
     data: dict[str, Any] = {
@@ -325,7 +333,7 @@ def platform_event_envelope(
     if raw is not None:
         data["raw"] = raw
     envelope: dict[str, Any] = {
-        "event_id": event_id[:200],
+        "event_id": event_id,
         "event_type": event_type,
         "source_event_type": source_event_type[:100],
         "subject": {"subject_type": subject_type, **({"subject_id": str(subject_id)[:255]} if subject_id else {})},
@@ -433,6 +441,9 @@ class PlatformAdapter(abc.ABC):
     connector_class: ClassVar[type[PlatformConnector] | None] = None
     accepts_get: ClassVar[bool] = False
     """The webhook route takes GET requests too (else it answers them 405)."""
+    connection_kinds: ClassVar[tuple[str, ...]] = ()
+    """How updates reach the host, in words for the README's platform matrix (`platforms.matrix`), e.g.
+    `("gateway WebSocket",)`; empty: "webhook", and "long connection" too when `connector_class` is set."""
 
     def __init__(self, *, bot_id: str, credentials: Mapping[str, Any], allow_private: bool | None = None) -> None:
         self.bot_id = bot_id

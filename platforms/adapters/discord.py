@@ -159,6 +159,7 @@ class DiscordAdapter(PlatformAdapter):
         ),
     )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
+    connection_kinds: ClassVar[tuple[str, ...]] = ("gateway WebSocket (connector process)",)
 
     _http: httpx.AsyncClient | None = None
 

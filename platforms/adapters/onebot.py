@@ -111,6 +111,7 @@ class OneBotAdapter(PlatformAdapter):
         ),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("access_token", "secret", "api_base_url")
+    connection_kinds: ClassVar[tuple[str, ...]] = ("reverse WebSocket", "webhook (HTTP POST)")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
         CredentialField(
             "access_token",

@@ -134,6 +134,7 @@ class WeChatOAAdapter(WeChatApiAdapter):
         edit_interval_seconds=1.0,
         max_file_bytes=MAX_IMAGE_BYTES,
         event_types=("member.joined", "member.left", "card.clicked"),
+        groups=False,
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("app_id", "app_secret", "token", "encoding_aes_key", "api_base_url")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (

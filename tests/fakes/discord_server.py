@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import json
 import re
+import secrets
 import threading
 import time
 from collections import deque
@@ -166,6 +167,43 @@ class FakeDiscord(FakePlatformServer):
     def send_message(self, message: dict[str, Any]) -> None:
         """Dispatch a MESSAGE_CREATE to every connected session."""
         self._broadcast({"t": "MESSAGE_CREATE", "d": message})
+
+    def dispatch(self, kind: str, data: dict[str, Any]) -> None:
+        """Dispatch any event (`MESSAGE_REACTION_ADD`, `INTERACTION_CREATE`, ...) to every session."""
+        self._broadcast({"t": kind, "d": data})
+
+    def slash_command(
+        self, name: str, *options: tuple[str, Any], channel_id: str = "300000000000000001", guild_id: str = ""
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE's `d` for a chat-input (slash) command, as the gateway sends it."""
+        user = {"id": "400000000000000001", "username": "ada", "global_name": "Ada"}
+        interaction: dict[str, Any] = {
+            "id": self.next_id(),
+            "application_id": BOT_USER_ID,
+            "type": 2,
+            # Unique across test runs: the host remembers which interactions it has answered in the cache.
+            "token": f"aW50ZXJhY3Rpb24{secrets.token_hex(8)}tokEN",
+            "version": 1,
+            "channel_id": channel_id,
+            "data": {
+                "id": self.next_id(),
+                "name": name,
+                "type": 1,
+                "options": [{"name": k, "type": 3, "value": v} for k, v in options],
+            },
+        }
+        if guild_id:
+            interaction["guild_id"] = guild_id
+            interaction["member"] = {"user": user, "roles": []}
+        else:
+            interaction["user"] = user
+        return interaction
+
+    def interaction_texts(self, token: str) -> list[str]:
+        """What the bot wrote through an interaction's webhook: the original response first, then the
+        follow-ups."""
+        with self.lock:
+            return [m.content for m in self.sent if m.channel_id == f"interaction:{token}"]
 
     def drop(self) -> None:
         """Close every gateway connection without a close frame (a network failure)."""
@@ -326,4 +364,39 @@ class DiscordHandler(PlatformHandler):
             return 200, {"id": parts[3], "channel_id": parts[1], "content": content}
         if call.method == "PUT" and "reactions" in parts:
             return 204, None
+        if call.method == "POST" and len(parts) == 4 and parts[0] == "interactions" and parts[3] == "callback":
+            return 204, None
+        if parts[0] == "webhooks" and len(parts) >= 3:
+            return self._interaction_webhook(call, parts)
         return 404, {"message": "404: Not Found", "code": 0}
+
+    def _interaction_webhook(self, call: Call, parts: list[str]) -> tuple[int, Any]:
+        """An interaction's webhook: `PATCH …/messages/@original` writes the deferred response (only
+        after the callback deferred it), `POST` adds a follow-up, `PATCH …/messages/<id>` edits either."""
+        fake = self.fake
+        token = parts[2]
+        chat = f"interaction:{token}"
+        content = str(call.body.get("content") or "")
+        with fake.lock:
+            deferred = any(c.route.startswith("POST /interactions/") and token in c.path for c in fake.calls)
+            if not deferred:
+                return 404, {"message": "Unknown interaction", "code": 10062}
+            if call.method == "POST" and len(parts) == 3:
+                message = Message(chat, fake.next_id(), content)
+                fake.sent.append(message)
+                return 200, {"id": message.message_id, "channel_id": chat, "content": content}
+            if call.method != "PATCH" or len(parts) != 5 or parts[3] != "messages":
+                return 404, {"message": "404: Not Found", "code": 0}
+            wanted = parts[4]
+            if wanted == "@original":
+                # The deferred response is a message from the start ("thinking…"): the first in its chat.
+                found = next((m for m in fake.sent if m.channel_id == chat and m.reference == "original"), None)
+                if found is None:
+                    found = Message(chat, fake.next_id(), reference="original")
+                    fake.sent.append(found)
+            else:
+                found = next((m for m in fake.sent if m.channel_id == chat and m.message_id == wanted), None)
+            if found is None:
+                return 404, {"message": "Unknown Message", "code": 10008}
+            found.content = content
+            return 200, {"id": found.message_id, "channel_id": chat, "content": content}
