@@ -27,6 +27,7 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.qq_official.QQOfficialAdapter",
     "platforms.adapters.mattermost.MattermostAdapter",
     "platforms.adapters.kook.KookAdapter",
+    "platforms.adapters.satori.SatoriAdapter",
 )
 
 
