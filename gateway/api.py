@@ -32,8 +32,7 @@ from foundation.api_errors import ApiError, field_errors, invalid_fields
 from foundation.api_input import refuse_unstorable_text
 from foundation.db_unavailable import database_unavailable
 from gateway.envelope import EventEnvelopeIn
-from gateway.rate_limits import RateLimitedError
-from gateway.services import event_ingest
+from gateway.services import RateLimitedError, event_ingest
 from runners.lifecycle import services as run_services
 from runners.lifecycle.api import RunSummaryOut, run_summary_out
 from runners.models import Run

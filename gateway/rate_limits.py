@@ -12,7 +12,8 @@ What an over-limit event gets depends on where it came from:
 - from a chat platform: it is recorded with the status `rate_limited` (the error names the limit and when
   it lifts), no run starts, and the sender gets one polite reply (the binding's `rate_limit_reply`, else
   `DEFAULT_REPLY`) — at most one per window and limit, however many more messages they send;
-- from the REST API or the web chat: it is refused before anything is stored (`RateLimitedError`): the API
+- from the REST API or the web chat: it is refused before anything is stored (`gateway.services.
+  RateLimitedError`): the API
   answers 429 `rate_limited` with `Retry-After`, the chat socket an error frame; the same `event_id` sent
   again after the wait is accepted as new.
 Schedules and the host's own events are never limited.
@@ -36,7 +37,6 @@ from django.utils.translation import gettext_lazy as _
 from bindings.models import AgentBinding, Bot
 from bindings.policies import RateLimit
 from bindings.triggers import trigger_filter
-from foundation.api_errors import FieldsRefusedError
 from gateway.envelope import EventEnvelopeIn, EventSource
 from runners.actions.delivery import DeliveryError, delivery_port
 from runners.models import Run
@@ -76,18 +76,6 @@ return {0, 0, 0}
 """
 
 _clients: dict[str, tuple[redis.Redis, Any]] = {}
-
-
-class RateLimitedError(FieldsRefusedError):
-    """An API or web-chat event over its binding's rate limit: refused, nothing stored (429 for the API)."""
-
-    code = RATE_LIMITED_CODE
-
-    def __init__(self, message: str, *, retry_after: int, scope: LimitScope) -> None:
-        super().__init__({"rate_limit": message})
-        self.message = message
-        self.retry_after = retry_after
-        self.scope = scope
 
 
 @dataclass(frozen=True)
@@ -176,16 +164,14 @@ def event_rate_limit_check(
     )
 
 
-def rate_limit_refusal(hit: RateLimitHit, *, source: EventSource) -> RateLimitedError | None:
-    """The error to refuse an over-limit event with, for the sources whose caller is told at once."""
+def rate_limit_refusal(hit: RateLimitHit, *, source: EventSource) -> str | None:
+    """What an over-limit event from a source whose caller is told at once is refused with (the gateway
+    raises it as `RateLimitedError`); None for the sources whose events are recorded instead."""
     if source not in REFUSED_SOURCES:
         return None
-    return RateLimitedError(
-        gettext("You're sending messages too quickly; try again in %(seconds)d seconds.")
-        % {"seconds": hit.retry_after},
-        retry_after=hit.retry_after,
-        scope=hit.scope,
-    )
+    return gettext("You're sending messages too quickly; try again in %(seconds)d seconds.") % {
+        "seconds": hit.retry_after
+    }
 
 
 def rate_limit_reply_on_commit(*, event: EventLog, bot: Bot | None, hit: RateLimitHit) -> None:

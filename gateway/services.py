@@ -57,6 +57,18 @@ class InputUnsupportedError(EventRefusedError):
     code = NON_TEXT_REFUSED_CODE
 
 
+class RateLimitedError(EventRefusedError):
+    """An API or web-chat event over its binding's rate limit (gateway.rate_limits): refused, nothing
+    stored; the API answers 429 `rate_limited` with `Retry-After`, the chat an error frame."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__({"rate_limit": message})
+        self.message = message
+        self.retry_after = retry_after
+
+
 @dataclass
 class EventIngestResult:
     event: EventLog
@@ -189,10 +201,10 @@ def event_ingest(
         limited = event_rate_limit_check(
             binding=resolution.replying, envelope=envelope, conversation_id=conversation_id, bot=bot
         )
-        refusal = rate_limit_refusal(limited, source=envelope.source) if limited is not None else None
-        if refusal is not None and not EventLog.objects.filter(workspace=workspace, event_id=event_id).exists():
-            raise refusal
         if limited is not None:
+            refusal = rate_limit_refusal(limited, source=envelope.source)
+            if refusal is not None and not EventLog.objects.filter(workspace=workspace, event_id=event_id).exists():
+                raise RateLimitedError(refusal, retry_after=limited.retry_after)
             resolution = BindingResolution(strip_prefix=resolution.strip_prefix)
     resolution = _non_text_refusals(workspace, event_id, envelope, resolution)
     attachment_refs = _attachment_refs(workspace, envelope, stored_attachments, conversation_id)

@@ -1,7 +1,7 @@
-"""A binding's rate limits on `POST /api/v1/events`: an event over a limit is refused with 429 `rate_limited`
-and `Retry-After`, nothing of it is stored, and once the window is over the same `event_id` is taken; a
-second sender is not held back by the first one's limit; a redelivered event is still answered as the
-duplicate it is."""
+"""A binding's rate limits on `POST /api/v1/events` and the debug chat: an event over a limit is refused
+(429 `rate_limited` and `Retry-After` for the API, a `rate_limited` refusal for the chat), nothing of it is
+stored, and once the window is over the same `event_id` is taken; a second sender is not held back by the
+first one's limit; a redelivered event is still answered as the duplicate it is."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import redis
 from django.conf import settings
 
 from gateway.rate_limits import KEY_PREFIX
+from runners.lifecycle import services as run_services
 from runners.models import Run
 from tests.bindings.test_bindings_api import body as binding_body
 from tests.bindings.test_bindings_api import fields_of
 from tests.gateway.support import binding_for, post_event
+from tests.streaming.conftest import chat_caller
 from transcripts.models import EventLog
+from webchat.chat import ChatRefusedError, chat_message_submit
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +52,7 @@ def test_an_event_over_the_senders_limit_answers_429_with_retry_after_and_stores
     assert refused.json()["error"]["code"] == "rate_limited"
     assert 1 <= int(refused["Retry-After"]) <= 120
     assert not EventLog.objects.filter(event_id="evt-2").exists()
-    assert Run.objects.count() == 2
+    assert Run.objects.count() == 2, list(Run.objects.values_list("event__event_id", "binding_key", "status"))
 
 
 def test_another_sender_is_not_held_back_and_the_window_end_lets_the_same_event_in(api_client, workspace, counters):
@@ -109,3 +112,17 @@ def test_limits_out_of_bounds_are_refused_when_the_binding_is_saved(api_client, 
     assert saved.json()["trigger_policy"]["rate_limit_per_user"] == {"messages": 5, "seconds": 60}
     assert saved.json()["trigger_policy"]["group_always"] is True
     assert saved.json()["delivery_policy"]["group_reply"] == "mention"
+
+
+def test_a_debug_chat_message_over_the_limit_is_refused_with_rate_limited(workspace, counters, monkeypatch):
+    monkeypatch.setattr(run_services, "run_dispatch", lambda **_: None)  # no worker runs here
+    binding_for(workspace, trigger_policy={"rate_limit_per_user": {"messages": 1, "seconds": 600}})
+    caller = chat_caller(workspace)
+
+    first = chat_message_submit(caller=caller, conversation_id="chat-1", text="hello", attachments=[])
+    with pytest.raises(ChatRefusedError) as refused:
+        chat_message_submit(caller=caller, conversation_id="chat-1", text="again", attachments=[])
+
+    assert len(first.statuses) == 1
+    assert refused.value.code == "rate_limited"
+    assert EventLog.objects.count() == 1
