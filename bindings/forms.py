@@ -24,6 +24,7 @@ import math
 import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -1051,6 +1052,37 @@ def _credential_help(spec: BotCredentialSpec) -> SafeString:
     return mark_safe(text)
 
 
+ALLOWED_ORIGINS_MAX = 50
+_ORIGIN_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def allowed_origin_normalized(value: str) -> str:
+    """One website origin for a web bot's chat widget as stored: `scheme://host[:port]`, in lower case, without
+    the scheme's default port (as `webchat.widget.origin_normalized` compares them). Raises ValidationError for
+    anything else: a path, a query, credentials, a wildcard, another scheme."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        port, parts = None, None
+    scheme = parts.scheme.lower() if parts else ""
+    path_ok = parts is not None and parts.path in ("", "/") and not parts.query and not parts.fragment
+    if parts is None or scheme not in _ORIGIN_DEFAULT_PORTS or not parts.hostname or "*" in value or not path_ok:
+        raise forms.ValidationError(
+            gettext(
+                "%(value)s is not a website origin such as https://www.example.com (scheme://host[:port], no path)."
+            )
+            % {"value": value}
+        )
+    if parts.username or parts.password:
+        raise forms.ValidationError(
+            gettext("%(value)s names a user; an origin is scheme://host[:port].") % {"value": value}
+        )
+    host = parts.hostname.lower()
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port and port != _ORIGIN_DEFAULT_PORTS[scheme] else "")
+
+
 class BotAdminForm(forms.ModelForm[Bot]):
     """A bot: one field per credential its platform's adapter declares (switched with the platform select
     by `bindings/bot_credentials.js`); platforms that declare none (the web UI, the API) keep a JSON
@@ -1069,9 +1101,19 @@ class BotAdminForm(forms.ModelForm[Bot]):
         ),
     )
 
+    allowed_origins = forms.CharField(
+        label=_("Allowed origins"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "https://www.example.com"}),
+        help_text=_(
+            "Web bots only: the websites (scheme://host[:port], one a line) whose pages may embed this bot's chat "
+            "widget. None: the widget is off."
+        ),
+    )
+
     class Meta:
         model = Bot
-        fields = ["workspace", "bot_id", "name", "platform", "enabled"]
+        fields = ["workspace", "bot_id", "name", "platform", "enabled", "allowed_origins"]
 
     class Media:
         js = ["bindings/bot_credentials.js"]
@@ -1087,6 +1129,8 @@ class BotAdminForm(forms.ModelForm[Bot]):
         stored = (self.instance.credentials or {}) if self.instance.pk else {}
         if self.instance.pk and stored_platform not in self.credential_specs:
             self.initial["credentials_input"] = bot_credentials_masked(self.instance)
+        if self.instance.pk and "allowed_origins" in self.fields:
+            self.initial["allowed_origins"] = "\n".join(self.instance.allowed_origins or [])
         self.fields["platform"].widget.attrs["data-credential-switch"] = "1"
         for platform, specs in self.credential_specs.items():
             own = platform == stored_platform
@@ -1112,6 +1156,29 @@ class BotAdminForm(forms.ModelForm[Bot]):
             for platform, specs in self.credential_specs.items()
             for spec in specs
         ]
+
+    def clean_allowed_origins(self) -> list[str]:
+        """One origin a line (or separated by commas or spaces), each checked and normalized, without repeats;
+        only a web bot has a widget to allow them for."""
+        given = [v for v in re.split(r"[\s,]+", str(self.cleaned_data.get("allowed_origins") or "")) if v]
+        origins: list[str] = []
+        errors: list[forms.ValidationError] = []
+        for value in given:
+            try:
+                origin = allowed_origin_normalized(value)
+            except forms.ValidationError as exc:
+                errors.append(exc)
+                continue
+            if origin not in origins:
+                origins.append(origin)
+        if errors:
+            raise forms.ValidationError(errors)
+        if len(origins) > ALLOWED_ORIGINS_MAX:
+            raise forms.ValidationError(gettext("At most %(max)d origins.") % {"max": ALLOWED_ORIGINS_MAX})
+        platform = self.data.get(self.add_prefix("platform")) or self.instance.platform
+        if origins and platform != Bot.Platform.WEBUI:
+            raise forms.ValidationError(gettext("Only a web bot (platform Web UI) has a chat widget to embed."))
+        return origins
 
     def clean_credentials_input(self) -> Any:
         value = self.cleaned_data.get("credentials_input")
