@@ -40,6 +40,7 @@ from bindings.models import AgentBinding, ApiKey, Bot, Workspace, WorkspaceMembe
 from bindings.roles import SCOPES, member_change_refusal, request_role_in
 from bindings.selectors import workspaces_of_member
 from bindings.services import api_key_create, binding_save
+from foundation.readable import json_list_text
 
 
 class WorkspaceMembershipFormSet(
@@ -213,9 +214,6 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
     list_filter = ["platform", "enabled", "workspace"]
     search_fields = ["bot_id", "name"]
     connection_check: ClassVar[Callable[[Bot], tuple[bool, str]] | None] = None
-    # A web bot's chat widget embed snippet for its page (the debug chat app's, set when the admin is assembled:
-    # webchat.widget_admin); without it no snippet is shown.
-    widget_snippet: ClassVar[Callable[[HttpRequest, Bot], str] | None] = None
 
     def get_form(self, request: HttpRequest, obj: Bot | None = None, change: bool = False, **kwargs: Any) -> Any:
         # A read-only page (a role that may view, not change) shows the object's fields and edits nothing: the
@@ -231,7 +229,6 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
         fieldsets = [
             (None, {"fields": ["workspace", "bot_id", "name", "platform", "enabled", *readonly]}),
             (_("Credentials"), {"fields": [*credential_fields, "credentials_input"]}),
-            (_("Website chat widget"), {"fields": ["allowed_origins"]}),
         ]
         return view_only_fieldsets(self, request, obj, fieldsets)
 
@@ -259,10 +256,6 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         context["connection_testable"] = type(self).connection_check is not None
-        snippet, bot = type(self).widget_snippet, context.get("original")
-        context["widget_snippet"] = (
-            snippet(request, bot) if snippet and isinstance(bot, Bot) and bot.platform == Bot.Platform.WEBUI else ""
-        )
         return super().render_change_form(request, context, *args, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Bot, form: Any, change: bool) -> None:
@@ -276,7 +269,7 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
         "binding_id",
         "workspace",
         "scope_display",
-        "event_types",
+        "event_types_display",
         "runner_id",
         "priority",
         "replies_display",
@@ -286,6 +279,10 @@ class AgentBindingAdmin(ScopedListFilters[AgentBinding]):
     list_filter = ["enabled", "scope_type", "config_validated", "workspace", "runner_id"]
     search_fields = ["binding_id", "name", "runner_id", "scope_id"]
     readonly_fields = ["config_validated", "source", "source_detail", "created_at", "updated_at"]
+
+    @admin.display(description=_("event types"))
+    def event_types_display(self, obj: AgentBinding) -> str:
+        return json_list_text(obj.event_types)  # a list of names, not its JSON text
 
     @admin.display(description=_("scope"))
     def scope_display(self, obj: AgentBinding) -> str:
