@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from bindings.forms import inline_code_html, manifest_locale
 from bindings.models import RunnerDescriptor
+from foundation.readable import json_html
 from foundation.tracing import trace_url
 from langbot_sdk.protocol import AgentAPIException
 from runners.lifecycle.retry import run_attempt
@@ -95,8 +96,7 @@ class RunnerDescriptorAdmin(ReadOnlyAdminMixin, admin.ModelAdmin[RunnerDescripto
         return format_html('<pre style="white-space:pre-wrap">{}</pre>', obj.load_error or "—")
 
     def _json(self, value: Any) -> str:
-        pretty = json.dumps(value, indent=2, ensure_ascii=False)
-        return format_html('<pre style="white-space:pre-wrap">{}</pre>', pretty)
+        return json_html(value)  # key and value lines, not the manifest's JSON text
 
     @admin.display(description=_("capabilities"))
     def capabilities_display(self, obj: RunnerDescriptor) -> str:
@@ -323,11 +323,11 @@ class RunAdmin(ReadOnlyWorkspaceAdmin[Run]):
     @admin.display(description=_("status"), ordering="status")
     def status_display(self, obj: Run) -> SafeString:
         colour = STATUS_COLOURS.get(obj.status, "#6b7483")
-        observer = " · observer" if obj.is_observer else ""
+        observer = " · " + gettext("observer") if obj.is_observer else ""
         return format_html(
             '<span title="{}" style="color:#fff;background:{};border-radius:9px;padding:1px 8px;'
             'font-weight:600;white-space:nowrap">{}</span>{}',
-            obj.status_reason or obj.status, colour, obj.status, observer,
+            obj.status_reason or obj.status, colour, obj.get_status_display(), observer,
         )  # fmt: skip
 
     @admin.display(description=_("runner"), ordering="runner_id")

@@ -82,7 +82,7 @@ def conversation_rows(
                 conversation_id=row["conversation_id"],
                 messages=row["messages"],
                 last_at=item.created_at,
-                last_role=item.role,
+                last_role=item.get_role_display(),  # the role's name in the page's language
                 last_text=text if len(text) <= 120 else text[:119] + "…",
                 bot=row["bot_name"] or row["bot_id"] or "",
                 platform=row["platform"] or "",

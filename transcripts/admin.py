@@ -7,7 +7,6 @@ superusers see the facts of their own workspaces. `ReadOnlyAdminMixin`, `ReadOnl
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -22,15 +21,15 @@ from django.utils.translation import gettext_lazy as _
 
 from bindings.admin_scope import ScopedListFilters
 from bindings.models import Workspace
+from foundation.readable import json_html
 from transcripts.models import EventLog, RetentionPurge, StateEntry, TranscriptItem
 
 ModelT = TypeVar("ModelT", bound=models.Model)
 
 
 def pretty_json(value: Any) -> SafeString:
-    if value in (None, {}, []):
-        return format_html("{}", "—")
-    return format_html('<pre style="white-space:pre-wrap">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False))
+    """A JSON column as key and value lines (foundation.readable), not as JSON text."""
+    return json_html(value)
 
 
 def transcript_url(*, workspace_id: int, conversation_id: str) -> str:

@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from bindings.admin_scope import WorkspaceScopedAdmin
 from bindings.selectors import workspace_private_addresses_allowed
 from foundation.outbound import url_refusal
+from foundation.readable import json_list_text
 from platforms.webhooks.models import WebhookDelivery, WebhookEndpoint, WebhookEventType
 from platforms.webhooks.outbox import runs_mark, subscribed_workspaces_forget
 from platforms.webhooks.services import webhook_delivery_redeliver, webhook_secret_rotate
@@ -47,12 +48,16 @@ class WebhookEndpointAdminForm(forms.ModelForm[WebhookEndpoint]):
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(WorkspaceScopedAdmin[WebhookEndpoint]):
     form = WebhookEndpointAdminForm
-    list_display = ["webhook_id", "workspace", "url", "event_types", "binding", "enabled", "updated_at"]
+    list_display = ["webhook_id", "workspace", "url", "event_types_display", "binding", "enabled", "updated_at"]
     list_filter = ["enabled", "workspace"]
     search_fields = ["url", "description"]
     readonly_fields = ["webhook_id", "secret_display", "previous_secret_expires_at", "created_at", "updated_at"]
     scoped_foreign_keys = {"binding": "workspace"}
     actions = ["rotate_secret"]
+
+    @admin.display(description=_("event types"))
+    def event_types_display(self, obj: WebhookEndpoint) -> str:
+        return json_list_text(obj.event_types)  # a list of names, not its JSON text
 
     @admin.display(description=_("secret"))
     def secret_display(self, obj: WebhookEndpoint) -> str:

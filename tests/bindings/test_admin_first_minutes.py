@@ -52,7 +52,7 @@ def test_the_runs_list_shows_short_ids_status_and_duration(admin_client, monkeyp
 
     run_id = str(run.run_id)
     assert f'title="{run_id}">{run_id[:8]}</code>' in page
-    assert ">completed</span>" in page
+    assert ">Completed</span>" in page  # the status's label, in the page's language
     assert "2.5 s" in page
     assert 'title="plugin:langbot/qa-runner/default">qa-runner</span>' in page
     detail = admin_client.get(f"/admin/runners/run/{run.pk}/change/").content.decode()
