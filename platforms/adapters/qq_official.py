@@ -13,7 +13,9 @@ A group's chat is `group:<group_openid>`, a one-to-one chat `user:<user_openid>`
 never QQ numbers). Images in a message are fetched from the URL QQ gives. QQ cannot edit a bot's message,
 so a reply is sent once, whole; a passive reply must come within QQ's window of the message (5 minutes in
 a group, 60 in a one-to-one chat) and at most five times per message — later or further parts go as
-active messages, which QQ allows a bot only a few of each month.
+active messages, which QQ allows a bot only a few of each month. GROUP_ADD_ROBOT and FRIEND_ADD are
+`bot.added` and `member.joined` (docs/platform-events.md), answered passively by the event's id for 5
+minutes; button interactions are not taken (they would need an acknowledgement call).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from platforms.interface import (
     SentMessage,
     inbound_json_object,
     malformed_unless_shaped,
+    platform_event_envelope,
     transport_failure,
 )
 
@@ -71,6 +74,9 @@ EVENT_TS = re.compile(r"^[0-9]{1,20}$")
 # Hosts QQ serves message attachments from (or api_base_url's host).
 FILE_HOSTS = ("qq.com", "qpic.cn", "gtimg.cn")
 MESSAGE_EVENTS = {"GROUP_AT_MESSAGE_CREATE": "group", "C2C_MESSAGE_CREATE": "user"}
+MEMBER_EVENTS = frozenset({"GROUP_ADD_ROBOT", "FRIEND_ADD"})
+# How long QQ takes a passive reply to an event (not a message) by its id.
+EVENT_REPLY_SECONDS = 5 * 60
 FILE_KINDS = {"image": "image", "video": "video", "voice": "audio", "audio": "audio"}
 
 # (token origin, app_id, sha256(app_secret)) -> (token, expires at): shared by the adapters of one process.
@@ -105,6 +111,7 @@ class QQOfficialAdapter(PlatformAdapter):
         threads=False,
         max_message_chars=2000,
         edit_interval_seconds=1.0,
+        event_types=("member.joined", "bot.added"),
     )
     credential_keys: ClassVar[tuple[str, ...]] = ("app_id", "app_secret", "api_base_url")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
@@ -177,9 +184,11 @@ class QQOfficialAdapter(PlatformAdapter):
         return {"plain_token": plain_token, "signature": signature}
 
     def _update(self, payload: dict[str, Any]) -> InboundUpdate | None:
+        if str(payload.get("t") or "") in MEMBER_EVENTS:
+            return self._member_event(payload)
         kind = MESSAGE_EVENTS.get(str(payload.get("t") or ""))
         if kind is None:
-            return None  # guild events, friend and group adds, interactions: acknowledged
+            return None  # guild events, removals, interactions: acknowledged
         data = payload["d"]
         author = data.get("author") or {}
         message_id = str(data["id"])
@@ -239,6 +248,40 @@ class QQOfficialAdapter(PlatformAdapter):
             },
             files=files,
         )
+
+    def _member_event(self, payload: dict[str, Any]) -> InboundUpdate | None:
+        """GROUP_ADD_ROBOT (the bot added to a group: `bot.added`, its adder the actor) and FRIEND_ADD (a
+        user adding the bot: `member.joined` in their one-to-one chat), docs/platform-events.md. QQ takes a
+        passive reply to such an event by its id for 5 minutes, as to a message."""
+        data = payload["d"]
+        delivery = str(payload.get("id") or "")
+        if payload["t"] == "GROUP_ADD_ROBOT":
+            peer, actor, kind, event_type = (
+                str(data.get("group_openid") or ""),
+                data.get("op_member_openid"),
+                "group",
+                "bot.added",
+            )
+        else:
+            peer = str(data.get("openid") or "")
+            actor, kind, event_type = peer, "user", "member.joined"
+        if not peer or not delivery:
+            return None
+        chat_id = f"{kind}:{peer}"
+        target = ReplyTarget(
+            chat_id=chat_id, extra={"event_id": delivery, "passive_until": time.time() + EVENT_REPLY_SECONDS}
+        )
+        envelope = platform_event_envelope(
+            event_id=f"qq_official:{self.bot_id}:{delivery}",
+            event_type=event_type,
+            source_event_type=str(payload["t"]),
+            chat_id=chat_id,
+            chat_type="group" if kind == "group" else "private",
+            actor_id=str(actor) if actor else None,
+            reply_target=target,
+            raw=payload,
+        )
+        return InboundUpdate(envelope=envelope)
 
     # -- HTTP -----------------------------------------------------------------------------------
     def http(self) -> httpx.AsyncClient:
@@ -332,9 +375,10 @@ class QQOfficialAdapter(PlatformAdapter):
         """The `msg_seq` of this reply to the message (1, 2, ...: QQ refuses one used before), or None when
         QQ would no longer take a passive reply to it (too late, or five already sent)."""
         until = target.extra.get("passive_until")
-        if not target.reply_to_message_id or not isinstance(until, int | float) or time.time() >= until:
+        replied = target.reply_to_message_id or str(target.extra.get("event_id") or "")
+        if not replied or not isinstance(until, int | float) or time.time() >= until:
             return None
-        digest = hashlib.sha256(f"{self.bot_id}\0{target.reply_to_message_id}".encode()).hexdigest()[:32]
+        digest = hashlib.sha256(f"{self.bot_id}\0{replied}".encode()).hexdigest()[:32]
         key = f"platforms:qq_official:seq:{digest}"
         ttl = int(max(PASSIVE_WINDOW_SECONDS.values()) * 2)
         await cache.aadd(key, 0, timeout=ttl)  # the cache is shared by the workers: each reply its own number
@@ -347,8 +391,10 @@ class QQOfficialAdapter(PlatformAdapter):
             raise PlatformAPIError(f"not a QQ chat: {target.chat_id!r} (group:<openid> or user:<openid>)")
         payload: dict[str, Any] = {"content": text, "msg_type": 0}
         seq = await self._passive_seq(target)
-        if seq is not None:
+        if seq is not None and target.reply_to_message_id:
             payload.update(msg_id=target.reply_to_message_id, msg_seq=seq)
+        elif seq is not None:
+            payload.update(event_id=str(target.extra["event_id"]), msg_seq=seq)
         path = f"/v2/groups/{peer}/messages" if kind == "group" else f"/v2/users/{peer}/messages"
         sent = await self.openapi("send message", "POST", path, payload)
         return SentMessage(chat_id=target.chat_id, message_id=str(sent.get("id") or ""))
@@ -361,7 +407,8 @@ class QQOfficialAdapter(PlatformAdapter):
         await self.access_token()  # checks app_id and app_secret
         return (
             f"the credentials work; on the QQ Open Platform (the bot → Development → Callback settings) paste {url} "
-            "as the callback address and add the events GROUP_AT_MESSAGE_CREATE and C2C_MESSAGE_CREATE"
+            "as the callback address and add the events GROUP_AT_MESSAGE_CREATE and C2C_MESSAGE_CREATE (and "
+            "GROUP_ADD_ROBOT and FRIEND_ADD for bot.added and member.joined)"
         )
 
 

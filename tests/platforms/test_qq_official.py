@@ -118,13 +118,23 @@ def test_group_at_and_one_to_one_messages_become_one_event_each_however_often_de
 
 
 @pytest.mark.django_db
-def test_other_events_are_acknowledged_and_start_nothing(bot, fake_qq):
+def test_the_bot_added_to_a_group_and_a_new_friend_are_events_and_others_are_acknowledged_only(bot, fake_qq):
     added = fake_qq.dispatch("GROUP_ADD_ROBOT", {"group_openid": "GRP1", "op_member_openid": "MEM1", "timestamp": 1})
+    friend = fake_qq.dispatch("FRIEND_ADD", {"openid": "USER9", "timestamp": 1})
+    removed = fake_qq.dispatch("GROUP_DEL_ROBOT", {"group_openid": "GRP1", "op_member_openid": "MEM1"})
 
-    answer = post_callback(bot, added)
+    answers = [post_callback(bot, body) for body in (added, friend, removed, added)]
 
-    assert (answer.status_code, answer.json()) == (200, {"op": 12, "d": 0})
-    assert not EventLog.objects.exists()
+    assert [(a.status_code, a.json()) for a in answers] == [(200, {"op": 12, "d": 0})] * 4
+    events = {e.event_type: e for e in EventLog.objects.all()}
+    assert sorted(events) == ["bot.added", "member.joined"]
+    assert (events["bot.added"].data["chat_id"], events["bot.added"].actor["actor_id"]) == ("group:GRP1", "MEM1")
+    # A reply may be passive for 5 minutes by the event's id, as QQ allows for events.
+    assert events["bot.added"].data["reply_target"]["extra"]["event_id"] == json.loads(added)["id"]
+    assert (events["member.joined"].data["chat_id"], events["member.joined"].actor["actor_id"]) == (
+        "user:USER9",
+        "USER9",
+    )
 
 
 @pytest.mark.django_db
