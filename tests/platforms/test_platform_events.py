@@ -82,6 +82,27 @@ def test_every_adapter_declares_only_the_pinned_event_types():
         assert len(set(declared)) == len(declared), platform
 
 
+def test_an_event_without_text_passes_the_envelope_and_the_group_rules_but_not_the_access_lists():
+    from pydantic import ValidationError
+
+    from bindings.triggers import TriggerContext, trigger_filter
+    from gateway.envelope import EventEnvelopeIn
+
+    recalled = EventEnvelopeIn.model_validate({"event_type": "message.recalled", "data": {"target_message_id": "9"}})
+    assert not recalled.is_message
+    with pytest.raises(ValidationError):
+        EventEnvelopeIn.model_validate({"event_type": "message.edited", "data": {}})  # an edit has its text
+
+    prefixes_only = trigger_filter(
+        {"group_mention": False, "group_prefixes": ["!bot"], "access_group_chat_ids": ["g2"]}
+    )
+    joined = TriggerContext(text="", chat_kind="group", mentioned=False, chat_id="g1", user_id="u", is_message=False)
+    said = TriggerContext(text="hello", chat_kind="group", mentioned=False, chat_id="g1", user_id="u")
+    assert prefixes_only.check(joined) is not None
+    assert prefixes_only.check(said) is None
+    assert prefixes_only.check(TriggerContext(**{**joined.__dict__, "chat_id": "g2"})) is None  # denied chat
+
+
 # -- Telegram ---------------------------------------------------------------------------------------
 
 
