@@ -29,9 +29,10 @@ from urllib.parse import urlsplit
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.forms.fields import InvalidJSONInput
+from django.utils.functional import lazy
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.text import format_lazy
+from django.utils.text import capfirst, format_lazy
 from django.utils.translation import get_language, gettext
 from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError
@@ -355,8 +356,27 @@ def _other_keys_field() -> StorableJSONField:
     )
 
 
+# The protocol's state scopes and storage areas by name in the page's language; the value itself beside it
+# where the two differ (it is what runners and docs say).
+_SCOPE_AND_AREA_NAMES = {
+    "conversation": _("conversation"),
+    "actor": _("actor"),
+    "subject": _("subject"),
+    "runner": _("runner"),
+    "binding": _("binding"),
+    "person": _("person"),
+    "plugin": _("Plugin"),
+    "workspace": _("workspace"),
+}
+
+
+def _scope_or_area_label(value: str) -> str:
+    name = str(_SCOPE_AND_AREA_NAMES.get(value, value))
+    return value if name.casefold() == value.casefold() else f"{name} ({value})"
+
+
 def _enum_choices(enum: type[StorageArea] | type[StateScope]) -> list[Any]:
-    return [(member.value, member.value) for member in enum]
+    return [(member.value, lazy(_scope_or_area_label, str)(member.value)) for member in enum]
 
 
 def _wildcard_first(choices: list[Any]) -> list[Any]:
@@ -402,11 +422,17 @@ class AgentBindingAdminForm(forms.ModelForm[AgentBinding]):
 
     user: ClassVar[AbstractBaseUser | AnonymousUser | None] = None
 
+    # Declared fields take no label from the model: named here, in the page's language.
     binding_id = forms.SlugField(
-        required=False, max_length=64, help_text=_("Leave empty to generate one from the name.")
+        label=capfirst(_("binding id")),
+        required=False,
+        max_length=64,
+        help_text=_("Leave empty to generate one from the name."),
     )
     event_types = EventTypesField(
-        initial="message.received", help_text=_("Comma-separated, e.g. `message.received`; `*` matches every event.")
+        label=capfirst(_("event types")),
+        initial="message.received",
+        help_text=_("Comma-separated, e.g. `message.received`; `*` matches every event."),
     )
     runner_id = forms.ChoiceField(label=_("Runner"), choices=[])
 
