@@ -339,9 +339,7 @@ class WeComHandler(PlatformHandler):
             log = fake.kf_log[start:]
             page = log[: min(int(body.get("limit") or 1000), fake.kf_page_size)]
             end = start + len(page)
-            listed = [
-                m for m in page if not account or (m.get("open_kfid") or m.get("event", {}).get("open_kfid")) == account
-            ]
+            listed = [m for m in page if not account or _kf_account(m) == account]
         self._answer(
             {
                 "errcode": 0,
@@ -370,3 +368,8 @@ class WeComHandler(PlatformHandler):
                 return
             fake.kf_sent.append({"route": route, **body})
         self._answer({"errcode": 0, "errmsg": "ok", "msgid": f"kfsent-{next(fake._ids)}"})
+
+
+def _kf_account(item: dict[str, Any]) -> str:
+    event = item.get("event")
+    return str(item.get("open_kfid") or (event.get("open_kfid") if isinstance(event, dict) else "") or "")

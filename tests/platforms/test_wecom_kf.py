@@ -6,6 +6,7 @@ new, a replayed callback makes nothing twice, replies go out with `send_msg` to 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -103,6 +104,26 @@ def test_every_page_of_a_burst_is_pulled_in_one_callback(bot, fake_wecom):
 
     assert EventLog.objects.count() == 5
     assert len(fake_wecom.calls_of("kf.sync_msg")) == 3
+
+
+@pytest.mark.django_db
+def test_an_item_of_an_undocumented_shape_is_skipped_and_the_pull_goes_on(bot, fake_wecom, caplog):
+    fake_wecom.kf_message("before")
+    fake_wecom.kf_log += [
+        {"msgid": "odd1", "origin": "three", "msgtype": "text", "open_kfid": "wkAccount1", "external_userid": "wmX"},
+        {"msgid": "odd2", "origin": 3, "msgtype": "text", "text": "not an object", "open_kfid": "wkAccount1"},
+        {"msgtype": "event", "event": ["not", "an", "object"], "open_kfid": "wkAccount1"},
+        {"msgid": "odd3", "origin": 3, "msgtype": "text", "text": {"content": {"nested": 1}}, "open_kfid": "wkAccount1",
+         "external_userid": "wmY", "send_time": "yesterday"},
+    ]  # fmt: skip
+    fake_wecom.kf_message("after")
+
+    answer = post_callback(bot, fake_wecom.kf_event())
+
+    assert answer.status_code == 200
+    assert [(e.input or {})["text"] for e in EventLog.objects.order_by("id")] == ["before", "after"]
+    assert PlatformCursor.objects.get(bot=bot).value == "cur6"  # past the odd items: they are not pulled again
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 @pytest.mark.django_db
