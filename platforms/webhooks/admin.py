@@ -9,6 +9,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.text import capfirst
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
@@ -25,7 +26,10 @@ from platforms.webhooks.specs import DEFAULT_GRACE_SECONDS
 
 class WebhookEndpointAdminForm(forms.ModelForm[WebhookEndpoint]):
     url = forms.URLField(max_length=2000, assume_scheme="https")
-    event_types = forms.MultipleChoiceField(choices=WebhookEventType.choices, widget=forms.CheckboxSelectMultiple)
+    # Declared fields take no label from the model: named here, in the page's language.
+    event_types = forms.MultipleChoiceField(
+        label=capfirst(_("event types")), choices=WebhookEventType.choices, widget=forms.CheckboxSelectMultiple
+    )
 
     class Meta:
         model = WebhookEndpoint
