@@ -55,14 +55,16 @@ def test_access_lists_and_ignore_rules_still_refuse_with_group_always():
 def test_an_unaddressed_group_message_goes_to_the_binding_that_answers_every_one(api_client, workspace):
     binding_for(workspace, binding_id="mentions-only", priority=10)
     binding_for(workspace, binding_id="everything", trigger_policy={"group_always": True})
-    message = {
-        "actor": {"actor_id": "u-1"},
-        "input": {"text": "anyone around?"},
-        "data": {"chat_id": "g-1", "chat_type": "group", "mentioned": False},
-    }
 
-    unaddressed = post_event(api_client, message)
-    addressed = post_event(api_client, {**message, "data": {**message["data"], "mentioned": True}})
+    def message(*, mentioned: bool) -> dict[str, Any]:
+        return {
+            "actor": {"actor_id": "u-1"},
+            "input": {"text": "anyone around?"},
+            "data": {"chat_id": "g-1", "chat_type": "group", "mentioned": mentioned},
+        }
+
+    unaddressed = post_event(api_client, message(mentioned=False))
+    addressed = post_event(api_client, message(mentioned=True))
 
     assert [run["binding_id"] for run in unaddressed.json()["runs"]] == ["everything"]
     assert [run["binding_id"] for run in addressed.json()["runs"]] == ["mentions-only"]
