@@ -28,6 +28,7 @@ ADAPTER_PATHS: tuple[str, ...] = (
     "platforms.adapters.mattermost.MattermostAdapter",
     "platforms.adapters.kook.KookAdapter",
     "platforms.adapters.satori.SatoriAdapter",
+    "platforms.adapters.matrix.MatrixAdapter",
 )
 
 
