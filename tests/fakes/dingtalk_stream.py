@@ -103,11 +103,13 @@ class FakeDingTalkStream:
             time.sleep(0.02)
 
     def _send(self, frame: dict[str, Any]) -> None:
+        self.send_raw(json.dumps(frame, ensure_ascii=False))
+
+    def send_raw(self, text: str) -> None:
+        """One text frame as it is (a test's junk)."""
         socket = self.socket
         assert socket is not None, "no client connected"
-        asyncio.run_coroutine_threadsafe(socket.send(json.dumps(frame, ensure_ascii=False)), self.loop).result(
-            WAIT_SECONDS
-        )
+        asyncio.run_coroutine_threadsafe(socket.send(text), self.loop).result(WAIT_SECONDS)
 
     def push(self, kind: str, topic: str, data: Any) -> str:
         """Push one frame; its message id (the ack names it)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -155,6 +156,33 @@ async def test_pings_are_answered_and_a_dropped_socket_or_a_disconnect_brings_a_
     assert len(fake_dingtalk.tickets) == 3
     assert gateway.refused_tickets == []
     assert await _until(lambda: _status(bot) == "connected")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_junk_over_the_stream_is_acknowledged_or_ignored_and_the_connection_stays(
+    fake_dingtalk, gateway, dingtalk_bot_for, connectors, caplog
+):
+    await _stream_bot(dingtalk_bot_for)
+    await asyncio.to_thread(gateway.wait_connected)
+
+    await asyncio.to_thread(gateway.send_raw, "not json at all")
+    await asyncio.to_thread(gateway.send_raw, '["a", "list"]')
+    junk = [
+        await asyncio.to_thread(gateway.push, "CALLBACK", "/v1.0/im/bot/messages/get", "not json"),
+        await asyncio.to_thread(gateway.push, "CALLBACK", "/v1.0/im/bot/messages/get", {"text": {"content": "hi"}}),
+        await asyncio.to_thread(gateway.push, "CALLBACK", TOPIC_CARD, {"value": "{broken"}),
+        await asyncio.to_thread(gateway.push, "EVENT", "chat_update_title", {"title": "x"}),
+    ]
+    good = fake_dingtalk.robot_message("and now a real one", staff_id="s-jo")
+    await asyncio.to_thread(gateway.ack, await asyncio.to_thread(gateway.push_message, good))
+
+    acks = [await asyncio.to_thread(gateway.ack, each) for each in junk]
+    assert [a["code"] for a in acks] == [200, 200, 200, 200]
+    event = await _until(lambda: EventLog.objects.first())
+    assert event.input["text"] == "and now a real one"
+    assert await EventLog.objects.acount() == 1
+    assert gateway.connections == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 @pytest.mark.django_db(transaction=True)
