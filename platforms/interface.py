@@ -132,6 +132,18 @@ class CredentialField:
     """What the pattern asks for, in words, for the message when a value does not match."""
 
 
+FLAG_PATTERN = r"^(?i:true|false|yes|no|on|off|1|0)?$"
+"""What a yes/no credential may be as text (the admin's bot form saves text; REST may send a boolean)."""
+
+
+def credential_flag(value: Any) -> bool:
+    """A yes/no credential (`types=("boolean", "string")`, `pattern=FLAG_PATTERN`) as a bool; off unless
+    it says yes."""
+    if isinstance(value, bool):
+        return value
+    return str(value or "").strip().lower() in ("true", "yes", "on", "1")
+
+
 @dataclass(frozen=True)
 class InboundRequest:
     """An inbound webhook call as the adapter sees it: header names lower-cased, the raw body bytes."""

@@ -38,6 +38,7 @@ from websockets.asyncio.client import ClientConnection
 
 from foundation.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
 from platforms.interface import (
+    FLAG_PATTERN,
     CredentialField,
     FetchedFile,
     InboundBatch,
@@ -52,6 +53,7 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    credential_flag,
     platform_event_envelope,
     transport_failure,
 )
@@ -153,7 +155,9 @@ class DiscordAdapter(PlatformAdapter):
         CredentialField("api_base_url", help="Optional: the REST API's origin (default https://discord.com/api/v10)."),
         CredentialField(
             "member_events",
-            types=("boolean",),
+            types=("boolean", "string"),
+            pattern=FLAG_PATTERN,
+            pattern_hint="yes or no (true/false)",
             help="Optional (default off): deliver member joins and leaves. Turn on the Server Members intent "
             "on the Developer Portal's Bot page first: without it Discord refuses the connection.",
         ),
@@ -221,7 +225,7 @@ class DiscordAdapter(PlatformAdapter):
         return InboundBatch()
 
     def intents(self) -> int:
-        return INTENTS | (MEMBERS_INTENT if self.credentials.get("member_events") is True else 0)
+        return INTENTS | (MEMBERS_INTENT if credential_flag(self.credentials.get("member_events")) else 0)
 
     def event_update(
         self, kind: str, data: dict[str, Any], *, bot_user_id: str, delivery: str, system_channels: dict[str, str]

@@ -31,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
 from platforms.interface import (
+    FLAG_PATTERN,
     CredentialField,
     FetchedFile,
     InboundBatch,
@@ -44,6 +45,7 @@ from platforms.interface import (
     PlatformFileRef,
     ReplyTarget,
     SentMessage,
+    credential_flag,
     inbound_json_object,
     malformed_unless_shaped,
     platform_event_envelope,
@@ -130,7 +132,9 @@ class SlackAdapter(PlatformAdapter):
         CredentialField("api_base_url", help="Optional: the Web API's origin (default https://slack.com/api)."),
         CredentialField(
             "thread_follow_ups",
-            types=("boolean",),
+            types=("boolean", "string"),
+            pattern=FLAG_PATTERN,
+            pattern_hint="yes or no (true/false)",
             help="Optional (default off): in a channel thread the bot has answered in, a reply without a "
             "mention is taken as addressed to the bot. Needs the message.channels / message.groups events.",
         ),
@@ -332,7 +336,7 @@ class SlackAdapter(PlatformAdapter):
     def _thread_follow_up(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
         """A channel message in a thread the bot has written in, without a mention (a mention arrives as
         `app_mention` too), when the bot's `thread_follow_ups` credential is on."""
-        if self.credentials.get("thread_follow_ups") is not True:
+        if not credential_flag(self.credentials.get("thread_follow_ups")):
             return False
         thread, channel = event.get("thread_ts"), event.get("channel")
         if event.get("type") != "message" or not thread or event.get("channel_type") == "im":
@@ -497,7 +501,7 @@ class SlackAdapter(PlatformAdapter):
     async def _thread_mark(self, target: ReplyTarget) -> None:
         """Remember that the bot answered in this thread (for `thread_follow_ups`); a cache outage only
         loses follow-ups, never the reply."""
-        if self.credentials.get("thread_follow_ups") is not True or not target.thread_id:
+        if not credential_flag(self.credentials.get("thread_follow_ups")) or not target.thread_id:
             return
         with contextlib.suppress(Exception):
             await cache.aset(thread_key(self.bot_id, target.chat_id, target.thread_id), 1, THREAD_FOLLOW_SECONDS)

@@ -334,6 +334,18 @@ def test_slack_thread_follow_ups_are_answered_without_a_mention_only_when_switch
     assert Run.objects.filter(bot=following).count() == 1
 
 
+def test_the_yes_no_credentials_take_a_boolean_or_the_admin_forms_text_and_refuse_anything_else():
+    base = {"bot_token": "xoxb-1", "signing_secret": "s"}
+    for value in (True, "true", "Yes", "off", ""):
+        assert SlackAdapter.credentials_problems({**base, "thread_follow_ups": value}) == {}
+    assert SlackAdapter.credentials_problems({**base, "thread_follow_ups": "sometimes"}) == {
+        "credentials.thread_follow_ups": "Does not look like yes or no (true/false)."
+    }
+    on = DiscordAdapter(bot_id="d", credentials={"token": "t", "member_events": "yes"})
+    off = DiscordAdapter(bot_id="d", credentials={"token": "t", "member_events": "false"})
+    assert (on.intents() & (1 << 1), off.intents() & (1 << 1)) == (1 << 1, 0)
+
+
 # -- Lark -------------------------------------------------------------------------------------------
 
 
