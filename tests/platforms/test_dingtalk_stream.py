@@ -200,6 +200,20 @@ async def test_refused_credentials_show_as_an_error_and_a_callback_mode_bot_hold
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_a_stream_bot_reaches_no_private_address_unless_its_workspace_may(
+    fake_dingtalk, gateway, dingtalk_bot_for, connectors, settings
+):
+    settings.LANGBOT_WEBHOOK_ALLOW_PRIVATE = False  # the test settings allow loopback host-wide for the fakes
+    bot = await _stream_bot(dingtalk_bot_for)
+
+    label = await _until(lambda: _status(bot) if _status(bot).startswith("reconnecting") else None)
+
+    assert "refused" in label
+    assert not fake_dingtalk.calls_of("connections.open")
+    assert gateway.connections == 0
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_a_card_click_over_the_stream_is_a_card_clicked_event(
     fake_dingtalk, gateway, dingtalk_bot_for, connectors
 ):
