@@ -135,6 +135,8 @@ class KookAdapter(PlatformAdapter):
         CredentialField("api_base_url", help="Optional: the API's base (default https://www.kookapp.cn/api/v3)."),
     )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
+    # No webhook: events come only over the connector (the webhook route answers 404).
+    connection_kinds: ClassVar[tuple[str, ...]] = ("gateway WebSocket",)
 
     _http: httpx.AsyncClient | None = None
     _me: dict[str, Any] | None = None

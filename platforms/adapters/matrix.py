@@ -134,6 +134,8 @@ class MatrixAdapter(PlatformAdapter):
         CredentialField("api_base_url", help="Optional: used instead of homeserver_url (a proxy)."),
     )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
+    # No webhook: events come only over the connector (the webhook route answers 404).
+    connection_kinds: ClassVar[tuple[str, ...]] = ("sync long poll",)
 
     _http: httpx.AsyncClient | None = None
     _user_id: str = ""

@@ -190,6 +190,8 @@ class SatoriAdapter(PlatformAdapter):
         CredentialField("api_base_url", help="Optional: used instead of endpoint (a proxy)."),
     )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
+    # No webhook: events come only over the connector (the webhook route answers 404).
+    connection_kinds: ClassVar[tuple[str, ...]] = ("event WebSocket",)
 
     _http: httpx.AsyncClient | None = None
 
