@@ -15,6 +15,7 @@
     targetDetail: $("target-detail"), newest: $("jump-newest"),
     takeover: $("takeover"), release: $("release"), holdState: $("hold-state"), asOperator: $("as-operator"),
     asOperatorLabel: $("as-operator-label"),
+    linkAccounts: $("link-accounts"), linkDialog: $("link-dialog"), linkCode: $("link-code"),
   };
   const ACTIVE = new Set(["queued", "running"]);
   const PING_SECONDS = 20;
@@ -913,6 +914,22 @@
   els.newChat.addEventListener("click", () => { resetView(); setConversation(null, false); lastId = null; els.input.focus(); });
   els.cancel.addEventListener("click", () => { if (currentRun) send({ type: "cancel", run_id: currentRun }); });
   els.loadEarlier.addEventListener("click", () => loadTranscript(true));
+  // Link accounts: `/link` (ask for a code) or `/link CODE` (enter one) sent as this user's message; the host
+  // answers it in the conversation itself.
+  function linkSend(text) {
+    els.asOperator.checked = false;
+    els.input.value = text;
+    submit(new Event("submit", { cancelable: true }));
+    els.linkDialog.close();
+  }
+  els.linkAccounts.addEventListener("click", () => { els.linkCode.value = ""; els.linkDialog.showModal(); });
+  $("link-ask").addEventListener("click", () => linkSend("/link"));
+  $("link-enter").addEventListener("click", () => {
+    const code = els.linkCode.value.trim();
+    if (!els.linkCode.checkValidity() || !code) { els.linkCode.reportValidity(); els.linkCode.focus(); return; }
+    linkSend("/link " + code);
+  });
+  els.linkCode.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); $("link-enter").click(); } });
   if (els.attach && config.attachments) {
     els.attach.addEventListener("change", () => { upload([...els.attach.files]); els.attach.value = ""; });
     els.composer.addEventListener("dragover", (e) => { e.preventDefault(); els.composer.classList.add("dropping"); });
