@@ -33,6 +33,8 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 import websockets
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from django.core.cache import cache
 from websockets.asyncio.client import ClientConnection
 
@@ -54,6 +56,8 @@ from platforms.interface import (
     ReplyTarget,
     SentMessage,
     credential_flag,
+    inbound_json_object,
+    malformed_unless_shaped,
     platform_event_envelope,
     transport_failure,
 )
@@ -71,6 +75,8 @@ MEMBERS_INTENT = 1 << 1
 # Interaction types (APPLICATION_COMMAND, MESSAGE_COMPONENT) and the callback types answering them within
 # Discord's 3 seconds: a deferred channel message (the "thinking…" the run's reply replaces) and a
 # deferred update (the click acknowledged, nothing shown).
+INTERACTION_PING = 1
+CALLBACK_PONG = 1
 INTERACTION_COMMAND = 2
 INTERACTION_COMPONENT = 3
 CALLBACK_DEFERRED_MESSAGE = 5
@@ -83,6 +89,8 @@ FATAL_CLOSE_CODES = frozenset({4004, 4010, 4011, 4012, 4013, 4014})
 CDN_HOSTS = ("discordapp.com", "discordapp.net", "discord.com")
 # How long an interaction's token lets the bot write (Discord: 15 minutes).
 INTERACTION_TOKEN_SECONDS = 15 * 60
+# A signed interaction older than this is refused (a captured request replayed later).
+REPLAY_WINDOW_SECONDS = 5 * 60
 
 
 class OP:
@@ -142,7 +150,7 @@ class DiscordAdapter(PlatformAdapter):
             "bot.added",
         ),
     )
-    credential_keys: ClassVar[tuple[str, ...]] = ("token", "api_base_url", "member_events")
+    credential_keys: ClassVar[tuple[str, ...]] = ("token", "api_base_url", "member_events", "public_key")
     credential_schema: ClassVar[tuple[CredentialField, ...]] = (
         CredentialField(
             "token",
@@ -154,6 +162,15 @@ class DiscordAdapter(PlatformAdapter):
         ),
         CredentialField("api_base_url", help="Optional: the REST API's origin (default https://discord.com/api/v10)."),
         CredentialField(
+            "public_key",
+            help="Optional: the application's Public Key (Developer Portal → General Information), to take "
+            "slash commands and button clicks at this bot's webhook URL set as the Interactions Endpoint URL; "
+            "without it they come over the gateway.",
+            link="https://discord.com/developers/applications",
+            pattern=r"^[0-9a-fA-F]{64}$",
+            pattern_hint="64 hexadecimal digits",
+        ),
+        CredentialField(
             "member_events",
             types=("boolean", "string"),
             pattern=FLAG_PATTERN,
@@ -163,7 +180,10 @@ class DiscordAdapter(PlatformAdapter):
         ),
     )
     connector_class: ClassVar[type[PlatformConnector] | None] = None  # set below the connector's class
-    connection_kinds: ClassVar[tuple[str, ...]] = ("gateway WebSocket (connector process)",)
+    connection_kinds: ClassVar[tuple[str, ...]] = (
+        "gateway WebSocket (connector process)",
+        "webhook (interactions, with public_key)",
+    )
 
     _http: httpx.AsyncClient | None = None
 
@@ -219,10 +239,45 @@ class DiscordAdapter(PlatformAdapter):
 
     # -- inbound --------------------------------------------------------------------------------
     def verify(self, request: InboundRequest) -> None:
-        raise InboundRefusedError("malformed", "Discord messages arrive over the gateway, not a webhook", status=404)
+        """Only interactions come by webhook (the application's Interactions Endpoint URL), signed with
+        Ed25519 (`X-Signature-Ed25519` over `X-Signature-Timestamp` + the body) by the application's
+        public key; messages arrive over the gateway."""
+        public_key = str(self.credentials.get("public_key") or "")
+        if not public_key:
+            raise InboundRefusedError(
+                "malformed",
+                "Discord messages arrive over the gateway; interactions need the bot's public_key",
+                status=404,
+            )
+        signature, timestamp = request.header("x-signature-ed25519"), request.header("x-signature-timestamp")
+        if not signature or not timestamp:
+            raise InboundRefusedError("forged", "the interaction is not signed", status=401)
+        try:
+            key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(public_key))
+            key.verify(bytes.fromhex(signature), timestamp.encode() + request.body)
+        except (ValueError, InvalidSignature):
+            raise InboundRefusedError("forged", "the Discord signature does not match", status=401) from None
+        try:
+            age = abs(time.time() - int(timestamp))
+        except (ValueError, OverflowError):
+            raise InboundRefusedError("forged", "the signature timestamp is not a number", status=401) from None
+        if age > REPLAY_WINDOW_SECONDS:
+            raise InboundRefusedError("replayed", "the interaction was signed more than five minutes ago", status=401)
 
-    def parse(self, request: InboundRequest) -> InboundBatch:  # pragma: no cover - verify refuses first
-        return InboundBatch()
+    def parse(self, request: InboundRequest) -> InboundBatch:
+        """A verified interaction: Discord's endpoint check (PING) answered PONG; a slash command answered
+        with a deferred response and a component click with a deferred update in the webhook's own answer
+        (Discord's 3 seconds), the update handed on as over the gateway."""
+        interaction = inbound_json_object(request.body, what="not a Discord interaction")
+        with malformed_unless_shaped("not a Discord interaction"):
+            kind = interaction.get("type")
+            if kind == INTERACTION_PING:
+                return InboundBatch(response={"type": CALLBACK_PONG})
+            update = self.interaction_update(interaction)
+        if update is None:
+            raise InboundRefusedError("malformed", "not an interaction this bot takes", status=400)
+        answer = CALLBACK_DEFERRED_MESSAGE if kind == INTERACTION_COMMAND else CALLBACK_DEFERRED_UPDATE
+        return InboundBatch(updates=[update], response={"type": answer})
 
     def intents(self) -> int:
         return INTENTS | (MEMBERS_INTENT if credential_flag(self.credentials.get("member_events")) else 0)

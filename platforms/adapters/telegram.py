@@ -198,7 +198,12 @@ class TelegramAdapter(PlatformAdapter):
             raise InboundRefusedError("malformed", "not a Telegram update", status=400)
         events = self._events(update, raw)
         if events is not None:
-            return InboundBatch(updates=[InboundUpdate(envelope=e) for e in events])
+            response = None
+            if update.callback_query is not None:
+                # Answered in the webhook's own response (a Bot API method call Telegram carries out), so
+                # the button stops spinning at once whatever the run does.
+                response = {"method": "answerCallbackQuery", "callback_query_id": update.callback_query.id}
+            return InboundBatch(updates=[InboundUpdate(envelope=e) for e in events], response=response)
         message = update.message
         if message is None or message.from_user is None:
             return InboundBatch()  # channel posts and the like: not handled, acknowledged

@@ -21,6 +21,7 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from django.test import Client
 
+from bindings.models import Bot
 from platforms.adapters.discord import DiscordAdapter
 from platforms.adapters.slack import SlackAdapter
 from platforms.delivery import PlatformDeliveryPort
@@ -139,10 +140,13 @@ def test_telegram_member_reaction_edit_click_and_bot_added_become_their_own_even
         },
     ]  # fmt: skip
 
-    for update in updates:
-        assert post_update(bot, update).status_code == 200
+    answers = [post_update(bot, update) for update in updates]
     for update in updates:
         assert post_update(bot, update).status_code == 200  # redelivered: nothing new
+
+    assert {a.status_code for a in answers} == {200}
+    # The click is answered in the webhook's response, so the button stops spinning at once.
+    assert answers[-1].json() == {"method": "answerCallbackQuery", "callback_query_id": "cbq-1"}
 
     events = _events()
     assert EventLog.objects.count() == 7
@@ -596,6 +600,45 @@ def test_a_discord_interaction_reply_edits_its_own_message_through_the_webhook(f
         return fake_discord.interaction_texts(command["token"])
 
     assert async_to_sync(go)() == ["a difference engine tabulates polynomials"]
+
+
+@pytest.mark.django_db
+def test_discord_interactions_at_the_webhook_are_signed_answered_in_the_response_and_become_events(
+    workspace, discord_bot_for, fake_discord: FakeDiscord
+):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+    bot = discord_bot_for(workspace, public_key=public)
+    unkeyed = discord_bot_for(workspace)
+
+    def post(target: Bot, interaction: dict[str, Any], *, signer: Any = key, stamp: int | None = None) -> Any:
+        body = json.dumps(interaction).encode()
+        timestamp = str(stamp if stamp is not None else int(time.time()))
+        headers = {
+            "X-Signature-Ed25519": signer.sign(timestamp.encode() + body).hex(),
+            "X-Signature-Timestamp": timestamp,
+        }
+        url = f"/platforms/discord/{target.workspace.slug}/{target.bot_id}/webhook"
+        return Client().post(url, data=body, content_type="application/json", headers=headers)
+
+    command = fake_discord.slash_command("ask", ("question", "why?"), guild_id=GUILD)
+    ping = post(bot, {"id": "1", "application_id": DISCORD_BOT_ID, "type": 1, "token": "t", "version": 1})
+    deferred = post(bot, command)
+    again = post(bot, command)
+    forged = post(bot, command, signer=Ed25519PrivateKey.generate())
+    stale = post(bot, command, stamp=int(time.time()) - 3600)
+
+    assert (ping.status_code, ping.json()) == (200, {"type": 1})
+    assert (deferred.status_code, deferred.json()) == (200, {"type": 5})
+    assert again.status_code == 200
+    assert (forged.status_code, stale.status_code) == (401, 401)
+    assert post(unkeyed, command).status_code == 404  # without a public key only the gateway carries them
+    event = EventLog.objects.get()
+    assert (event.event_type, event.input["text"]) == ("message.received", "/ask why?")
+    assert event.data["reply_target"]["chat_id"].startswith("interaction:")
 
 
 # -- bindings listen to events like messages ---------------------------------------------------------
