@@ -426,4 +426,5 @@ def asgi_wrap(application: Any) -> Any:
         return application
     from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 
-    return OpenTelemetryMiddleware(application)
+    # One span per request: a span per body chunk sent or read would swamp a streamed answer (SSE, `?wait=`).
+    return OpenTelemetryMiddleware(application, exclude_spans=["receive", "send"])
