@@ -93,6 +93,7 @@ MEASURE = """
 }
 """
 
+CHAT_READY = "#conn[data-state=ok]"
 REPR = re.compile(r"<[^>]* object at 0x[0-9a-f]+>|\{'|\[\{'")
 
 
@@ -109,6 +110,7 @@ class Visit:
     name: str
     path: str
     changelist: bool = False
+    ready: str = ""  # a selector the page shows once its script has set it up (the chat: connected)
 
 
 def _raw_data(text: str) -> str | None:
@@ -272,6 +274,8 @@ class Screens:
         if response is None or response.status >= 400:
             self.findings.add(where, f"answered {response.status if response else 'nothing'}")
             return
+        if visit.ready:
+            self.page.wait_for_selector(visit.ready)
         self.check(where, size, visit.changelist, msgids)
         if screenshot:
             target = self.out / size / f"{visit.name}.png"
@@ -334,7 +338,7 @@ def test_every_page_at_both_sizes(demo, worker, web_server, browser, screenshots
         )
 
     admin_user = get_user_model().objects.get(username="admin")
-    visits = [*_pages_of(admin_user), *_other_pages(workspace), Visit("chat", "/chat/")]
+    visits = [*_pages_of(admin_user), *_other_pages(workspace), Visit("chat", "/chat/", ready=CHAT_READY)]
     for size in SIZES:
         for visit in visits:
             screens.visit(visit, size)
@@ -352,8 +356,8 @@ def test_every_page_at_both_sizes(demo, worker, web_server, browser, screenshots
     viewer = _viewer(workspace)
     theirs = Screens(browser, web_server, out, findings)
     theirs.sign_in(viewer.username)
-    for visit in [*_pages_of(viewer), Visit("chat", "/chat/")]:
-        theirs.visit(Visit(f"viewer-{visit.name}", visit.path, visit.changelist), "1400", screenshot=False)
+    for visit in [*_pages_of(viewer), Visit("chat", "/chat/", ready=CHAT_READY)]:
+        theirs.visit(Visit(f"viewer-{visit.name}", visit.path, visit.changelist, visit.ready), "1400", screenshot=False)
     theirs.close()
 
     assert len(visits) > 3 * len(admin.site._registry) // 2
