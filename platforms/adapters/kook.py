@@ -10,8 +10,8 @@ is the one its `GET /gateway/index?compress=0` names, so a proxy or a fake serve
 The gateway session: HELLO (`s: 1`, its `session_id`), PING every 30 s carrying the last event's `sn`
 (`s: 2`) answered by PONG (`s: 3`; none within 6 s closes the socket), events (`s: 0`, numbered by `sn`),
 RECONNECT (`s: 5`: start over with a new gateway address, forgetting the session), and after a drop a
-RESUME (`s: 4` with the last `sn`, on a gateway address with `resume=1`) acknowledged by `s: 6`, so the
-events missed meanwhile are sent again. An event is one gateway event however often it comes: its
+resume: the gateway address with `resume=1`, the last `sn` and the `sessionId`, on which KOOK sends the
+events missed meanwhile and then RESUME ACK (`s: 6`). An event is one gateway event however often it comes: its
 `event_id` is KOOK's `msg_id`.
 
 In a channel every message reaches the gateway; `data.mentioned` says whether it @-mentions the bot (the
@@ -100,8 +100,8 @@ def _text_of(content: str, bot_user_id: str) -> tuple[str, bool]:
 
 class KookAdapter(PlatformAdapter):
     platform: ClassVar[str] = "kook"
-    # A KMarkdown message holds up to 8,000 characters (kept under, with room for markup); KOOK allows a
-    # bot about five writes a second per channel, so one write a second while streaming keeps clear.
+    # KOOK's documentation names no limit on a message's length: replies are split at 7,000 characters (an
+    # assumption, not a documented figure); streaming writes once a second, a 429 is waited out.
     capabilities: ClassVar[PlatformCapabilities] = PlatformCapabilities(
         edit=True,
         reaction=True,
@@ -546,7 +546,7 @@ class KookConnector(PlatformConnector):
             raise GatewayClosedError("the API named no gateway")
         if self.session_id and self.sn:
             joiner = "&" if "?" in url else "?"
-            url += joiner + urlencode({"resume": 1, "sn": self.sn, "session_id": self.session_id})
+            url += joiner + urlencode({"resume": 1, "sn": self.sn, "sessionId": self.session_id})
         return url
 
     async def _session(self) -> None:
@@ -570,8 +570,6 @@ class KookConnector(PlatformConnector):
             if not resuming:
                 self.sn = 0  # a new session numbers its events from 1 again
             self.session_id = given or self.session_id
-            if resuming:
-                await socket.send(json.dumps({"s": 4, "sn": self.sn}))
             self.state, self.detail = "connected", ""
             ponged = asyncio.Event()
             ponged.set()

@@ -3,9 +3,9 @@
 
 The gateway speaks KOOK's signals: HELLO (`s: 1` with a `session_id`; `code` 40101 for a wrong token in the
 URL), PING `s: 2` with the client's last `sn` answered by PONG `s: 3` (unless `answer_pings` is off),
-events `s: 0` numbered by `sn` per session, RECONNECT `s: 5` (`ask_reconnect`), and RESUME: a connection
-whose URL says `resume=1&sn=…&session_id=…` of a known session gets the same session back, then after the
-client's `s: 4` the events it missed (sent while it was away) and `s: 6`. `drop()` cuts every connection
+events `s: 0` numbered by `sn` per session, RECONNECT `s: 5` (`ask_reconnect`), and resuming: a connection
+whose URL says `resume=1&sn=…&sessionId=…` of a known session gets the same session back, the events
+after that `sn` (sent while it was away) and RESUME ACK `s: 6`. `drop()` cuts every connection
 without a close frame. The API records every call (`calls`), keeps the bot's messages by id (`messages`),
 answers the next call of a path with a 429 (`rate_limit_next`) and serves files at `/files/<name>`.
 
@@ -239,14 +239,12 @@ class FakeKook(SocketFake):
         if query.get("token") != self.token:
             await socket.send(json.dumps({"s": 1, "d": {"code": 40101}}))
             return
-        known = self.sessions.get(query.get("session_id", ""))
+        known = self.sessions.get(query.get("sessionId", ""))
         if query.get("resume") == "1" and known is not None:
             await socket.send(json.dumps({"s": 1, "d": {"code": 0, "session_id": known.session_id}}))
-            frame = json.loads(await socket.recv())
-            assert frame.get("s") == 4, frame
-            self.resumes.append(int(frame["sn"]))
+            self.resumes.append(int(query["sn"]))
             for sn, data in known.sent:
-                if sn > int(frame["sn"]):
+                if sn > int(query["sn"]):
                     await socket.send(json.dumps({"s": 0, "sn": sn, "d": data}))
             await socket.send(json.dumps({"s": 6, "d": {"session_id": known.session_id}}))
             self._current = known

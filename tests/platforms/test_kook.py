@@ -1,7 +1,7 @@
 """KOOK bots on a fake KOOK (HTTP API v3 and its WebSocket gateway): channel messages become events with
 `data.mentioned` saying whether they @-mention the bot (the default trigger filter answers only those),
 direct messages are private chats, the bot's own and other bots' messages are ignored, system events become
-the pinned event types; PINGs carry the last `sn`; a dropped connection RESUMEs and gets the events it
+the pinned event types; PINGs carry the last `sn`; a dropped connection resumes and gets the events it
 missed, once; a RECONNECT starts a new session; frames of the wrong shape are ignored without dropping the
 connection and the webhook route refuses without a 500; a streamed reply is one KMarkdown message quoting
 the question, updated as it grows; direct replies go to the direct-message API; a 429 is waited out;
