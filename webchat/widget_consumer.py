@@ -6,7 +6,8 @@ What it adds is who may connect and what they may do:
 - admitted only with a widget ticket (`webchat.widget`; the chat's tickets and sessions count for nothing here,
   and a widget ticket counts for nothing on the chat socket), from the origin the ticket was issued to, which
   must still be in the bot's `allowed_origins` (the bot still an enabled web bot): otherwise the handshake is
-  refused (HTTP 403), and an unknown, used or expired ticket closes with 4401;
+  refused (HTTP 403), and an unknown, used or expired ticket closes with 4401; a message after the bot stopped
+  allowing the origin (or was disabled) answers `forbidden` and closes with 4403;
 - the conversation is the visitor's own, derived from the ticket: `subscribe` takes no other (one naming
   another answers `forbidden`), `message` goes to the bot only (no binding choice, no attachments: an
   attachment names an artifact, which a visitor must not be able to point at), and `history` reads that
@@ -35,7 +36,7 @@ from runners.models import Run
 from transcripts.models import TranscriptItem
 from transcripts.selectors import transcript_page
 from webchat.chat import ChatCaller, ChatRefusedError, chat_message_submit
-from webchat.consumers import CLOSE_UNAUTHENTICATED, ChatConsumer
+from webchat.consumers import CLOSE_FORBIDDEN, CLOSE_UNAUTHENTICATED, ChatConsumer
 from webchat.widget import (
     Visitor,
     WidgetGrant,
@@ -208,6 +209,13 @@ class WidgetConsumer(ChatConsumer):
             self._error(
                 "rate_limited", _("Too many messages; wait a moment and send again."), retry_after=limited.retry_after
             )
+            return
+        bot = await database_sync_to_async(_admitted_bot)(self.grant, _header(self.scope, b"origin"))
+        if bot is None:
+            # The bot was disabled, or stopped allowing this site, since the socket opened.
+            self._error("forbidden", _("This website may not use this chat widget."))
+            self._closing = True
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         if self.subscription is None:
             # Joined before the event is ingested, so the run's first event cannot be missed.

@@ -42,7 +42,7 @@ def _bot(**fields: Any) -> Bot:
 
 def _session(bot_or_id: Bot | str, *, origin: str | None = SITE, ip: str = "203.0.113.7", **body: Any) -> Any:
     widget_id = bot_or_id if isinstance(bot_or_id, str) else widget_public_id(bot_or_id)
-    headers = {"HTTP_ORIGIN": origin} if origin else {}
+    headers: dict[str, Any] = {"HTTP_ORIGIN": origin} if origin else {}
     return Client().post(
         f"/widget/{widget_id}/session", data=body, content_type="application/json", REMOTE_ADDR=ip, **headers
     )
@@ -84,7 +84,10 @@ def test_an_allowed_site_gets_a_visitor_token_and_a_ticket_with_cors_for_it_alon
 def test_the_preflight_is_answered_for_allowed_sites_only():
     bot = _bot()
     url = f"/widget/{widget_public_id(bot)}/session"
-    headers = {"HTTP_ACCESS_CONTROL_REQUEST_METHOD": "POST", "HTTP_ACCESS_CONTROL_REQUEST_HEADERS": "content-type"}
+    headers: dict[str, Any] = {
+        "HTTP_ACCESS_CONTROL_REQUEST_METHOD": "POST",
+        "HTTP_ACCESS_CONTROL_REQUEST_HEADERS": "content-type",
+    }
 
     allowed = Client().options(url, HTTP_ORIGIN=SITE, **headers)
     refused = Client().options(url, HTTP_ORIGIN="https://evil.example", **headers)

@@ -232,3 +232,17 @@ async def test_the_chat_socket_and_the_widget_socket_take_no_ticket_of_the_other
 
     assert await on_chat.receive_output(timeout=RECEIVE_TIMEOUT) == {"type": "websocket.close", "code": 4401}
     assert await on_widget.receive_output(timeout=RECEIVE_TIMEOUT) == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_message_after_the_site_was_removed_from_the_bot_closes_the_socket_with_4403():
+    bot = await database_sync_to_async(_web_bot)()
+    comm, _ = await _visitor(bot)
+    await _subscribed(comm)
+    await database_sync_to_async(Bot.objects.filter(pk=bot.pk).update)(allowed_origins=["https://other.example"])
+
+    await comm.send_json_to({"type": "message", "text": "still there?"})
+    while (output := await comm.receive_output(timeout=RECEIVE_TIMEOUT))["type"] != "websocket.close":
+        pass
+
+    assert output["code"] == 4403
+    assert await database_sync_to_async(Run.objects.count)() == 0
