@@ -122,6 +122,10 @@ def database_url(kind: str) -> str:
 
     parts = urlsplit(url)
     name = f"{parts.path.strip('/') or 'langbot'}_stack"
+    # BENCH_STACK_SUFFIX gives a benchmark a database of its own, so that two benchmarks of one user can
+    # run at once; dropping the database waits for a checkpoint, which takes minutes on a busy machine.
+    if os.environ.get("BENCH_STACK_SUFFIX"):
+        name = f"{name}_{os.environ['BENCH_STACK_SUFFIX']}"
     admin = urlunsplit(parts._replace(path="/postgres"))
     try:
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -210,7 +214,11 @@ def user_stack(
     if plugin_dirs:
         env["LANGBOT_PLUGIN_DIRS"] = os.pathsep.join(str(p) for p in plugin_dirs)
     Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
-    log = REPO / "var" / f"bench-stack-{kind}.log"
+    log = (
+        REPO
+        / "var"
+        / f"bench-stack-{kind}{'-' + os.environ['BENCH_STACK_SUFFIX'] if os.environ.get('BENCH_STACK_SUFFIX') else ''}.log"
+    )
     process = subprocess.Popen(
         [sys.executable, "scripts/run_stack.py"], cwd=REPO, env=env, stdout=log.open("wb"),
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,

@@ -2,7 +2,9 @@
 from 64 clients against the stack `make run` starts (`bench/_stack.py`), PostgreSQL by default.
 
 While the clients run, py-spy samples the web process (daphne) and the worker (`py-spy record --nonblocking
---format raw`, on-CPU stacks only); each stack is put in the row of the table its deepest recognised frame
+--gil --format raw`: only the thread holding the GIL, i.e. running Python; py-spy's idle detection alone
+kept threads blocked in epoll, a lock or a socket read as "active" on the loaded machine, nearly half the
+samples); each stack is put in the row of the table its deepest recognised frame
 belongs to (`WEB_ROWS`, `WORKER_ROWS`; the first match from the leaf wins within a tier, host stages before
 framework layers). A row's ms per run is its share of the samples times the process's CPU per run measured
 in the same window (psutil), so the rows of a process add up to its CPU per run.
@@ -189,6 +191,22 @@ def classify(raw: Path, stages: list[Rule], layers: list[Rule]) -> tuple[Counter
     return rows, unknown
 
 
+def own_frames(raw: Path, depth: int = 2) -> Counter[str]:
+    """Samples by the deepest frames of the project's own code in each stack (not a library's), so
+    a profile of any load says which of the host's functions its CPU is under."""
+    found: Counter[str] = Counter()
+    if not raw.exists():
+        return found
+    for line in raw.read_text(errors="replace").splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        own = [(f, p) for f, p in _frames(stack) if p and "site-packages" not in p and not p.startswith("/")]
+        key = " < ".join(f"{f} ({p})" for f, p in reversed(own[-depth:])) if own else "(libraries only: server, loop)"
+        found[key] += int(count_text)
+    return found
+
+
 def _probe_counts(directory: Path, pid: int) -> Counter[str]:
     path = directory / f"{pid}.json"
     with contextlib.suppress(OSError, ValueError):
@@ -205,7 +223,7 @@ def _py_spy() -> str:
 
 def _record(pid: int, out: Path, rate: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [_py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking", "--format", "raw",
+        [_py_spy(), "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking", "--gil", "--format", "raw",
          "--output", str(out)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip

@@ -25,8 +25,11 @@ import argparse
 import asyncio
 import os
 import re
+import sys
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -73,6 +76,45 @@ async def watch(client: ChatClient, stack: UserStack, text: str, seen: Seen) -> 
             return event["type"]
 
 
+def _own_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+# BENCH_STREAM_PROFILE=DIR: py-spy samples the web process and the worker during the 100-stream load and
+# prints which of the host's functions their CPU is under (bench/profile_run.py's `own_frames`).
+PROFILE_DIR = os.environ.get("BENCH_STREAM_PROFILE", "")
+
+
+def _profile_start(stack: UserStack) -> dict[str, Any]:
+    if not PROFILE_DIR:
+        return {}
+    from bench.profile_run import _record
+
+    Path(PROFILE_DIR).mkdir(parents=True, exist_ok=True)
+    return {
+        role: _record(stack.roles[role].pid, Path(PROFILE_DIR) / f"stream-{role}.raw", 200)
+        for role in ("web", "worker")
+        if role in stack.roles
+    }
+
+
+def _profile_stop(recorders: dict[str, Any]) -> None:
+    if not recorders:
+        return
+    from bench.profile_run import _stop_record, own_frames
+
+    for role, recorder in recorders.items():
+        _stop_record(recorder)
+        found = own_frames(Path(PROFILE_DIR) / f"stream-{role}.raw")
+        total = sum(found.values()) or 1
+        # On stderr: the parent process passes only the rows of this child's stdout on.
+        print(f"{role}: {total} samples during the {CLIENTS}-stream load; the host's functions they are under:",
+              file=sys.stderr)  # fmt: skip
+        for frame, count in found.most_common(15):
+            print(f"  {100 * count / total:5.1f}%  {frame}", file=sys.stderr)
+
+
 async def load(clients: list[ChatClient], stack: UserStack, text: str) -> tuple[Seen, int, float]:
     seen = Seen()
     started = time.perf_counter()
@@ -93,8 +135,12 @@ async def measure(stack: UserStack, seconds: float) -> list[tuple[str, str, str]
         # One stream alone: the pipeline is idle between deltas, so whatever a delta waits is added delay.
         single, single_done, _ = await load(clients[:1], stack, f"probe:{steps}:{1000 // TOKEN_RATE}:deltas")
         before = stack.cpu_seconds()
+        client_before = _own_cpu()
+        recorders = _profile_start(stack)
         tokens, tokens_done, tokens_seconds = await load(clients, stack, f"probe:{steps}:{1000 // TOKEN_RATE}:deltas")
         after = stack.cpu_seconds()
+        client_busy = (_own_cpu() - client_before) / tokens_seconds
+        _profile_stop(recorders)
         paced, paced_done, _ = await load(clients, stack, f"probe:{PACED_STEPS}:{PACED_INTERVAL_MS}")
         await asyncio.gather(*(c.close() for c in clients))
     if not tokens.delta and not paced.tool:
@@ -114,6 +160,8 @@ async def measure(stack: UserStack, seconds: float) -> list[tuple[str, str, str]
             for role in ("web", "worker", "runtime")
             if role in after and (busy := (after[role] - before.get(role, 0.0)) / tokens_seconds) >= 0
         ),
+        (f"  {CLIENTS} streams: CPU of this benchmark's clients (cores busy)", f"{client_busy:.2f}", "-"),
+        ("  load average (1 min) after", f"{os.getloadavg()[0]:.1f}", "-"),
         (f"paced, {CLIENTS} × {PACED_STEPS} steps {PACED_INTERVAL_MS} ms apart, delta + tool call: runs completed",
          f"{paced_done}/{CLIENTS}", "all"),
         ("  paced: emit → socket p50 (tool.call.started)", f"{percentile(paced.tool, 50):.1f} ms", "-"),
