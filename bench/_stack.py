@@ -214,11 +214,8 @@ def user_stack(
     if plugin_dirs:
         env["LANGBOT_PLUGIN_DIRS"] = os.pathsep.join(str(p) for p in plugin_dirs)
     Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
-    log = (
-        REPO
-        / "var"
-        / f"bench-stack-{kind}{'-' + os.environ['BENCH_STACK_SUFFIX'] if os.environ.get('BENCH_STACK_SUFFIX') else ''}.log"
-    )
+    suffix = os.environ.get("BENCH_STACK_SUFFIX", "")
+    log = REPO / "var" / f"bench-stack-{kind}{'-' + suffix if suffix else ''}.log"
     process = subprocess.Popen(
         [sys.executable, "scripts/run_stack.py"], cwd=REPO, env=env, stdout=log.open("wb"),
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
