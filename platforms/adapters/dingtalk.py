@@ -37,6 +37,7 @@ import hmac
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar, NoReturn
 from urllib.parse import urlsplit
@@ -178,11 +179,14 @@ class DingTalkAdapter(PlatformAdapter):
         # The last text each open AI card shows (out track id -> text): `reply_finished` repeats it with
         # the finish flag. Per adapter, which the delivery keeps per bot.
         self._cards: dict[str, str] = {}
-        if self.card_template_id:
-            # Per bot: with a card template, a reply is edited as it streams.
-            self.capabilities = replace(  # type: ignore[misc]
-                type(self).capabilities, edit=True, edit_interval_seconds=CARD_EDIT_INTERVAL_SECONDS
-            )
+        self.capabilities = type(self).capabilities_for(self.credentials)  # type: ignore[misc]
+
+    @classmethod
+    def capabilities_for(cls, credentials: Mapping[str, Any]) -> PlatformCapabilities:
+        """With a card template, a reply is an AI card edited as it streams (and runners are told so)."""
+        if str(credentials.get("card_template_id") or "").strip():
+            return replace(cls.capabilities, edit=True, edit_interval_seconds=CARD_EDIT_INTERVAL_SECONDS)
+        return cls.capabilities
 
     @property
     def mode(self) -> str:

@@ -96,8 +96,8 @@ class FakeDingTalkStream:
                     self.connected.clear()
 
     # -- what a test does -----------------------------------------------------------------------
-    def wait_connected(self, connections: int = 1) -> None:
-        deadline = time.monotonic() + WAIT_SECONDS
+    def wait_connected(self, connections: int = 1, *, timeout: float = WAIT_SECONDS) -> None:
+        deadline = time.monotonic() + timeout
         while not (self.connected.is_set() and self.connections >= connections):
             assert time.monotonic() < deadline, "the client did not connect"
             time.sleep(0.02)

@@ -10,6 +10,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -23,6 +27,7 @@ from platforms.adapters.dingtalk_stream import DingTalkStreamConnector
 from platforms.connectors import connection_label, connection_statuses, connectors_serve
 from platforms.delivery import PlatformDeliveryPort
 from platforms.models import PlatformDelivery
+from runners.actions.delivery import surface_delivery
 from runners.models import Run
 from tests.factories import AgentBindingFactory, BotFactory, WorkspaceFactory
 from tests.fakes.dingtalk_server import CLIENT_ID, CLIENT_SECRET, FakeDingTalk
@@ -36,6 +41,8 @@ from tests.platforms.test_delivery_policy import (  # noqa: F401 (autouse fixtur
     fast_pace,
 )
 from tests.platforms.test_dingtalk import post_message
+from tests.platforms.test_telegram_e2e import _delivery as _delivery_of
+from tests.platforms.test_telegram_e2e import _run_of
 from transcripts.models import EventLog
 
 
@@ -282,11 +289,17 @@ async def test_with_a_card_template_a_streamed_reply_is_one_ai_card_updated_in_o
 def test_a_card_bot_says_it_can_edit_and_a_plain_one_does_not():
     from platforms.adapters.dingtalk import DingTalkAdapter
 
-    card = DingTalkAdapter(bot_id="b", credentials={"client_id": "c", "client_secret": "s", "card_template_id": "t"})
-    plain = DingTalkAdapter(bot_id="b", credentials={"client_id": "c", "client_secret": "s"})
+    credentials = {"client_id": "c", "client_secret": "s"}
+    card = DingTalkAdapter(bot_id="b", credentials={**credentials, "card_template_id": "t"})
+    plain = DingTalkAdapter(bot_id="b", credentials=credentials)
 
     assert (card.capabilities.edit, plain.capabilities.edit) == (True, False)
     assert "message.edit" in card.capabilities.actions
+    # Runners are told what the bot their event came through can do.
+    told_card = surface_delivery("dingtalk", credentials={**credentials, "card_template_id": "t"})
+    told_plain = surface_delivery("dingtalk", credentials=credentials)
+    assert (told_card.supports_streaming, told_card.supports_edit) == (True, True)
+    assert (told_plain.supports_streaming, told_plain.supports_edit) == (False, False)
 
 
 @pytest.mark.django_db
@@ -303,3 +316,44 @@ def test_a_mode_other_than_callback_or_stream_is_refused_on_save(api_client):
 
     assert answer.status_code == 400
     assert set(answer.json()["error"]["details"]["fields"]) == {"credentials.mode"}
+
+
+# -- the connector process with a real worker and the qa-runner ---------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_a_message_over_the_stream_is_answered_by_a_real_run_in_an_ai_card(
+    worker, qa_binding, dingtalk_bot_for, fake_dingtalk, gateway, celery_queue
+):
+    from tests.processes import REPO_ROOT, _host_env
+
+    bot = dingtalk_bot_for(qa_binding(delivery_policy={"enable_reply": True}).workspace, mode="stream",
+                           card_template_id="tpl-ai.schema")  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "run_connectors", "--rescan", "1"],
+        cwd=REPO_ROOT,
+        env=_host_env(celery_queue),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        gateway.wait_connected(timeout=60)  # the connector process starts Django first
+        message = fake_dingtalk.robot_message("qa:type:1.5 hello", staff_id="s-qa")
+        gateway.ack(gateway.push_message(message))
+
+        run = _run_of(bot)
+        assert run.status == Run.Status.COMPLETED
+        assert _delivery_of(run).status == "delivered"
+        (card,) = fake_dingtalk.cards.values()
+        assert card.space == "dtv1.card//IM_ROBOT.s-qa"
+        assert card.contents[-1] == run.output
+        assert card.finished
+        assert card.contents[0] != run.output  # the card showed the reply still growing
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
