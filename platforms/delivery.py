@@ -52,7 +52,7 @@ import logging
 import re
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -423,11 +423,11 @@ class PlatformDeliveryPort:
             pace = self._paces[(bot_pk, chat_id)] = ChatPace()
         return pace
 
-    def surface(self, surface: str) -> SurfaceDelivery | None:
+    def surface(self, surface: str, credentials: Mapping[str, Any] | None = None) -> SurfaceDelivery | None:
         cls = adapter_class(surface)
         if cls is None:
             return None
-        caps = cls.capabilities
+        caps = cls.capabilities_for(credentials) if credentials is not None else cls.capabilities
         return SurfaceDelivery(
             supports_streaming=caps.edit,
             supports_edit=caps.edit,

@@ -465,6 +465,13 @@ class PlatformAdapter(abc.ABC):
         self.allow_private = host_private_allowed() if allow_private is None else allow_private
 
     @classmethod
+    def capabilities_for(cls, credentials: Mapping[str, Any]) -> PlatformCapabilities:
+        """What a bot with these credentials can do: `capabilities`, unless one of its credentials changes
+        that (a DingTalk bot with an AI card template edits its replies). Instances carry theirs as
+        `capabilities`; runners are told these (`ctx.delivery`) for the bot their event came through."""
+        return cls.capabilities
+
+    @classmethod
     def credentials_json_schema(cls) -> dict[str, Any] | None:
         """`credential_schema` as a JSON Schema (None when the adapter declares none): the declared keys
         and `api_base_url` only, the required ones present and not empty."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,8 +75,9 @@ UNSUPPORTED_SURFACE = SurfaceDelivery()
 class DeliveryPort(Protocol):
     """What `platforms` provides to `runners` (installed once at start-up)."""
 
-    def surface(self, surface: str) -> SurfaceDelivery | None:
-        """The surface's delivery, or None when no adapter serves it."""
+    def surface(self, surface: str, credentials: Mapping[str, Any] | None = None) -> SurfaceDelivery | None:
+        """The surface's delivery (for a bot with these credentials, when given), or None when no adapter
+        serves it."""
 
     def action_deliver(
         self, *, run: Run, action: str, target: dict[str, Any], payload: dict[str, Any]
@@ -97,11 +98,11 @@ def delivery_port_install(port: DeliveryPort | None) -> None:
     delivery_port.install(port)
 
 
-def surface_delivery(surface: str) -> SurfaceDelivery:
+def surface_delivery(surface: str, *, credentials: Mapping[str, Any] | None = None) -> SurfaceDelivery:
     if surface in HOST_SURFACES:
         return HOST_SURFACE_DELIVERY
     port = delivery_port.installed
-    found = port.surface(surface) if port is not None else None
+    found = port.surface(surface, credentials) if port is not None else None
     return found if found is not None else UNSUPPORTED_SURFACE
 
 

@@ -520,7 +520,7 @@ def context_build(
     surface = bot.platform if bot is not None else event.source
     replies = not run.is_observer and delivery_policy.enable_reply
     # What the surface itself can do (a chat platform's adapter declares it); the binding may only narrow it.
-    surfaced = surface_delivery(surface)
+    surfaced = surface_delivery(surface, credentials=bot.credentials if bot is not None else None)
     sizes = [s for s in (delivery_policy.max_message_size, surfaced.max_message_size) if s is not None]
     delivery = DeliveryContext(
         surface=surface,
