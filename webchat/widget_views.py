@@ -120,7 +120,6 @@ def widget_strings() -> dict[str, str]:
         "close": _("Close the chat"),
         "placeholder": _("Type a message…"),
         "send": _("Send"),
-        "connecting": _("Connecting…"),
         "unavailable": _("The chat is not available right now."),
         "failed": _("The reply failed."),
     }

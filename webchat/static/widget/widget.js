@@ -17,7 +17,7 @@
   const lang = script.dataset.lang || navigator.language || "";
   let strings = {
     title: "Chat", open: "Open the chat", close: "Close the chat", placeholder: "Type a message…", send: "Send",
-    connecting: "Connecting…", unavailable: "The chat is not available right now.", failed: "The reply failed.",
+    unavailable: "The chat is not available right now.", failed: "The reply failed.",
   };
 
   const CSS = `
