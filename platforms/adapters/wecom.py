@@ -75,6 +75,7 @@ class WeComAdapter(WeChatApiAdapter):
         max_message_chars=2048,
         edit_interval_seconds=2.0,
         max_file_bytes=20 * 1024 * 1024,
+        groups=False,  # an app's messages come one to one
     )
     credential_keys: ClassVar[tuple[str, ...]] = (
         "corp_id",

@@ -80,6 +80,7 @@ class WeComKfAdapter(WeComAdapter):
         edit_interval_seconds=2.0,
         max_file_bytes=20 * 1024 * 1024,
         event_types=("member.joined", "message.recalled"),
+        groups=False,
     )
     credential_keys: ClassVar[tuple[str, ...]] = (
         "corp_id",
