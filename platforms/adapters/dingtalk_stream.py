@@ -257,7 +257,7 @@ def card_clicked_update(adapter: DingTalkAdapter, payload: dict[str, Any]) -> In
             "source_event_type": "card.instances.callback",
             "actor": {"actor_type": "user", "actor_id": user, "actor_name": user[:255]},
             "subject": {
-                "subject_type": "card",
+                "subject_type": "message",
                 "subject_id": out_track_id,
                 "data": {"chat_type": "group" if in_group else "private"},
             },
@@ -265,6 +265,7 @@ def card_clicked_update(adapter: DingTalkAdapter, payload: dict[str, Any]) -> In
             "data": {
                 "chat_id": chat_id,
                 "chat_type": "group" if in_group else "private",
+                "target_message_id": out_track_id,
                 "action": {"ids": action_ids, "params": params},
                 "reply_target": target.as_data(),
                 "raw": {k: v for k, v in payload.items() if k != "value"} | {"value": action},

@@ -360,7 +360,7 @@ class WeComAIBotAdapter(PlatformAdapter):
                 "source_event_type": "template_card_event",
                 "actor": {"actor_type": "user", "actor_id": sender, "actor_name": sender[:255]},
                 "subject": {
-                    "subject_type": "card",
+                    "subject_type": "message",
                     "subject_id": str(card.get("task_id") or msgid),
                     "data": {"chat_type": "group" if in_group else "private"},
                 },
@@ -368,7 +368,11 @@ class WeComAIBotAdapter(PlatformAdapter):
                 "data": {
                     "chat_id": target.chat_id,
                     "chat_type": "group" if in_group else "private",
-                    "action": {"ids": [str(card.get("event_key") or "")], "params": {}},
+                    "target_message_id": str(card.get("task_id") or ""),
+                    "action": {
+                        "event_key": str(card.get("event_key") or ""),
+                        "task_id": str(card.get("task_id") or ""),
+                    },
                     "reply_target": target.as_data(),
                     "raw": {k: v for k, v in message.items() if k != "response_url"},
                 },

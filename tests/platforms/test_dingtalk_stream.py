@@ -243,7 +243,7 @@ async def test_a_card_click_over_the_stream_is_a_card_clicked_event(
     assert event.event_type == "card.clicked"
     assert event.data["action"] == {"ids": ["approve"], "params": {"ticket": "T-7"}}
     assert event.data["reply_target"]["chat_id"] == "cidCards=="
-    assert (event.actor["actor_id"], event.subject["subject_id"]) == ("s-gu", "lbh-card-1")
+    assert (event.actor["actor_id"], event.data["target_message_id"]) == ("s-gu", "lbh-card-1")
     assert event.bot_id == bot.pk
 
 

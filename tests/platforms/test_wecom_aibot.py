@@ -159,9 +159,9 @@ def test_a_card_click_is_a_card_clicked_event(bot, fake_aibot):
     assert post(bot, click).status_code == 200
 
     event = EventLog.objects.get()
-    assert (event.event_type, event.data["action"]["ids"], (event.subject or {})["subject_id"]) == (
+    assert (event.event_type, event.data["action"], event.data["target_message_id"]) == (
         "card.clicked",
-        ["approve"],
+        {"event_key": "approve", "task_id": "t-1"},
         "t-1",
     )
 

@@ -127,6 +127,30 @@ def test_an_item_of_an_undocumented_shape_is_skipped_and_the_pull_goes_on(bot, f
 
 
 @pytest.mark.django_db
+def test_a_recalled_message_is_message_recalled(bot, fake_wecom):
+    said = fake_wecom.kf_message("oops", customer="wmEd")
+    fake_wecom.kf_log.append(
+        {
+            "msgid": "kfrecall1",
+            "origin": 4,
+            "msgtype": "event",
+            "event": {
+                "event_type": "user_recall_msg",
+                "open_kfid": "wkAccount1",
+                "external_userid": "wmEd",
+                "recall_msgid": said["msgid"],
+            },
+        }
+    )
+
+    assert post_callback(bot, fake_wecom.kf_event()).status_code == 200
+
+    recalled = EventLog.objects.get(event_type="message.recalled")
+    assert (recalled.data["target_message_id"], recalled.data["chat_id"]) == (said["msgid"], "wmEd")
+    assert (recalled.actor or {})["actor_id"] == "wmEd"
+
+
+@pytest.mark.django_db
 def test_forged_callbacks_are_refused_and_the_url_check_answers_the_echo(bot, fake_wecom):
     fake_wecom.kf_message("hello")
 
