@@ -25,7 +25,7 @@ from tests.fakes.openai_server import FakeOpenAI, chunk, completion, fake_openai
 from tests.fakes.otlp_collector import CollectedSpan, FakeCollector, serving_collector
 from tests.fakes.platform_http import serving
 from tests.fakes.telegram_server import BOT_USERNAME, TOKEN, FakeTelegram
-from tests.processes import TEST_PLUGINS_DIR, wait_terminal
+from tests.processes import TEST_PLUGINS_DIR, post_message, wait_terminal
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -66,7 +66,7 @@ def host_with(start_web, start_worker, collector: FakeCollector) -> Iterator[Cal
             "CELERY_TASK_DEFAULT_QUEUE": f"langbot-traced-{uuid.uuid4().hex[:8]}",
             **otel,
         }
-        processes = HostProcesses(start_web(**env), start_worker(**env))
+        processes = HostProcesses(start_web(**env), start_worker(**env), env["CELERY_TASK_DEFAULT_QUEUE"])
         started.append(processes)
         return processes
 
@@ -79,6 +79,7 @@ def host_with(start_web, start_worker, collector: FakeCollector) -> Iterator[Cal
 class HostProcesses:
     web: Any
     worker: Any
+    queue: str
 
     @property
     def url(self) -> str:
@@ -238,6 +239,35 @@ def _ancestors(by_id: dict[str, CollectedSpan], span: CollectedSpan) -> set[str]
         seen.add(span.parent_span_id)
         span = by_id[span.parent_span_id]
     return seen
+
+
+def test_a_run_sent_from_outside_any_trace_is_still_one_trace_the_runs_own(
+    host_with, qa_binding, collector: FakeCollector
+):
+    # given a traced worker, and a run created and sent by a process that does not trace (as the sweeper re-sends)
+    from langbot_host.celery import app
+
+    host = host_with()
+    binding = qa_binding()
+    previous, app.conf.task_default_queue = app.conf.task_default_queue, host.queue
+    try:
+        # when the worker runs it
+        run = wait_terminal(post_message(binding, "qa:ok hi"), timeout=60)
+    finally:
+        app.conf.task_default_queue = previous
+    assert run.status == Run.Status.COMPLETED, run.error
+
+    # then its spans are one trace, the run's, rooted at a `run` span of the worker
+    wanted = {"run", "run.queue_wait", "run.admission", "run.execute", "runtime.run_agent"}
+    collector.wait_for(lambda c: wanted <= {s.name for s in c.of_trace(run.trace_id)})
+    spans = collector.of_trace(run.trace_id)
+    root = _named(spans, "run")
+    assert root.parent_span_id == ""
+    assert root.attributes["langbot.run_id"] == str(run.run_id)
+    for name in ("run.queue_wait", "run.admission", "run.execute"):
+        assert _named(spans, name).parent_span_id == root.span_id
+    assert _named(spans, "runtime.run_agent").parent_span_id == _named(spans, "run.execute").span_id
+    assert not [s for s in spans if s.name in ("gateway.ingest", "run.dispatch")]
 
 
 def test_with_the_sdk_disabled_nothing_is_exported_and_no_traceparent_is_sent(
