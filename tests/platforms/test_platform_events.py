@@ -54,6 +54,10 @@ ADA = {"id": 4242, "is_bot": False, "first_name": "Ada", "last_name": "Lovelace"
 NOW = int(time.time())
 
 
+def _actor(event: EventLog) -> dict[str, Any]:
+    return event.actor or {}
+
+
 def _events() -> dict[str, EventLog]:
     return {e.event_type: e for e in EventLog.objects.order_by("id")}
 
@@ -156,14 +160,14 @@ def test_telegram_member_reaction_edit_click_and_bot_added_become_their_own_even
     )  # fmt: skip
     joined = events["member.joined"]
     assert joined.event_id == f"telegram:{bot.bot_id}:801"
-    assert (joined.actor["actor_id"], joined.actor["actor_name"]) == ("4242", "Ada Lovelace")
+    assert (_actor(joined)["actor_id"], _actor(joined)["actor_name"]) == ("4242", "Ada Lovelace")
     assert joined.data["chat_id"] == str(GROUP)
     assert joined.data["reply_target"] == {"chat_id": str(GROUP)}  # the group, not a reply to anything
     assert joined.data["operator_id"] == "7"
-    assert events["member.left"].actor["actor_id"] == "99"
-    assert events["bot.added"].actor["actor_id"] == "7"  # who added the bot
+    assert _actor(events["member.left"])["actor_id"] == "99"
+    assert _actor(events["bot.added"])["actor_id"] == "7"  # who added the bot
     added, removed = events["reaction.added"], events["reaction.removed"]
-    assert (added.data["reaction"], added.data["target_message_id"], added.actor["actor_id"]) == ("👍", "55", "4242")
+    assert (added.data["reaction"], added.data["target_message_id"], _actor(added)["actor_id"]) == ("👍", "55", "4242")
     assert removed.data["reaction"] == "👎"
     edited = events["message.edited"]
     assert (edited.input["text"], edited.data["target_message_id"]) == ("the corrected question", "56")
@@ -238,11 +242,11 @@ def test_slack_channel_events_become_their_own_events_and_the_bots_own_do_not(wo
 
     events = _events()
     assert EventLog.objects.count() == 7
-    assert events["member.joined"].actor["actor_id"] == "U0ADA"
+    assert _actor(events["member.joined"])["actor_id"] == "U0ADA"
     assert events["member.joined"].data["operator_id"] == "U0CHARLES"
     assert events["member.joined"].event_id == f"slack:{bot.bot_id}:Ev01"
-    assert (events["bot.added"].data["chat_id"], events["bot.added"].actor["actor_id"]) == ("C0NEW", "U0ADA")
-    assert events["member.left"].actor["actor_id"] == "U0BOB"
+    assert (events["bot.added"].data["chat_id"], _actor(events["bot.added"])["actor_id"]) == ("C0NEW", "U0ADA")
+    assert _actor(events["member.left"])["actor_id"] == "U0BOB"
     reaction = events["reaction.added"]
     assert (reaction.data["reaction"], reaction.data["target_message_id"]) == ("thumbsup", "1700000000.000100")
     assert events["reaction.removed"].data["reaction"] == "eyes"
@@ -293,7 +297,7 @@ def test_a_slack_button_click_posted_form_encoded_is_a_card_click(workspace, sla
     event = EventLog.objects.get()
     assert event.event_type == "card.clicked"
     assert event.data["action"] == {"action_id": "approve", "block_id": "b1", "value": "yes"}
-    assert (event.data["chat_id"], event.data["target_message_id"], event.actor["actor_id"]) == (
+    assert (event.data["chat_id"], event.data["target_message_id"], _actor(event)["actor_id"]) == (
         "C0GEN",
         "1700000000.000400",
         "U0ADA",
@@ -391,12 +395,12 @@ def test_lark_member_bot_reaction_and_recall_events_become_their_own_events(work
 
     assert EventLog.objects.count() == 6
     joined = list(EventLog.objects.filter(event_type="member.joined").order_by("id"))
-    assert [e.actor["actor_id"] for e in joined] == ["ou_ada", "ou_bob"]
+    assert [_actor(e)["actor_id"] for e in joined] == ["ou_ada", "ou_bob"]
     assert {e.event_id for e in joined} == {f"lark:{bot.bot_id}:e01:ou_ada", f"lark:{bot.bot_id}:e01:ou_bob"}
     assert joined[0].data["operator_id"] == "ou_charles"
     events = _events()
     assert "operator_id" not in events["member.left"].data  # Carol left on her own
-    assert (events["bot.added"].data["chat_id"], events["bot.added"].actor["actor_id"]) == ("oc_new", "ou_ada")
+    assert (events["bot.added"].data["chat_id"], _actor(events["bot.added"])["actor_id"]) == ("oc_new", "ou_ada")
     reaction = events["reaction.added"]
     assert (reaction.data["reaction"], reaction.data["target_message_id"]) == ("THUMBSUP", "om_answer")
     # The platform names no chat for reactions: the answer goes as a reply to the message reacted to.
@@ -426,7 +430,7 @@ def test_a_lark_card_callback_is_answered_at_once_with_the_toast_and_becomes_a_c
     event = EventLog.objects.get(bot=bot)
     assert event.event_type == "card.clicked"
     assert event.data["action"] == {"value": {"choice": "approve", "ticket": 17}, "tag": "button"}
-    assert (event.data["chat_id"], event.data["target_message_id"], event.actor["actor_id"]) == (
+    assert (event.data["chat_id"], event.data["target_message_id"], _actor(event)["actor_id"]) == (
         "oc_group",
         "om_card",
         "ou_ada",
@@ -471,9 +475,9 @@ def test_onebot_notices_become_member_recall_and_reaction_events(workspace):
     assert sorted(events) == ["bot.added", "member.joined", "member.left", "message.recalled", "reaction.added"]
     assert EventLog.objects.count() == 5
     joined = events["member.joined"]
-    assert (joined.actor["actor_id"], joined.data["chat_id"], joined.data["operator_id"]) == ("42", "group:777", "5")
+    assert (_actor(joined)["actor_id"], joined.data["chat_id"], joined.data["operator_id"]) == ("42", "group:777", "5")
     assert joined.data["reply_target"] == {"chat_id": "group:777"}
-    assert (events["bot.added"].data["chat_id"], events["bot.added"].actor["actor_id"]) == ("group:888", "42")
+    assert (events["bot.added"].data["chat_id"], _actor(events["bot.added"])["actor_id"]) == ("group:888", "42")
     assert events["message.recalled"].data["target_message_id"] == "1234"
     assert (events["reaction.added"].data["reaction"], events["reaction.added"].data["target_message_id"]) == (
         "76",
@@ -532,7 +536,7 @@ async def test_discord_gateway_events_and_a_component_click_become_their_own_eve
     ]  # fmt: skip
     assert events["bot.added"].data["chat_id"] == SYSTEM_CHANNEL
     joined = events["member.joined"]
-    assert (joined.actor["actor_id"], joined.data["chat_id"], joined.data["guild_id"]) == (
+    assert (_actor(joined)["actor_id"], joined.data["chat_id"], joined.data["guild_id"]) == (
         ada["id"],
         SYSTEM_CHANNEL,
         GUILD,
@@ -590,9 +594,9 @@ def test_a_discord_interaction_reply_edits_its_own_message_through_the_webhook(f
 
     async def go() -> list[str]:
         await adapter.interaction_ack(command)
-        target = ReplyTarget.from_event_data(
-            {"reply_target": adapter.interaction_update(command).envelope["data"]["reply_target"]}
-        )
+        update = adapter.interaction_update(command)
+        assert update is not None
+        target = ReplyTarget.from_event_data(update.envelope["data"])
         assert target is not None
         sent = await adapter.send_text(target, "thinking about it")
         await adapter.edit_text(sent, "a difference engine tabulates polynomials")
@@ -656,6 +660,7 @@ def test_a_member_joined_binding_greets_the_newcomer_in_the_group_and_a_message_
 
     assert post_update(bot, _member_update(901, ADA, "left", "member")).status_code == 200
     run = _run_of(bot)
+    assert run.binding is not None
     assert (run.binding.binding_id, run.status) == ("greeter", Run.Status.COMPLETED)
     assert _delivery(run).status == "delivered"
     assert fake_telegram.texts(GROUP) == [run.output]
