@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
+
+from artifacts.models import WorkspaceArtifactSettings
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 from foundation.sql import (
     ModelColumns,
@@ -26,7 +29,7 @@ from foundation.sql import (
     sql_text_literals,
     table,
 )
-from runners.models import ConversationStream, Run, RunEvent
+from runners.models import Budget, ConversationStream, Run, RunEvent
 from transcripts.models import EventLog, TranscriptItem
 
 # --- a live subscription's start ------------------------------------------------------------------------
@@ -80,7 +83,13 @@ RUN_LOAD_PARTS: tuple[ModelColumns[Any], ...] = (
         defer=("label", "description", "capabilities", "permissions", "context_policy", "config_schema", "manifest"),
     ),
 )
-"""The models a `run_load` row holds, in order, followed by the two transcript handles."""
+"""The models a `run_load` row holds, in order, followed by the two transcript handles and the three
+prefetched facts (`RUN_LOAD_FACTS`)."""
+
+RUN_LOAD_FACTS = ("upload_max_bytes", "released_hold", "has_budget")
+"""After the handles: the workspace's own runner upload limit (NULL: the host's default), whether the
+conversation has a released hold (only then can the run owe a `human_takeover` fact), and whether the
+workspace has an enabled budget (only then is the budget check worth its queries)."""
 
 
 def run_load(*, run_id: uuid.UUID) -> Statement:
@@ -116,8 +125,27 @@ def _run_load_sql() -> str:
         f" ORDER BY t2.{t_ws} DESC, t2.{t_conv} DESC, t2.{t_id} DESC LIMIT 1) x"
         f" WHERE x.{t_ws} = {r}.{column(Run, 'workspace')} AND x.{t_conv} = {r}.{column(Run, 'conversation_id')})"
     )
+    # Three lookups every claim made one round trip each, folded in as indexed scalar subqueries. The hold
+    # model is looked up by its label: runners.takeover imports runners.live, which imports this module.
+    ConversationHold = apps.get_model("takeover", "ConversationHold")
+    upload_max = (
+        f"(SELECT s.{column(WorkspaceArtifactSettings, 'runner_upload_max_bytes')}"
+        f" FROM {table(WorkspaceArtifactSettings)} s"
+        f" WHERE s.{column(WorkspaceArtifactSettings, 'workspace')} = {r}.{column(Run, 'workspace')} LIMIT 1)"
+    )
+    released_hold = (
+        f"EXISTS (SELECT 1 FROM {table(ConversationHold)} h"
+        f" WHERE h.{column(ConversationHold, 'workspace')} = {r}.{column(Run, 'workspace')}"
+        f" AND h.{column(ConversationHold, 'conversation_id')} = {r}.{column(Run, 'conversation_id')}"
+        f" AND h.{column(ConversationHold, 'status')} = '{ConversationHold.Status.RELEASED.value}')"
+    )
+    has_budget = (
+        f"EXISTS (SELECT 1 FROM {table(Budget)} bu"
+        f" WHERE bu.{column(Budget, 'workspace')} = {r}.{column(Run, 'workspace')} AND bu.{column(Budget, 'enabled')})"
+    )
     return (
-        f"SELECT {', '.join(part.select for part in RUN_LOAD_PARTS)}, {current}, {latest}"
+        f"SELECT {', '.join(part.select for part in RUN_LOAD_PARTS)}, {current}, {latest},"
+        f" {upload_max}, {released_hold}, {has_budget}"
         f" FROM {table(Run)} r"
         f" JOIN {table(EventLog)} e ON e.{column(EventLog, 'id')} = r.{column(Run, 'event')}"
         f" JOIN {table(Workspace)} w ON w.{column(Workspace, 'id')} = r.{column(Run, 'workspace')}"

@@ -41,8 +41,21 @@ from runners.lifecycle.services import run_dispatch_next_on_commit, run_waits_it
 from runners.live.publish import run_event_publish_on_commit, run_status_publish_on_commit
 from runners.metrics import RUN_QUEUE_WAIT
 from runners.models import Run, RunEvent
-from runners.orchestrator.context import BuiltContext, context_build, context_state_set, descriptor_manifest
-from runners.sql import RUN_LOAD_PARTS, Claim, conversation_positions_take, run_claim_with_state, run_load
+from runners.orchestrator.context import (
+    BuiltContext,
+    Prefetched,
+    context_build,
+    context_state_set,
+    descriptor_manifest,
+)
+from runners.sql import (
+    RUN_LOAD_FACTS,
+    RUN_LOAD_PARTS,
+    Claim,
+    conversation_positions_take,
+    run_claim_with_state,
+    run_load,
+)
 from runners.sql import run_claim as run_claim_statement
 from transcripts.models import EventLog
 from transcripts.sql import state_snapshot as state_snapshot_statement
@@ -110,7 +123,9 @@ def _refuse_over_budget(
 _STATUS_INDEX = RUN_LOAD_PARTS[0].attnames.index("status")
 
 
-def _run_load(key: uuid.UUID) -> tuple[Run, RunnerDescriptor | None, tuple[int | None, int | None]] | None:
+def _run_load(
+    key: uuid.UUID,
+) -> tuple[Run, RunnerDescriptor | None, tuple[int | None, int | None], Prefetched, bool] | None:
     # By run id only (the unique index); the status is checked here: a run that is not queued has
     # nothing to claim, and the claim UPDATE checks the status again.
     row = run_load(run_id=key).fetchone()
@@ -125,7 +140,9 @@ def _run_load(key: uuid.UUID) -> tuple[Run, RunnerDescriptor | None, tuple[int |
     # Assigning a loaded row to a foreign key caches it (no query on `run.event` later) and sets the same
     # id the run already holds; a missing binding or bot was read as NULL, so None keeps it NULL.
     run.event, run.workspace, run.binding, run.bot = event, workspace, binding, bot
-    return run, descriptor, (row[start], row[start + 1])
+    upload_max, released_hold, has_budget = row[start + 2 : start + 2 + len(RUN_LOAD_FACTS)]
+    prefetched = Prefetched(upload_max_bytes=upload_max, released_hold=bool(released_hold))
+    return run, descriptor, (row[start], row[start + 1]), prefetched, bool(has_budget)
 
 
 def _claim(claim: Claim, *, built: BuiltContext) -> bool:
@@ -207,7 +224,7 @@ def run_claim(
     loaded = _run_load(key)
     if loaded is None:
         return None
-    run, descriptor, handles = loaded
+    run, descriptor, handles, prefetched, has_budget = loaded
     binding = run.binding
     if binding is None:
         _fail_unstarted(
@@ -246,6 +263,7 @@ def run_claim(
             descriptor=descriptor,
             deadline_at=deadline_at,
             handles=handles,
+            prefetched=prefetched,
             read_state=False,
         )
     except (ValueError, TypeError) as exc:
@@ -255,7 +273,8 @@ def run_claim(
         return None
 
     # After the context: the scope it names (workspace, bot, actor) is what budgets apply to.
-    exceeded = budget_exceeded(scope=built.session.scope)
+    # A workspace without an enabled budget (the run's load says) has nothing to check.
+    exceeded = budget_exceeded(scope=built.session.scope) if has_budget else None
     if exceeded is not None:
         _refuse_over_budget(run, exceeded, on_refused)
         return None

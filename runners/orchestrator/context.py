@@ -380,8 +380,19 @@ def _with_person(actor: ActorContext | None, person: tuple[str, str] | None) -> 
     return actor.model_copy(update={"metadata": metadata})
 
 
-def _takeover_fact(run: Run) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Prefetched:
+    """What the worker's run load (`runners.sql.run_load`) read beside the run, so that building the
+    context needs no query of its own for it."""
+
+    upload_max_bytes: int | None  # the workspace's own setting; None: the host's default
+    released_hold: bool  # the conversation has a released hold (else no `human_takeover` fact is owed)
+
+
+def _takeover_fact(run: Run, prefetched: Prefetched | None = None) -> dict[str, Any]:
     """`metadata.human_takeover` for the first run after a person handed the conversation back."""
+    if prefetched is not None and not prefetched.released_hold:
+        return {}
     fact = takeover_context_fact(run=run)
     return {"human_takeover": fact} if fact is not None else {}
 
@@ -394,11 +405,13 @@ def context_build(
     descriptor: RunnerDescriptor,
     deadline_at: datetime,
     handles: tuple[int | None, int | None] | None = None,
+    prefetched: Prefetched | None = None,
     read_state: bool = True,
 ) -> BuiltContext:
     """Build the run context and its session. `handles` — (current input item id, newest item id before
     it) — may be given by a caller that read them with the run (the worker's claim) to spare the two
-    lookups. Raises `ValueError` when the binding or manifest cannot
+    lookups; `prefetched`, what the same read found of the upload limit and a released hold, spares two
+    more. Raises `ValueError` when the binding or manifest cannot
     be turned into a context (the run then fails with `context.invalid`).
 
     With `read_state=False` the state snapshot is left to the caller (the worker reads it in the same
@@ -423,7 +436,13 @@ def context_build(
         knowledge_bases_read=lambda kb_ids: knowledge_bases_by_id(workspace_id=run.workspace_id, kb_ids=kb_ids),
     )
     # Uploads need no manifest permission: the workspace's limit alone opens them (0 turns them off).
-    apis = apis.model_copy(update={"artifact_upload": runner_upload_max_bytes(workspace_id=run.workspace_id) > 0})
+    if prefetched is None:
+        upload_max = runner_upload_max_bytes(workspace_id=run.workspace_id)
+    elif prefetched.upload_max_bytes is None:
+        upload_max = int(settings.LANGBOT_ARTIFACT_RUNNER_UPLOAD_MAX_BYTES)
+    else:
+        upload_max = int(prefetched.upload_max_bytes)
+    apis = apis.model_copy(update={"artifact_upload": upload_max > 0})
     workspace = run.workspace
     bot = run.bot
     run_id = str(run.run_id)
@@ -582,7 +601,7 @@ def context_build(
         ),
         config=config,
         bootstrap=bootstrap,
-        metadata={"binding_id": run.binding_key, "observer": run.is_observer, **_takeover_fact(run)},
+        metadata={"binding_id": run.binding_key, "observer": run.is_observer, **_takeover_fact(run, prefetched)},
     )
     built = BuiltContext(
         context=context,
