@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -67,13 +68,17 @@ def _command(server: str, port: int) -> list[str]:
     raise ValueError(server)
 
 
+# What each server's command line above needs besides itself.
+NEEDS = {"uvicorn": ("uvicorn", "uvloop", "httptools"), "granian": ("granian", "uvloop")}
+
+
 def _installed(server: str) -> bool:
     name = server.partition("@")[0]
-    return name == "daphne" or importlib.util.find_spec(name) is not None
+    return all(importlib.util.find_spec(module) is not None for module in NEEDS.get(name, ()))
 
 
 @contextlib.contextmanager
-def _extra_server(stack: UserStack, server: str):  # type: ignore[no-untyped-def]
+def _extra_server(stack: UserStack, server: str) -> Iterator[tuple[str, psutil.Process]]:
     port = _port()
     env = stack.roles["web"].environ()
     env["PORT"] = str(port)

@@ -47,24 +47,24 @@ def _wrap_psycopg() -> None:
 
         if cls is psycopg.Cursor:
 
-            def wrapped(self, query, params=None, *a, __f=execute, **kw):  # type: ignore[no-untyped-def]
+            def wrapped(self, query, params=None, *a, __f=execute, **kw):
                 _count("sql")
                 _count("sql " + _sql_kind(query if isinstance(query, str | bytes) else repr(query)))
                 return __f(self, query, params, *a, **kw)
 
-            def wrapped_many(self, query, params_seq, *a, __f=executemany, **kw):  # type: ignore[no-untyped-def]
+            def wrapped_many(self, query, params_seq, *a, __f=executemany, **kw):
                 _count("sql")
                 _count("sql " + _sql_kind(query if isinstance(query, str | bytes) else repr(query)))
                 return __f(self, query, params_seq, *a, **kw)
 
         else:
 
-            async def wrapped(self, query, params=None, *a, __f=execute, **kw):  # type: ignore[no-untyped-def]
+            async def wrapped(self, query, params=None, *a, __f=execute, **kw):
                 _count("sql")
                 _count("sql " + _sql_kind(query if isinstance(query, str | bytes) else repr(query)))
                 return await __f(self, query, params, *a, **kw)
 
-            async def wrapped_many(self, query, params_seq, *a, __f=executemany, **kw):  # type: ignore[no-untyped-def]
+            async def wrapped_many(self, query, params_seq, *a, __f=executemany, **kw):
                 _count("sql")
                 _count("sql " + _sql_kind(query if isinstance(query, str | bytes) else repr(query)))
                 return await __f(self, query, params_seq, *a, **kw)
@@ -89,7 +89,7 @@ def _wrap_redis() -> None:
 
     sync_send = conn.AbstractConnection.send_packed_command
 
-    def send(self, command, check_health=True):  # type: ignore[no-untyped-def]
+    def send(self, command, check_health=True):
         names = _redis_names(command)
         _count("redis")
         _count("redis " + "+".join(sorted(set(names))))
@@ -99,7 +99,7 @@ def _wrap_redis() -> None:
 
     async_send = aconn.AbstractConnection.send_packed_command
 
-    async def asend(self, command, check_health=True):  # type: ignore[no-untyped-def]
+    async def asend(self, command, check_health=True):
         names = _redis_names(command)
         _count("redis")
         _count("redis " + "+".join(sorted(set(names))))
