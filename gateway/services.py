@@ -29,7 +29,7 @@ from bindings.triggers import TriggerContext, chat_kind_of, text_without_prefix
 from foundation.api_errors import FieldsRefusedError
 from foundation.sql import insert_with_children
 from foundation.tracing import traced
-from gateway.envelope import ContentIn, EventEnvelopeIn
+from gateway.envelope import ContentIn, EventEnvelopeIn, EventSource
 from gateway.rate_limits import event_rate_limit_check, rate_limit_refusal, rate_limit_reply_on_commit
 from langbot_sdk.protocol import AgentInput, ArtifactRef, ContentElement
 from people.commands import link_command_answer, link_command_of
@@ -74,6 +74,24 @@ class EventIngestResult:
     event: EventLog
     runs: list[Run] = field(default_factory=list)
     duplicate: bool = False
+    stored: bool = True
+    """False for group chatter no binding answers (`unanswered_chatter`): `event` was never saved."""
+
+
+def unanswered_chatter(envelope: EventEnvelopeIn, resolution: BindingResolution) -> bool:
+    """Whether the event is a platform's group message that does not address the bot (`data.mentioned:
+    false`, forwarded for bindings with `group_always`) and that no binding answers: it is not recorded at
+    all, or every group's chatter would fill the event log. Events sent by API clients are always recorded
+    (the client chose to send them and may look them up); a tie between bindings is recorded, to be seen."""
+    return (
+        envelope.source is EventSource.PLATFORM
+        and envelope.is_message
+        and envelope.data.get("mentioned") is False
+        and chat_kind_of(envelope.data.get("chat_type")) == "group"
+        and not resolution.to_run
+        and not resolution.conflict
+        and link_command_of(envelope.input.text) is None
+    )
 
 
 def conversation_id_derive(*, event_id: str, bot_id: str | None, data: dict[str, Any], actor_id: str | None) -> str:
@@ -108,7 +126,7 @@ def input_summary(*, text: str | None, contents: list[dict[str, Any]], attachmen
 def trigger_context_of(envelope: EventEnvelopeIn) -> TriggerContext:
     """What bindings' trigger filters see of an event: its text (`input.text`, else its first text part),
     chat type and chat id from `data`, the sender, and whether it addresses the bot (`data.mentioned`;
-    true unless it says otherwise, since the platform adapters forward only group messages that do)."""
+    true unless it says otherwise: the adapters that forward group messages not addressing the bot say so)."""
     data = envelope.data
     chat_id = data.get("chat_id")
     mentioned = data.get("mentioned")
@@ -144,6 +162,20 @@ def _prefix_stripped(envelope: EventEnvelopeIn, prefix: str) -> EventEnvelopeIn:
         contents[index] = ContentIn.model_validate({**part, "text": text_without_prefix(str(part["text"]), prefix)})
         stripped_input = envelope.input.model_copy(update={"contents": contents})
     return envelope.model_copy(update={"input": stripped_input})
+
+
+def event_unanswered_chatter(*, workspace: Workspace, envelope: EventEnvelopeIn) -> bool:
+    """`unanswered_chatter` of an event not yet ingested, resolved as `event_ingest` would: a platform
+    update with files asks it before fetching them, so chatter no binding answers downloads nothing."""
+    if envelope.data.get("mentioned") is not False:
+        return False
+    resolution = binding_resolve_for_event(
+        workspace=workspace,
+        event_type=envelope.event_type,
+        bot_id=envelope.bot_id,
+        trigger=trigger_context_of(envelope),
+    )
+    return unanswered_chatter(envelope, resolution)
 
 
 @traced("gateway.ingest")
@@ -186,6 +218,21 @@ def event_ingest(
             bot_id=bot.bot_id if bot else None,
             trigger=trigger_context_of(envelope),
         )
+    if unanswered_chatter(envelope, resolution):
+        # Not recorded; a delivery recorded earlier (when a binding still answered) stays the event.
+        earlier = EventLog.objects.filter(workspace=workspace, event_id=event_id).first()
+        if earlier is not None:
+            return EventIngestResult(event=earlier, runs=list(earlier.runs.order_by("id")), duplicate=True)
+        unsaved = EventLog(
+            workspace=workspace,
+            event_id=event_id,
+            event_type=envelope.event_type,
+            source=envelope.source.value,
+            bot=bot,
+            conversation_id=conversation_id,
+            status=EventLog.Status.NO_BINDING,
+        )
+        return EventIngestResult(event=unsaved, stored=False)
     # A conversation a person has taken over starts no run: the event and its transcript item are kept
     # and shown to the operator live (README "Human takeover").
     held = conversation_held(workspace_id=workspace.pk, conversation_id=conversation_id)

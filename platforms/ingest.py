@@ -18,7 +18,7 @@ from artifacts.models import Artifact
 from artifacts.services import artifact_create_from_bytes
 from bindings.models import Bot
 from gateway.envelope import EventEnvelopeIn
-from gateway.services import EventIngestResult, EventRefusedError, event_ingest
+from gateway.services import EventIngestResult, EventRefusedError, event_ingest, event_unanswered_chatter
 from platforms.interface import PlatformFileRef
 from platforms.registry import adapter_for_bot
 from transcripts.models import EventLog
@@ -37,6 +37,14 @@ def envelope_ingest(*, bot: Bot, envelope: dict[str, Any], bot_current: bool) ->
         return None
 
 
+def _unanswered_chatter(bot: Bot, envelope: dict[str, Any]) -> bool:
+    try:
+        parsed = EventEnvelopeIn.model_validate(envelope)
+    except ValidationError:
+        return False  # refused, and logged, by `envelope_ingest`
+    return event_unanswered_chatter(workspace=bot.workspace, envelope=parsed)
+
+
 def platform_update_ingest(
     *, bot: Bot, envelope: dict[str, Any], files: list[dict[str, Any]]
 ) -> EventIngestResult | None:
@@ -45,6 +53,8 @@ def platform_update_ingest(
     event_id = envelope.get("event_id")
     if EventLog.objects.filter(workspace_id=bot.workspace_id, event_id=event_id).exists():
         return None
+    if _unanswered_chatter(bot, envelope):
+        return None  # a group message no binding answers: its files are not fetched, nothing is recorded
     adapter = adapter_for_bot(bot)
     if adapter is None:
         return None

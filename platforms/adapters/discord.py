@@ -11,7 +11,8 @@ attributes, so two bots with different `api_base_url`s cannot live in one connec
 client caches guilds and members the host never uses.
 
 In servers the bot answers messages that mention it or reply to one of its messages (as a reply to the
-asking message); in direct messages it answers everything. Its own messages and other bots' are ignored.
+asking message); in direct messages it answers everything. Other server messages are forwarded with
+`data.mentioned: false`, for a binding with `group_always`. Its own messages and other bots' are ignored.
 A message the gateway dispatches twice (after a resume) is one gateway event: its `event_id` is the
 message's snowflake. Member joins and leaves (with `member_events`), reactions, edits, deletions, the bot
 joining a server and clicks on message components are events of their own (docs/platform-events.md);
@@ -462,8 +463,9 @@ class DiscordAdapter(PlatformAdapter):
         mentioned = any(str(m.get("id")) == bot_user_id for m in message.get("mentions") or () if isinstance(m, dict))
         referenced = message.get("referenced_message")
         replied_to_bot = isinstance(referenced, dict) and str((referenced.get("author") or {}).get("id")) == bot_user_id
-        if in_guild and not (mentioned or replied_to_bot):
-            return None
+        # A server message that does not address the bot is forwarded with `data.mentioned: false` (its text
+        # arrives only with the MESSAGE_CONTENT intent): the binding's trigger policy decides (`group_always`).
+        addressed = not in_guild or mentioned or replied_to_bot
         text = re.sub(rf"<@!?{re.escape(bot_user_id)}>", "", str(message.get("content") or "")).strip()
         files = [
             PlatformFileRef(
@@ -501,6 +503,7 @@ class DiscordAdapter(PlatformAdapter):
                     "chat_id": channel,
                     "chat_type": chat_type,
                     "reply_target": target.as_data(),
+                    "mentioned": addressed,
                     "raw": message,
                 },
                 "event_time": time.time(),

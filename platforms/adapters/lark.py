@@ -12,7 +12,9 @@ callbacks" page; at least one is required), optional `api_base_url` (the Open Pl
 `bot/v3/info`).
 
 In one-to-one chats the bot answers everything; in groups a message that mentions it, and it answers as a
-reply to that message (in its topic thread when the message is in one). Member, bot-added, reaction and
+reply to that message (in its topic thread when the message is in one). Other group messages (pushed with
+the "read all group messages" permission) are forwarded with `data.mentioned: false`, for a binding with
+`group_always`; set `bot_open_id` then, or any @-mention counts as one of the bot. Member, bot-added, reaction and
 recall events and card callbacks (`card.action.trigger`, answered at once with the optional `card_toast`)
 are events of their own (docs/platform-events.md).
 
@@ -299,14 +301,15 @@ class LarkAdapter(PlatformAdapter):
             raise InboundRefusedError("malformed", "an im.message.receive_v1 event without its message", status=400)
         if sender.get("sender_type") != "user":
             return InboundBatch()  # apps, this bot included, are not answered
-        if message.get("chat_type") in GROUP_CHATS and not self._mentioned(message):
-            return InboundBatch()
+        # A group message that does not mention the bot (pushed only with the "read all group messages"
+        # permission) is forwarded with `data.mentioned: false`: the binding's trigger policy decides.
+        mentioned = message.get("chat_type") not in GROUP_CHATS or self._mentioned(message)
         text, files = self._content(message)
         if not text and not files:
             return InboundBatch()
-        return InboundBatch(
-            updates=[InboundUpdate(envelope=self._envelope(header, sender, message, text), files=files)]
-        )
+        envelope = self._envelope(header, sender, message, text)
+        envelope["data"]["mentioned"] = mentioned
+        return InboundBatch(updates=[InboundUpdate(envelope=envelope, files=files)])
 
     def _card_answer(self) -> dict[str, Any]:
         """The answer to a card callback, which the platform wants within 3 seconds (the webhook answers

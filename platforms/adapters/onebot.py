@@ -14,7 +14,8 @@ Credentials: `access_token` (required; OneBot sends it as `Authorization: Bearer
 with the access token, as NapCat signs with its one token), `api_base_url` (optional: the implementation's
 HTTP API, e.g. `http://127.0.0.1:3000`). The bot's `platform` is `qq`.
 
-Private messages are answered; in groups, the messages that @ the bot (answered as a reply to them).
+Private messages are answered; in groups, the messages that @ the bot (answered as a reply to them); the
+other group messages are forwarded with `data.mentioned: false`, for a binding with `group_always`.
 Notices of members joining and leaving, the bot joining a group, recalls and NapCat's emoji reactions are
 events of their own (docs/platform-events.md).
 Segments read: text, at, image (fetched lazily from its `url`), reply; others are left out of the text.
@@ -185,8 +186,9 @@ class OneBotAdapter(PlatformAdapter):
         group = event.get("message_type") == "group"
         segments = _segments(event.get("message"))
         mentioned = any(s.get("type") == "at" and str(s["data"].get("qq")) == self_id for s in segments)
-        if group and not (mentioned and self_id):
-            return None
+        # Every group message arrives; one that does not @ the bot is forwarded with `data.mentioned: false`,
+        # for the binding's trigger policy (`group_always`).
+        addressed = not group or (mentioned and bool(self_id))
         text_parts: list[str] = []
         files: list[PlatformFileRef] = []
         quoted = ""
@@ -236,6 +238,7 @@ class OneBotAdapter(PlatformAdapter):
                     "chat_id": chat_id,
                     "chat_type": "group" if group else "private",
                     "reply_target": target.as_data(),
+                    "mentioned": addressed,
                     "raw": event,
                 },
                 "event_time": float(event.get("time") or time.time()),

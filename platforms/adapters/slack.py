@@ -7,7 +7,9 @@ or Slack's GovSlack host).
 
 The bot answers direct messages, and in channels the messages that mention it (`app_mention`); there it
 answers in the thread of the message that asked; with `thread_follow_ups` on, a later reply in a thread it
-answered in is answered without a mention. Member joins and leaves, reactions, edits, deletions, the bot
+answered in is answered without a mention. Other channel messages (with the message.channels /
+message.groups subscriptions) are forwarded with `data.mentioned: false`, for a binding with
+`group_always`. Member joins and leaves, reactions, edits, deletions, the bot
 joining a channel and `block_actions` (interactivity requests, form-encoded, to the same URL) are events of
 their own (docs/platform-events.md). Its own messages and other bots' are ignored, so it never
 answers itself. Slack redelivers an event it did not see acknowledged within 3 s (`X-Slack-Retry-Num`);
@@ -243,13 +245,16 @@ class SlackAdapter(PlatformAdapter):
         other = self._event(payload, event)
         if other is not None:
             return InboundBatch(updates=[InboundUpdate(envelope=other)] if other else [])
-        if not self._addressed(payload, event):
+        addressed = self._addressed(payload, event)
+        if not addressed and not self._unaddressed_in_channel(payload, event):
             return InboundBatch()
         text = self._text(payload, event)
         files = self._files(event)
         if not text and not files:
             return InboundBatch()
-        return InboundBatch(updates=[InboundUpdate(envelope=self._envelope(payload, event, text), files=files)])
+        envelope = self._envelope(payload, event, text)
+        envelope["data"]["mentioned"] = addressed
+        return InboundBatch(updates=[InboundUpdate(envelope=envelope, files=files)])
 
     @staticmethod
     def _bot_user_id(payload: dict[str, Any]) -> str:
@@ -346,11 +351,23 @@ class SlackAdapter(PlatformAdapter):
             return False
         return bool(cache.get(thread_key(self.bot_id, str(channel), str(thread))))
 
-    def _addressed(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
+    def _from_a_person(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
         if event.get("bot_id") or event.get("subtype") not in (None, *USER_SUBTYPES):
             return False  # bots (this one included), edits, deletions, joins
         user = event.get("user")
-        if not user or user == self._bot_user_id(payload) or not event.get("channel"):
+        return bool(user and user != self._bot_user_id(payload) and event.get("channel"))
+
+    def _unaddressed_in_channel(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
+        """A channel message (the message.channels / message.groups subscriptions) that does not mention the
+        bot: forwarded with `data.mentioned: false`, for a binding with `group_always`. One that mentions it
+        is left to its `app_mention` twin, and without the bot's user id a mention cannot be told apart."""
+        bot_user = self._bot_user_id(payload)
+        if event.get("type") != "message" or event.get("channel_type") in (None, "im") or not bot_user:
+            return False
+        return self._from_a_person(payload, event) and f"<@{bot_user}>" not in str(event.get("text") or "")
+
+    def _addressed(self, payload: dict[str, Any], event: dict[str, Any]) -> bool:
+        if not self._from_a_person(payload, event):
             return False
         if event.get("type") == "app_mention" or self._thread_follow_up(payload, event):
             return True

@@ -7,7 +7,9 @@ proxy; default `https://api.telegram.org`) and `username` (the bot's @name, for 
 "Set the platform webhook" admin action fills it from `getMe`).
 
 In groups the bot answers a command, a message that mentions it, or a reply to one of its messages; in
-private chats it answers everything. A command `/cmd@otherbot` is someone else's.
+private chats it answers everything. A command `/cmd@otherbot` is someone else's. Other group messages
+(delivered only with the bot's privacy mode off) are forwarded with `data.mentioned: false`, for a
+binding with `group_always`.
 """
 
 from __future__ import annotations
@@ -208,14 +210,16 @@ class TelegramAdapter(PlatformAdapter):
         if message is None or message.from_user is None:
             return InboundBatch()  # channel posts and the like: not handled, acknowledged
         addressed, text, command = self._addressed(message)
-        if not addressed:
-            return InboundBatch()
+        if not addressed and self._others_command(message):
+            return InboundBatch()  # `/cmd@otherbot` is someone else's, whatever the binding answers
         files = self._files(message)
         if not text and not files:
             return InboundBatch()
-        return InboundBatch(
-            updates=[InboundUpdate(envelope=self._envelope(update, message, raw, text, command), files=files)]
-        )
+        envelope = self._envelope(update, message, raw, text, command)
+        # A group message that does not address the bot is forwarded too (Telegram sends them only with the
+        # bot's privacy mode off): the binding's trigger policy decides (`group_always`).
+        envelope["data"]["mentioned"] = addressed
+        return InboundBatch(updates=[InboundUpdate(envelope=envelope, files=files)])
 
     def _events(self, update: Update, raw: dict[str, Any]) -> list[dict[str, Any]] | None:
         """The events beyond messages an update carries (docs/platform-events.md), or None when it is no
@@ -350,6 +354,16 @@ class TelegramAdapter(PlatformAdapter):
         replied = message.reply_to_message
         to_bot = bool(replied and replied.from_user and replied.from_user.id == self.bot_user_id)
         return bool(command or mentioned or to_bot), text, command
+
+    def _others_command(self, message: Message) -> bool:
+        """Whether the message starts with a command for another bot (`/cmd@otherbot`)."""
+        text = message.text or message.caption or ""
+        username = str(self.credentials.get("username") or "").lstrip("@").lower()
+        for entity in message.entities or message.caption_entities or ():
+            if entity.type == "bot_command" and entity.offset == 0:
+                addressee = text[entity.offset : entity.offset + entity.length].partition("@")[2]
+                return bool(addressee and username and addressee.lower() != username)
+        return False
 
     @staticmethod
     def _files(message: Message) -> list[PlatformFileRef]:
