@@ -27,9 +27,10 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol, cast
 from urllib.parse import quote, urlsplit
 
+import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
@@ -44,8 +45,29 @@ from platforms.interface import (
     malformed_unless_shaped,
 )
 
-if TYPE_CHECKING:
-    from platforms.adapters.dingtalk import DingTalkAdapter
+
+class DingTalkAdapter(Protocol):
+    """What the connector uses of `platforms.adapters.dingtalk.DingTalkAdapter`. That module names this
+    connector as its `connector_class`, so this one describes the adapter instead of importing it: the
+    import between the two goes one way."""
+
+    bot_id: str
+    allow_private: bool
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    def _secret(self, key: str) -> str: ...
+
+    def update_of(self, payload: dict[str, Any]) -> InboundUpdate | None: ...
+
+    async def _send_raw(self, what: str, method: str, url: str, **kwargs: Any) -> httpx.Response: ...
+
+    async def aclose(self) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -78,17 +100,20 @@ def ack_frame(message_id: str, data: Any) -> str:
 class DingTalkStreamConnector(PlatformConnector):
     """One bot's Stream-mode connection. A bot in callback mode holds none: its connector only says so."""
 
-    adapter: DingTalkAdapter
     reconnect_first_delay: ClassVar[float] = 1.0
     # Credentials DingTalk refuses cannot heal by retrying fast: retried at the backoff's cap.
     fatal_retry_delay: ClassVar[float] = 300.0
+
+    @property
+    def dingtalk(self) -> DingTalkAdapter:
+        return cast("DingTalkAdapter", self.adapter)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.sessions = 0
 
     async def run(self) -> None:
-        if self.adapter.mode != "stream":
+        if self.dingtalk.mode != "stream":
             # The supervisor starts a connector for every DingTalk bot; a callback-mode one is reached
             # through its webhook, so there is nothing to hold, and nothing for an alert to call down.
             self.state, self.detail = "connected", "HTTP callback mode: no connection to hold"
@@ -123,7 +148,7 @@ class DingTalkStreamConnector(PlatformConnector):
 
     async def _open(self) -> str:
         """A fresh endpoint + ticket (`connections/open`), as the WebSocket URL to connect to."""
-        adapter = self.adapter
+        adapter = self.dingtalk
         body = {
             "clientId": adapter._secret("client_id"),
             "clientSecret": adapter._secret("client_secret"),
@@ -163,7 +188,7 @@ class DingTalkStreamConnector(PlatformConnector):
             addresses = await asyncio.to_thread(resolve, host, port)
         except (OSError, UnicodeError) as exc:
             raise StreamClosedError(f"the stream endpoint {host} does not resolve: {exc}") from exc
-        refusal = None if self.adapter.allow_private else addresses_refusal(host, addresses)
+        refusal = None if self.dingtalk.allow_private else addresses_refusal(host, addresses)
         if refusal is not None or not addresses:
             raise StreamClosedError(f"the stream endpoint is refused: {refusal or 'no address'}", fatal=True)
         return addresses[0], port
@@ -212,9 +237,9 @@ class DingTalkStreamConnector(PlatformConnector):
             payload = inbound_json_object(str(data or ""), what="not a DingTalk stream push")
             with malformed_unless_shaped("not a DingTalk stream push"):
                 update = (
-                    self.adapter.update_of(payload)
+                    self.dingtalk.update_of(payload)
                     if topic == TOPIC_ROBOT
-                    else card_clicked_update(self.adapter, payload)
+                    else card_clicked_update(self.dingtalk, payload)
                 )
         except InboundRefusedError as exc:
             logger.warning("dingtalk bot %s: a %s push was refused: %s", self.adapter.bot_id, topic, exc)
