@@ -84,11 +84,6 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True, verbose_name=_("started at"))
     finished_at = models.DateTimeField(null=True, blank=True, verbose_name=_("finished at"))
 
-    @property
-    def trace_hex(self) -> str:
-        """The run's trace id, also for a run recorded before runs had one (its run id: 32 hex digits too)."""
-        return self.trace_id or self.run_id.hex
-
     class Meta:
         verbose_name = _("run")
         verbose_name_plural = _("runs")
@@ -125,6 +120,11 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in self.TERMINAL_STATUSES
+
+    @property
+    def trace_hex(self) -> str:
+        """The run's trace id, also for a run recorded before runs had one (its run id: 32 hex digits too)."""
+        return self.trace_id or self.run_id.hex
 
 
 class RunEvent(models.Model):
