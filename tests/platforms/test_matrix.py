@@ -120,9 +120,10 @@ async def test_no_history_invitations_accepted_and_room_messages_with_whether_th
     fake_matrix.event(GROUP_ROOM, "m.room.message", {"msgtype": "m.notice", "body": "another bot"})
     fake_matrix.event(GROUP_ROOM, "m.room.encrypted", {"algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "x"})
 
-    events = await _until(_events(4))
+    events = await _until(_events(3))
     await asyncio.sleep(0.5)
-    assert await EventLog.objects.acount() == 4
+    # The chatter says it does not address the bot; no binding answers it, so the gateway keeps no record.
+    assert await EventLog.objects.acount() == 3
     added, *messages = events
     assert (added.event_type, added.data["chat_id"], added.actor["actor_id"]) == (
         "bot.added",
@@ -131,18 +132,22 @@ async def test_no_history_invitations_accepted_and_room_messages_with_whether_th
     )
     assert fake_matrix.joined == ["!new:example.org"]
     assert [(e.input["text"], e.data["mentioned"], e.data["chat_type"]) for e in messages] == [
-        ("people talking", False, "group"),
         ("summarise", True, "group"),
         ("hello there", True, "private"),
     ]
+    chatter = MatrixAdapter(bot_id="m", credentials={}).room_event_update(
+        GROUP_ROOM, fake_matrix.timeline[1][1], own_user_id=BOT_USER_ID, group=True
+    )
+    assert chatter is not None
+    assert (chatter.envelope["input"]["text"], chatter.envelope["data"]["mentioned"]) == ("people talking", False)
     question = fake_matrix.timeline[2][1]
-    assert messages[1].data["reply_target"] == {
+    assert messages[0].data["reply_target"] == {
         "chat_id": GROUP_ROOM,
         "reply_to_message_id": question["event_id"],
         "extra": {"answers": question["event_id"]},
     }
     direct = fake_matrix.timeline[3][1]
-    assert messages[2].data["reply_target"] == {"chat_id": DIRECT_ROOM, "extra": {"answers": direct["event_id"]}}
+    assert messages[1].data["reply_target"] == {"chat_id": DIRECT_ROOM, "extra": {"answers": direct["event_id"]}}
     assert messages[0].event_id.startswith(f"matrix:{bot.bot_id}:")
     runs = await _until(lambda: list(Run.objects.select_related("event")) if Run.objects.count() >= 2 else None)
     assert sorted(r.event.input["text"] for r in runs) == ["hello there", "summarise"]
@@ -153,7 +158,8 @@ async def test_memberships_reactions_edits_and_redactions_become_the_pinned_even
     fake_matrix, matrix_bot_for, connectors
 ):
     await _syncing_bot(matrix_bot_for, fake_matrix)
-    target = fake_matrix.message(GROUP_ROOM, "first text")["event_id"]
+    mention = {"m.mentions": {"user_ids": [BOT_USER_ID]}}
+    target = fake_matrix.message(GROUP_ROOM, "first text", **mention)["event_id"]
     fake_matrix.member(GROUP_ROOM, "@carol:example.org", "join")
     fake_matrix.member(GROUP_ROOM, "@carol:example.org", "join", before="join")  # a profile change: nothing
     fake_matrix.member(GROUP_ROOM, "@carol:example.org", "leave", before="join")
@@ -162,7 +168,7 @@ async def test_memberships_reactions_edits_and_redactions_become_the_pinned_even
         GROUP_ROOM,
         "* fixed text",
         **{
-            "m.new_content": {"msgtype": "m.text", "body": "fixed text"},
+            "m.new_content": {"msgtype": "m.text", "body": "fixed text", **mention},
             "m.relates_to": {"rel_type": "m.replace", "event_id": target},
         },
     )
