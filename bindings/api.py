@@ -95,6 +95,10 @@ class BotOut(BaseModel):
     name: str
     platform: str
     credentials: dict[str, str] = Field(description="Every value is shown as `********`.")
+    allowed_origins: list[str] = Field(
+        description="Web bots only: the websites (scheme://host[:port]) whose pages may embed the chat widget; "
+        "empty for other bots."
+    )
     enabled: bool
     created_at: datetime
     updated_at: datetime
@@ -135,6 +139,7 @@ def bot_out(bot: Bot) -> dict[str, Any]:
         "name": bot.name,
         "platform": bot.platform,
         "credentials": bot_credentials_masked(bot),
+        "allowed_origins": list(bot.allowed_origins or []),
         "enabled": bot.enabled,
         "created_at": bot.created_at.isoformat(),
         "updated_at": bot.updated_at.isoformat(),

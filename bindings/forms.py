@@ -24,7 +24,6 @@ import math
 import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
-from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -38,6 +37,7 @@ from django.utils.translation import gettext_lazy as _
 from pydantic import ValidationError
 
 from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
+from bindings.origins import OriginsRefusedError, allowed_origins_normalized
 from bindings.policies import (
     MERGE_WINDOW_DEFAULT,
     WILDCARD,
@@ -1078,37 +1078,6 @@ def _credential_help(spec: BotCredentialSpec) -> SafeString:
     return mark_safe(text)
 
 
-ALLOWED_ORIGINS_MAX = 50
-_ORIGIN_DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def allowed_origin_normalized(value: str) -> str:
-    """One website origin for a web bot's chat widget as stored: `scheme://host[:port]`, in lower case, without
-    the scheme's default port (as `webchat.widget.origin_normalized` compares them). Raises ValidationError for
-    anything else: a path, a query, credentials, a wildcard, another scheme."""
-    try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError:
-        port, parts = None, None
-    scheme = parts.scheme.lower() if parts else ""
-    path_ok = parts is not None and parts.path in ("", "/") and not parts.query and not parts.fragment
-    if parts is None or scheme not in _ORIGIN_DEFAULT_PORTS or not parts.hostname or "*" in value or not path_ok:
-        raise forms.ValidationError(
-            gettext(
-                "%(value)s is not a website origin such as https://www.example.com (scheme://host[:port], no path)."
-            )
-            % {"value": value}
-        )
-    if parts.username or parts.password:
-        raise forms.ValidationError(
-            gettext("%(value)s names a user; an origin is scheme://host[:port].") % {"value": value}
-        )
-    host = parts.hostname.lower()
-    host = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{host}" + (f":{port}" if port and port != _ORIGIN_DEFAULT_PORTS[scheme] else "")
-
-
 class BotAdminForm(forms.ModelForm[Bot]):
     """A bot: one field per credential its platform's adapter declares (switched with the platform select
     by `bindings/bot_credentials.js`); platforms that declare none (the web UI, the API) keep a JSON
@@ -1184,27 +1153,14 @@ class BotAdminForm(forms.ModelForm[Bot]):
         ]
 
     def clean_allowed_origins(self) -> list[str]:
-        """One origin a line (or separated by commas or spaces), each checked and normalized, without repeats;
-        only a web bot has a widget to allow them for."""
+        """One origin a line (or separated by commas or spaces), checked as the REST API checks them
+        (`bindings.origins`): normalized, without repeats, only for a web bot."""
         given = [v for v in re.split(r"[\s,]+", str(self.cleaned_data.get("allowed_origins") or "")) if v]
-        origins: list[str] = []
-        errors: list[forms.ValidationError] = []
-        for value in given:
-            try:
-                origin = allowed_origin_normalized(value)
-            except forms.ValidationError as exc:
-                errors.append(exc)
-                continue
-            if origin not in origins:
-                origins.append(origin)
-        if errors:
-            raise forms.ValidationError(errors)
-        if len(origins) > ALLOWED_ORIGINS_MAX:
-            raise forms.ValidationError(gettext("At most %(max)d origins.") % {"max": ALLOWED_ORIGINS_MAX})
         platform = self.data.get(self.add_prefix("platform")) or self.instance.platform
-        if origins and platform != Bot.Platform.WEBUI:
-            raise forms.ValidationError(gettext("Only a web bot (platform Web UI) has a chat widget to embed."))
-        return origins
+        try:
+            return allowed_origins_normalized(given, platform=platform)
+        except OriginsRefusedError as exc:
+            raise forms.ValidationError([forms.ValidationError(m) for m in exc.messages]) from None
 
     def clean_credentials_input(self) -> Any:
         value = self.cleaned_data.get("credentials_input")

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from bindings.api_keys import API_KEY_PREFIX, api_key_secret_digest
 from bindings.models import AgentBinding, ApiKey, Bot, RunnerDescriptor, Workspace, WorkspaceMembership
+from bindings.origins import OriginsRefusedError, allowed_origins_normalized
 from bindings.runner_config import (
     RunnerConfigError,
     runner_config_masked,
@@ -170,8 +171,17 @@ def bot_create(*, workspace: Workspace, spec: BotIn) -> Bot:
         name=spec.name,
         platform=spec.platform,
         credentials=credentials,
+        allowed_origins=_allowed_origins(spec.allowed_origins, platform=spec.platform),
         enabled=spec.enabled,
     )
+
+
+def _allowed_origins(values: list[str], *, platform: str) -> list[str]:
+    """The admin form's check (`bindings.origins`), as a field error of the API."""
+    try:
+        return allowed_origins_normalized(values, platform=platform)
+    except OriginsRefusedError as exc:
+        raise BindingValidationError({"allowed_origins": " ".join(exc.messages)}) from None
 
 
 @transaction.atomic
@@ -194,6 +204,10 @@ def bot_update(*, bot: Bot, patch: BotPatchIn) -> Bot:
         bot_api_base_url_check(workspace=bot.workspace, credentials=bot.credentials, stored=stored)
     if patch.credentials is not None or patch.platform is not None:
         bot_credentials_check(platform=bot.platform, credentials=bot.credentials or {})
+    if patch.allowed_origins is not None or patch.platform is not None:
+        # A bot that stops being a web bot keeps no origins it could not use: it is refused, as in admin.
+        given = patch.allowed_origins if patch.allowed_origins is not None else (bot.allowed_origins or [])
+        bot.allowed_origins = _allowed_origins(given, platform=bot.platform)
     bot.save()
     return bot
 

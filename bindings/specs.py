@@ -50,6 +50,10 @@ BotPlatform = Literal[
 BOT_PLATFORMS: tuple[str, ...] = get_args(BotPlatform)
 TIMEOUT_MAX_SECONDS = 3600
 PRIORITY_LIMIT = 1_000_000
+# A web bot's widget origins as sent: checked and normalized by `bindings.origins` (at most 50 once repeats
+# are gone); this only bounds the work a request can ask for.
+OriginText = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+ORIGINS_SENT_MAX = 500
 
 
 class _Input(BaseModel):
@@ -126,6 +130,8 @@ class BotIn(_Input):
     credentials: dict[str, Any] = Field(default_factory=dict)
     """Write-only: answers show every value as the mask; sending the mask back keeps the stored value;
     a key left out is removed."""
+    allowed_origins: list[OriginText] = Field(default_factory=list, max_length=ORIGINS_SENT_MAX)
+    """Web bots only: the websites (`scheme://host[:port]`) whose pages may embed the chat widget."""
     enabled: bool = True
 
 
@@ -134,4 +140,5 @@ class BotPatchIn(_Input):
     name: str | None = Field(default=None, max_length=200)
     platform: BotPlatform | None = None
     credentials: dict[str, Any] | None = None
+    allowed_origins: list[OriginText] | None = Field(default=None, max_length=ORIGINS_SENT_MAX)
     enabled: bool | None = None

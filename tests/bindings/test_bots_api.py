@@ -76,3 +76,46 @@ def test_an_unused_bot_is_deleted(api_client, workspace):
 def test_the_api_and_the_model_know_the_same_platforms():
     # A platform added to one and not the other would be refused by REST or by the database's choices.
     assert set(BOT_PLATFORMS) == set(Bot.Platform.values)
+
+
+def test_a_web_bots_allowed_origins_are_checked_and_stored_as_the_admin_form_stores_them(api_client):
+    created = api_client.post(
+        "/api/v1/bots",
+        {
+            "bot_id": "site",
+            "platform": "webui",
+            "allowed_origins": ["HTTPS://Shop.Example.com:443/", "https://shop.example.com"],
+        },
+        format="json",
+    )
+    bad = api_client.patch(
+        "/api/v1/bots/site", {"allowed_origins": ["https://shop.example.com/chat", "*"]}, format="json"
+    )
+    patched = api_client.patch("/api/v1/bots/site", {"allowed_origins": ["http://localhost:8080"]}, format="json")
+
+    assert created.status_code == 201, created.content
+    assert created.json()["allowed_origins"] == ["https://shop.example.com"]
+    assert bad.status_code == 400
+    assert "allowed_origins" in bad.json()["error"]["details"]["fields"]
+    assert patched.json()["allowed_origins"] == ["http://localhost:8080"]
+    assert api_client.get("/api/v1/bots/site").json()["allowed_origins"] == ["http://localhost:8080"]
+    assert Bot.objects.get(bot_id="site").allowed_origins == ["http://localhost:8080"]
+
+
+def test_only_a_web_bot_takes_allowed_origins(api_client):
+    refused = api_client.post(
+        "/api/v1/bots",
+        {"bot_id": "programs", "platform": "api", "allowed_origins": ["https://a.example"]},
+        format="json",
+    )
+    api_client.post("/api/v1/bots", {"bot_id": "site", "allowed_origins": ["https://a.example"]}, format="json")
+    moved = api_client.patch("/api/v1/bots/site", {"platform": "api"}, format="json")
+    cleared = api_client.patch("/api/v1/bots/site", {"platform": "api", "allowed_origins": []}, format="json")
+
+    assert refused.status_code == 400
+    assert "allowed_origins" in refused.json()["error"]["details"]["fields"]
+    assert not Bot.objects.filter(bot_id="programs").exists()
+    assert moved.status_code == 400
+    assert cleared.status_code == 200, cleared.content
+    assert cleared.json()["allowed_origins"] == []
+    assert Bot.objects.get(bot_id="site").platform == "api"
