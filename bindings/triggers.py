@@ -18,7 +18,7 @@ The checks, in this order (LangBot's, so an imported pipeline behaves as it did 
    (`actor.actor_id`), a sender anywhere by `access_user_ids`; `*` lists every group or private chat.
 3. In a group chat, at least one group rule must hold: the message addresses the bot (`group_mention`;
    an @-mention, a reply to the bot or a command — `data.mentioned`, taken as true when the event does not
-   say: the platform adapters forward only group messages that address the bot), it starts with one of
+   say: the adapters that forward other group messages mark them false), it starts with one of
    `group_prefixes`, or one of `group_patterns` matches at its start. The rules are tried in that order
    and the first that holds decides; a matched prefix is removed from the text the runner gets (with the
    spaces after it) unless `strip_prefix` is off, as LangBot did. With `group_always` every group message
