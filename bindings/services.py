@@ -206,8 +206,8 @@ def bot_update(*, bot: Bot, patch: BotPatchIn) -> Bot:
         bot_credentials_check(platform=bot.platform, credentials=bot.credentials or {})
     if patch.allowed_origins is not None or patch.platform is not None:
         # A bot that stops being a web bot keeps no origins it could not use: it is refused, as in admin.
-        given = patch.allowed_origins if patch.allowed_origins is not None else (bot.allowed_origins or [])
-        bot.allowed_origins = _allowed_origins(given, platform=bot.platform)
+        origins = patch.allowed_origins if patch.allowed_origins is not None else list(bot.allowed_origins or [])
+        bot.allowed_origins = _allowed_origins(origins, platform=bot.platform)
     bot.save()
     return bot
 
