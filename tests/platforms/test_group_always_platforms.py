@@ -223,3 +223,26 @@ def test_group_chatter_is_left_alone_and_unrecorded_without_group_always(platfor
     assert event.data["mentioned"] is True
     assert event.input["text"] == "what now"
     assert Run.objects.filter(bot=bot).count() == 1
+
+
+@pytest.mark.django_db
+def test_a_file_in_group_chatter_no_binding_takes_is_never_downloaded(
+    workspace, monkeypatch, django_capture_on_commit_callbacks
+):
+    from artifacts.models import Artifact
+    from platforms.tasks import platform_update_ingest
+
+    monkeypatch.setattr(platform_update_ingest, "delay", platform_update_ingest)
+    AgentBindingFactory.create(workspace=workspace)
+    with serving(FakeSlack()) as fake:
+        slack = Slack(fake)
+        bot = slack.bot(workspace)
+        shared = fake.add_file("holiday.jpg", b"\xff\xd8 a photo", "image/jpeg")
+        payload = fake.event_payload("look", channel="C0GENERAL", channel_type="channel", files=[shared])
+
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            slack.deliver(bot, payload)
+
+    assert callbacks  # the file-fetching task ran, and stopped before fetching
+    assert not Artifact.objects.exists()
+    assert not EventLog.objects.exists()
