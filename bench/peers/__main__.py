@@ -236,8 +236,12 @@ def measure_langgraph(load: Load) -> list[tuple[str, str, str]]:
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     log = PEERS / "langgraph-dev.log"
+    # The dev server keeps its in-memory store's snapshots beside the graph: a copy under var/ gets them.
+    app = PEERS / "langgraph-app"
+    shutil.rmtree(app, ignore_errors=True)
+    shutil.copytree(LANGGRAPH_APP, app)
     args = [str(cli), "dev", "--no-browser", "--no-reload", "--port", str(port), "--host", "127.0.0.1"]
-    with _process(args, LANGGRAPH_APP, log) as server:
+    with _process(args, app, log) as server:
         _wait_until(lambda: httpx.get(f"{base}/ok", timeout=3).status_code == 200, server, log, "langgraph dev")
 
         async def send(client: httpx.AsyncClient) -> bool:
