@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from artifacts.models import Artifact
-from bindings.models import Bot
+from bindings.models import AgentBinding, Bot
 from platforms.delivery import PlatformDeliveryPort
 from platforms.models import InboundRefusal, PlatformDelivery
 from platforms.tasks import platform_update_ingest
@@ -109,6 +109,8 @@ def test_a_text_message_becomes_one_event_however_often_it_is_delivered(bot, fak
 
 @pytest.mark.django_db
 def test_a_group_message_says_whether_it_mentions_the_bot(bot, fake_line):
+    # A message that does not address the bot is recorded only when a binding answers it (group_always).
+    AgentBinding.objects.filter(workspace=bot.workspace).update(trigger_policy={"group_always": True})
     mention = {"mentionees": [{"index": 0, "length": 4, "type": "user", "userId": "Ubot", "isSelf": True}]}
     to_bot = fake_line.message_event({"type": "text", "text": "@bot hi", "mention": mention}, group="Cgroup")
     chatter = fake_line.message_event({"type": "text", "text": "just chatting"}, group="Cgroup")

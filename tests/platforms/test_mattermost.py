@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from artifacts.models import Artifact
-from bindings.models import Bot
+from bindings.models import AgentBinding, Bot
 from platforms.adapters.mattermost import MattermostAdapter
 from platforms.delivery import PlatformDeliveryPort
 from platforms.interface import OutboundFile, ReplyTarget, SentMessage
@@ -102,6 +102,8 @@ def test_a_post_becomes_one_event_however_often_sent_and_the_token_is_not_stored
 
 @pytest.mark.django_db
 def test_whether_a_post_addresses_the_bot_and_the_bots_own_posts_ignored(bot):
+    # A message that does not address the bot is recorded only when a binding answers it (group_always).
+    AgentBinding.objects.filter(workspace=bot.workspace).update(trigger_policy={"group_always": True})
     for text, user_id in (
         ("hey @langbot what now", "user0000000000000000000ada"),
         ("just chatting", "user0000000000000000000ada"),
@@ -126,6 +128,8 @@ def test_a_wrong_or_missing_token_is_refused_and_recorded(bot):
 
 @pytest.mark.django_db
 def test_a_file_is_fetched_and_becomes_an_input_artifact(bot, fake_mm, monkeypatch, django_capture_on_commit_callbacks):
+    # A message that does not address the bot is recorded only when a binding answers it (group_always).
+    AgentBinding.objects.filter(workspace=bot.workspace).update(trigger_policy={"group_always": True})
     monkeypatch.setattr(platform_update_ingest, "delay", platform_update_ingest)
     file_id = fake_mm.add_file("notes.pdf", "application/pdf", b"%PDF-1.7\n")
 
