@@ -558,7 +558,8 @@ class SlackAdapter(PlatformAdapter):
         me = await self._call("auth_test")
         return (
             f"{me.get('user') or 'the bot'} in {me.get('team') or 'the workspace'}: paste {url} as the Request URL "
-            "under Event Subscriptions on the Slack app's page and subscribe to message.im and app_mention"
+            "under Event Subscriptions on the Slack app's page and subscribe to message.im and app_mention "
+            "(and message.channels / message.groups for bindings that answer every group message)"
         )
 
     async def aclose(self) -> None:
