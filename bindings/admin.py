@@ -214,6 +214,9 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
     list_filter = ["platform", "enabled", "workspace"]
     search_fields = ["bot_id", "name"]
     connection_check: ClassVar[Callable[[Bot], tuple[bool, str]] | None] = None
+    # A web bot's chat widget embed snippet for its page (the debug chat app's, set when the admin is assembled:
+    # webchat.widget_admin); without it no snippet is shown.
+    widget_snippet: ClassVar[Callable[[HttpRequest, Bot], str] | None] = None
 
     def get_form(self, request: HttpRequest, obj: Bot | None = None, change: bool = False, **kwargs: Any) -> Any:
         # A read-only page (a role that may view, not change) shows the object's fields and edits nothing: the
@@ -229,6 +232,7 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
         fieldsets = [
             (None, {"fields": ["workspace", "bot_id", "name", "platform", "enabled", *readonly]}),
             (_("Credentials"), {"fields": [*credential_fields, "credentials_input"]}),
+            (_("Website chat widget"), {"fields": ["allowed_origins"]}),
         ]
         return view_only_fieldsets(self, request, obj, fieldsets)
 
@@ -256,6 +260,10 @@ class BotAdmin(WorkspaceScopedAdmin[Bot]):
 
     def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         context["connection_testable"] = type(self).connection_check is not None
+        snippet, bot = type(self).widget_snippet, context.get("original")
+        context["widget_snippet"] = (
+            snippet(request, bot) if snippet and isinstance(bot, Bot) and bot.platform == Bot.Platform.WEBUI else ""
+        )
         return super().render_change_form(request, context, *args, **kwargs)
 
     def save_model(self, request: HttpRequest, obj: Bot, form: Any, change: bool) -> None:
