@@ -154,6 +154,7 @@ def test_a_subscription_is_a_member_event_and_a_location_report_starts_nothing(b
     assert (answer.status_code, answer.content) == (200, b"success")
     assert (again.status_code, located.content) == (200, b"success")
     event = EventLog.objects.get()
+    assert event.actor is not None
     assert (event.event_type, event.actor["actor_id"], event.data["chat_id"]) == (
         "member.joined",
         "oUser-ada",
