@@ -1,8 +1,9 @@
 """OpenAPI for the bindings API: the API-key security scheme, and the pydantic models of
 `bindings.*` rendered as OpenAPI 3.0 (drf-spectacular finds both once this module is imported).
 
-Pydantic writes JSON Schema 2020-12, where an optional value is `anyOf: [X, {type: null}]`; OpenAPI 3.0
-has no null type and says `nullable: true` instead, so those schemas are rewritten.
+Pydantic writes JSON Schema 2020-12, where an optional value is `anyOf: [X, {type: null}]` and an exclusive
+bound is a number; OpenAPI 3.0 has no null type and says `nullable: true` instead, and marks an exclusive
+bound with a flag beside `minimum`/`maximum`, so those schemas are rewritten.
 """
 
 from __future__ import annotations
@@ -48,6 +49,13 @@ def openapi30(schema: Any) -> Any:
         result["nullable"] = True
     if "const" in result:
         result["enum"] = [result.pop("const")]
+    # 2020-12 writes an exclusive bound as its number (`gt=0`: `exclusiveMinimum: 0`); 3.0 as a flag beside
+    # `minimum`/`maximum`, and schema-driven clients (schemathesis among them) refuse the number.
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = result.get(exclusive)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            result[bound] = value
+            result[exclusive] = True
     return result
 
 
