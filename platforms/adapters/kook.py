@@ -304,7 +304,6 @@ class KookAdapter(PlatformAdapter):
         if not isinstance(body, dict):
             return None
         base: dict[str, Any] = {
-            "platform": self.platform,
             "event_id": f"kook:{self.bot_id}:{msg_id}",
             "source_event_type": name,
         }
@@ -323,7 +322,6 @@ class KookAdapter(PlatformAdapter):
                 reply_target=ReplyTarget(chat_id=channel, extra={"kind": "channel"}) if channel else None,
                 extra={"guild_id": guild},
                 raw=event,
-                subject_type="member",
             )
         if name == "self_joined_guild":
             return event_update(
@@ -405,7 +403,7 @@ class KookAdapter(PlatformAdapter):
                 actor_id=user,
                 target_message_id=str(body.get("msg_id") or ""),
                 reply_target=ReplyTarget(chat_id=chat, extra={"kind": "direct" if private else "channel"}),
-                extra={"value": str(body.get("value") or "")[:1000]},
+                extra={"action": str(body.get("value") or "")[:1000]},
                 raw=event,
             )
         return None

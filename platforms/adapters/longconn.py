@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 
 from bindings.models import Bot
 from foundation.outbound import addresses_refusal, resolve
-from platforms.interface import PLATFORM_EVENT_TYPES, InboundUpdate, ReplyTarget
+from platforms.interface import InboundUpdate, ReplyTarget, platform_event_envelope
 
 
 class SocketRefusedError(Exception):
@@ -78,7 +78,6 @@ cursor_set = database_sync_to_async(_cursor_set)
 
 def event_update(
     *,
-    platform: str,
     event_id: str,
     event_type: str,
     source_event_type: str,
@@ -91,38 +90,27 @@ def event_update(
     reply_target: ReplyTarget | None = None,
     extra: dict[str, Any] | None = None,
     raw: Any = None,
-    subject_type: str = "",
 ) -> InboundUpdate:
-    """The update of an event that is not a message arriving: a member joining or leaving, a reaction, an
-    edit or a recall, a card's button, the bot added to a chat. The chat, the acting user and (for events
-    about a message) `data.target_message_id` are where every platform puts them."""
-    assert event_type in PLATFORM_EVENT_TYPES, event_type
-    data: dict[str, Any] = {"chat_id": chat_id, "chat_type": chat_type, **(extra or {})}
-    if target_message_id:
-        data["target_message_id"] = target_message_id
-    if reply_target is not None:
-        data["reply_target"] = reply_target.as_data()
-    if raw is not None:
-        data["raw"] = raw
-    subject_kind = subject_type or ("message" if target_message_id else "chat")
-    subject_id = target_message_id or chat_id or actor_id
-    envelope: dict[str, Any] = {
-        "event_id": event_id,
-        "event_type": event_type,
-        "source_event_type": source_event_type[:100],
-        "actor": {
-            "actor_type": "user",
-            "actor_id": actor_id or "unknown",
-            "actor_name": (actor_name or actor_id)[:255],
-        },
-        "subject": {
-            "subject_type": subject_kind,
-            "subject_id": subject_id or "unknown",
-            "data": {"platform": platform},
-        },
-        "data": data,
-        "event_time": time.time(),
-    }
-    if text:
-        envelope["input"] = {"text": text}
+    """The update of an event that is not a message arriving (a member joining or leaving, a reaction, an
+    edit or a recall, a card's button, the bot added to a chat), in the one shape every adapter gives them
+    (`platforms.interface.platform_event_envelope`, docs/platform-events.md): `extra`'s `reaction` and
+    `action` go where that shape puts the emoji and the card's value; the rest joins `data`."""
+    rest = dict(extra or {})
+    envelope = platform_event_envelope(
+        event_id=event_id,
+        event_type=event_type,
+        source_event_type=source_event_type,
+        chat_id=chat_id or None,
+        chat_type=chat_type or None,
+        actor_id=actor_id or "unknown",
+        actor_name=actor_name or actor_id,
+        target_message_id=target_message_id or None,
+        reaction=rest.pop("reaction", None) or None,
+        action=rest.pop("action", None),
+        text=text,
+        reply_target=reply_target,
+        extra=rest,
+        raw=raw,
+        event_time=time.time(),
+    )
     return InboundUpdate(envelope=envelope)

@@ -234,7 +234,6 @@ class MatrixAdapter(PlatformAdapter):
         content = _obj(event.get("content"))
         chat_type = "group" if group else "private"
         base: dict[str, Any] = {
-            "platform": self.platform,
             "event_id": _event_id(self.bot_id, room_id, event_id),
             "source_event_type": kind,
             "chat_id": room_id,
@@ -259,7 +258,6 @@ class MatrixAdapter(PlatformAdapter):
                 actor_name=str(content.get("displayname") or member),
                 reply_target=ReplyTarget(chat_id=room_id),
                 raw=event,
-                subject_type="member",
             )
         if sender == own_user_id:
             return None
@@ -579,7 +577,6 @@ class MatrixConnector(PlatformConnector):
             )
             return
         update = event_update(
-            platform=self.adapter.platform,
             event_id=_event_id(self.adapter.bot_id, "invite", room_id, self.since),
             event_type="bot.added",
             source_event_type="m.room.member:invite",

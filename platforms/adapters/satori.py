@@ -358,12 +358,11 @@ class SatoriAdapter(PlatformAdapter):
             extra["reaction"] = str(emoji.get("name") or emoji.get("id") or "") if isinstance(emoji, dict) else ""
         elif event_type == "card.clicked":
             button = _obj(body.get("button"))
-            extra["value"] = str(button.get("id") or "")[:1000]
+            extra["action"] = str(button.get("id") or "")[:1000]
         where = chat or str(guild.get("id") or "")
         if not where:
             raise ValueError("no channel or guild")
         return event_update(
-            platform=self.platform,
             event_id=self._event_id(kind, where, message_id, user_id, stamp),
             event_type=event_type,
             source_event_type=kind,
@@ -376,7 +375,6 @@ class SatoriAdapter(PlatformAdapter):
             reply_target=reply if event_type != "bot.added" else None,
             extra=extra,
             raw=raw,
-            subject_type="member" if event_type.startswith("member.") else "",
         )
 
     def _event_id(self, *parts: str) -> str:

@@ -198,7 +198,7 @@ async def test_system_events_become_the_pinned_event_types(fake_kook, kook_bot_f
     assert by_type["reaction.added"].data["target_message_id"] == target
     assert (by_type["message.edited"].input["text"], by_type["message.edited"].data["mentioned"]) == ("fixed", True)
     assert by_type["message.recalled"].data["target_message_id"] == target
-    assert by_type["card.clicked"].data["value"] == "yes"
+    assert by_type["card.clicked"].data["action"] == "yes"
     assert by_type["bot.added"].data["chat_id"] == GUILD_ID
 
 

@@ -185,7 +185,7 @@ async def test_events_beyond_messages_become_the_pinned_event_types(fake_satori,
     assert (edited.input["text"], edited.data["mentioned"]) == ("fixed text", True)
     assert recalled.data["target_message_id"] == "m-old"
     assert reaction.data["reaction"] == "thumbsup"
-    assert clicked.data["value"] == "approve"
+    assert clicked.data["action"] == "approve"
     assert events[0].actor["actor_id"] == USER_ID
 
 
