@@ -50,6 +50,7 @@ import abc
 import asyncio
 import hashlib
 import json
+import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -60,10 +61,13 @@ from typing import Any, ClassVar
 import aiohttp
 import httpx
 import jsonschema
+import websockets
 from django.conf import settings
 
 from foundation.limits import json_too_deep
 from foundation.outbound import AddressRefusedError, host_private_allowed, url_refusal
+
+logger = logging.getLogger(__name__)
 
 PLATFORM_ACTIONS = ("message.send", "message.edit", "reaction.add")
 
@@ -612,9 +616,27 @@ class PlatformAdapter(abc.ABC):
 UpdateHandler = Callable[[InboundUpdate], Awaitable[None]]
 
 
+class ConnectionClosedError(Exception):
+    """A connector's connection ended, for the reason its message gives (shown on the bot's page). `fatal`
+    when connecting again soon cannot help (credentials refused, a privileged intent not granted): the
+    connector then waits its `fatal_retry_delay` instead of the backoff."""
+
+    def __init__(self, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
 class PlatformConnector(abc.ABC):
     """A long-lived connection of one bot to its platform (started by the connector process). `state` is
-    what `/healthz` and the bot's admin page show: `connecting`, `connected`, `backoff`, `stopped`."""
+    what `/healthz` and the bot's admin page show: `connecting`, `connected`, `backoff`, `error`, `stopped`.
+
+    A connector that holds one connection at a time implements `run` as `await self.hold(self._session)`:
+    `hold` opens it again whenever it ends, after the backoff (restarted once a connection was up)."""
+
+    reconnect_first_delay: ClassVar[float] = 1.0
+    # Credentials the platform refuses cannot heal by retrying fast: retried at this pace instead.
+    fatal_retry_delay: ClassVar[float] = 300.0
+    closed_detail: ClassVar[str] = "the platform closed the connection"
 
     def __init__(self, *, adapter: PlatformAdapter, on_update: UpdateHandler) -> None:
         self.adapter = adapter
@@ -636,3 +658,33 @@ class PlatformConnector(abc.ABC):
     async def sleep_backoff(self, delay: float, detail: str) -> None:
         self.state, self.detail = "backoff", detail
         await asyncio.sleep(delay)
+
+    async def hold(self, session: Callable[[], Awaitable[None]]) -> None:
+        """Run `session` (one connection, until it ends) again and again until cancelled. A transport
+        failure or a `ConnectionClosedError` is shown as the state's detail and followed by the backoff; a
+        fatal one by `fatal_retry_delay`. The adapter's clients are closed when the connector stops."""
+        name = f"{self.adapter.platform} bot {self.adapter.bot_id}"
+        delays = self.backoff_delays(self.reconnect_first_delay)
+        try:
+            while True:
+                self.state, self.detail = "connecting", ""
+                try:
+                    await session()
+                    detail = self.closed_detail
+                except ConnectionClosedError as exc:
+                    if exc.fatal:
+                        self.state, self.detail = "error", str(exc)
+                        logger.error("%s: %s", name, exc)
+                        await asyncio.sleep(self.fatal_retry_delay)
+                        continue
+                    detail = str(exc)
+                except (OSError, TimeoutError, websockets.WebSocketException, PlatformAPIError, ValueError) as exc:
+                    detail = f"{type(exc).__name__}: {exc}"
+                if self.state == "connected":
+                    delays = self.backoff_delays(self.reconnect_first_delay)
+                delay = next(delays)
+                logger.warning("%s: %s; reconnecting in %.1fs", name, detail, delay)
+                await self.sleep_backoff(delay, detail)
+        finally:
+            self.state = "stopped"
+            await self.adapter.aclose()

@@ -36,9 +36,9 @@ from websockets.asyncio.client import ClientConnection
 
 from foundation.outbound import addresses_refusal, resolve
 from platforms.interface import (
+    ConnectionClosedError,
     InboundRefusedError,
     InboundUpdate,
-    PlatformAPIError,
     PlatformConnector,
     ReplyTarget,
     inbound_json_object,
@@ -79,10 +79,8 @@ USER_AGENT = "langbot-host/dingtalk-stream"
 OPEN_TIMEOUT = 20.0
 
 
-class StreamClosedError(Exception):
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
+class StreamClosedError(ConnectionClosedError):
+    """The connection ended (see `ConnectionClosedError`)."""
 
 
 def ack_frame(message_id: str, data: Any) -> str:
@@ -100,9 +98,7 @@ def ack_frame(message_id: str, data: Any) -> str:
 class DingTalkStreamConnector(PlatformConnector):
     """One bot's Stream-mode connection. A bot in callback mode holds none: its connector only says so."""
 
-    reconnect_first_delay: ClassVar[float] = 1.0
-    # Credentials DingTalk refuses cannot heal by retrying fast: retried at the backoff's cap.
-    fatal_retry_delay: ClassVar[float] = 300.0
+    closed_detail: ClassVar[str] = "DingTalk closed the connection"
 
     @property
     def dingtalk(self) -> DingTalkAdapter:
@@ -121,30 +117,7 @@ class DingTalkStreamConnector(PlatformConnector):
                 await asyncio.Event().wait()
             finally:
                 self.state = "stopped"
-        delays = self.backoff_delays(self.reconnect_first_delay)
-        try:
-            while True:
-                self.state, self.detail = "connecting", ""
-                try:
-                    await self._session()
-                    detail = "DingTalk closed the connection"
-                except StreamClosedError as exc:
-                    if exc.fatal:
-                        self.state, self.detail = "error", str(exc)
-                        logger.error("dingtalk bot %s: %s", self.adapter.bot_id, exc)
-                        await asyncio.sleep(self.fatal_retry_delay)
-                        continue
-                    detail = str(exc)
-                except (OSError, TimeoutError, websockets.WebSocketException, PlatformAPIError, ValueError) as exc:
-                    detail = f"{type(exc).__name__}: {exc}"
-                if self.state == "connected":
-                    delays = self.backoff_delays(self.reconnect_first_delay)
-                delay = next(delays)
-                logger.warning("dingtalk bot %s: %s; reconnecting in %.1fs", self.adapter.bot_id, detail, delay)
-                await self.sleep_backoff(delay, detail)
-        finally:
-            self.state = "stopped"
-            await self.adapter.aclose()
+        await self.hold(self._session)
 
     async def _open(self) -> str:
         """A fresh endpoint + ticket (`connections/open`), as the WebSocket URL to connect to."""

@@ -42,6 +42,7 @@ from websockets.asyncio.client import ClientConnection
 from foundation.outbound import AddressRefusedError, addresses_refusal, guarded_async_transport, resolve
 from platforms.interface import (
     FLAG_PATTERN,
+    ConnectionClosedError,
     CredentialField,
     FetchedFile,
     InboundBatch,
@@ -621,10 +622,8 @@ class DiscordAdapter(PlatformAdapter):
             await http.aclose()
 
 
-class GatewayClosedError(Exception):
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
+class GatewayClosedError(ConnectionClosedError):
+    """The connection ended (see `ConnectionClosedError`)."""
 
 
 class DiscordConnector(PlatformConnector):
@@ -633,9 +632,7 @@ class DiscordConnector(PlatformConnector):
     RECONNECT start the next session after the backoff; a session that reached READY resets the backoff."""
 
     adapter: DiscordAdapter
-    reconnect_first_delay: ClassVar[float] = 1.0
-    # A bad token or disallowed intents cannot heal by retrying fast; retried at the backoff's cap.
-    fatal_retry_delay: ClassVar[float] = 300.0
+    closed_detail: ClassVar[str] = "the gateway closed the connection"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -650,30 +647,7 @@ class DiscordConnector(PlatformConnector):
         self.system_channels: dict[str, str] = {}
 
     async def run(self) -> None:
-        delays = self.backoff_delays(self.reconnect_first_delay)
-        try:
-            while True:
-                self.state, self.detail = "connecting", ""
-                try:
-                    await self._session()
-                    detail = "the gateway closed the connection"
-                except GatewayClosedError as exc:
-                    if exc.fatal:
-                        self.state, self.detail = "error", str(exc)
-                        logger.error("discord bot %s: %s", self.adapter.bot_id, exc)
-                        await asyncio.sleep(self.fatal_retry_delay)
-                        continue
-                    detail = str(exc)
-                except (OSError, TimeoutError, websockets.WebSocketException, PlatformAPIError, ValueError) as exc:
-                    detail = f"{type(exc).__name__}: {exc}"
-                if self.state == "connected":
-                    delays = self.backoff_delays(self.reconnect_first_delay)
-                delay = next(delays)
-                logger.warning("discord bot %s: %s; reconnecting in %.1fs", self.adapter.bot_id, detail, delay)
-                await self.sleep_backoff(delay, detail)
-        finally:
-            self.state = "stopped"
-            await self.adapter.aclose()
+        await self.hold(self._session)
 
     async def _gateway_address(self, url: str) -> tuple[str, int]:
         parts = urlsplit(url)

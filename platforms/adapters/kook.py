@@ -39,8 +39,9 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
-from platforms.adapters.longconn import SocketRefusedError, event_update, socket_address
+from platforms.adapters.longconn import event_update, socket_address
 from platforms.interface import (
+    ConnectionClosedError,
     CredentialField,
     FetchedFile,
     InboundBatch,
@@ -482,10 +483,8 @@ def _retry_after(response: httpx.Response) -> float:
     return 1.0
 
 
-class GatewayClosedError(Exception):
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
+class GatewayClosedError(ConnectionClosedError):
+    """The connection ended (see `ConnectionClosedError`)."""
 
 
 class KookConnector(PlatformConnector):
@@ -494,11 +493,9 @@ class KookConnector(PlatformConnector):
     session. A session that reached HELLO resets the backoff."""
 
     adapter: KookAdapter
-    reconnect_first_delay: ClassVar[float] = 1.0
     ping_interval: ClassVar[float] = 30.0
     pong_timeout: ClassVar[float] = 6.0
-    # A refused token cannot heal by retrying fast; retried at the backoff's cap.
-    fatal_retry_delay: ClassVar[float] = 300.0
+    closed_detail: ClassVar[str] = "the gateway closed the connection"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -508,34 +505,13 @@ class KookConnector(PlatformConnector):
         self.sessions = 0
 
     async def run(self) -> None:
-        delays = self.backoff_delays(self.reconnect_first_delay)
+        await self.hold(self._held_session)
+
+    async def _held_session(self) -> None:
         try:
-            while True:
-                self.state, self.detail = "connecting", ""
-                try:
-                    await self._session()
-                    detail = "the gateway closed the connection"
-                except (GatewayClosedError, SocketRefusedError) as exc:
-                    if exc.fatal:
-                        self.state, self.detail = "error", str(exc)
-                        logger.error("kook bot %s: %s", self.adapter.bot_id, exc)
-                        await asyncio.sleep(self.fatal_retry_delay)
-                        continue
-                    detail = str(exc)
-                except KookUnauthorizedError as exc:
-                    self.state, self.detail = "error", str(exc)
-                    await asyncio.sleep(self.fatal_retry_delay)
-                    continue
-                except (OSError, TimeoutError, websockets.WebSocketException, PlatformAPIError, ValueError) as exc:
-                    detail = f"{type(exc).__name__}: {exc}"
-                if self.state == "connected":
-                    delays = self.backoff_delays(self.reconnect_first_delay)
-                delay = next(delays)
-                logger.warning("kook bot %s: %s; reconnecting in %.1fs", self.adapter.bot_id, detail, delay)
-                await self.sleep_backoff(delay, detail)
-        finally:
-            self.state = "stopped"
-            await self.adapter.aclose()
+            await self._session()
+        except KookUnauthorizedError as exc:  # a refused token: no use connecting again soon
+            raise GatewayClosedError(str(exc), fatal=True) from exc
 
     async def _gateway_url(self) -> str:
         data = await self.adapter.request("GET", "/gateway/index", idempotent=True, params={"compress": 0})

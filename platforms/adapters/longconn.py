@@ -14,16 +14,12 @@ from channels.db import database_sync_to_async
 
 from bindings.models import Bot
 from foundation.outbound import addresses_refusal, resolve
-from platforms.interface import InboundUpdate, ReplyTarget, platform_event_envelope
+from platforms.interface import ConnectionClosedError, InboundUpdate, ReplyTarget, platform_event_envelope
 
 
-class SocketRefusedError(Exception):
+class SocketRefusedError(ConnectionClosedError):
     """The socket's address may not be connected to (or does not resolve). `fatal` when retrying soon
     cannot help (the outbound guard refused it)."""
-
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
 
 
 async def socket_address(url: str, *, allow_private: bool) -> tuple[str, int]:

@@ -40,8 +40,9 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from foundation.outbound import AddressRefusedError, guarded_async_transport
-from platforms.adapters.longconn import SocketRefusedError, cursor_get, cursor_set, event_update, socket_address
+from platforms.adapters.longconn import cursor_get, cursor_set, event_update, socket_address
 from platforms.interface import (
+    ConnectionClosedError,
     CredentialField,
     FetchedFile,
     InboundBatch,
@@ -437,10 +438,8 @@ def _event_time(value: Any) -> float:
         return time.time()
 
 
-class SatoriClosedError(Exception):
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
+class SatoriClosedError(ConnectionClosedError):
+    """The connection ended (see `ConnectionClosedError`)."""
 
 
 class SatoriConnector(PlatformConnector):
@@ -448,10 +447,9 @@ class SatoriConnector(PlatformConnector):
     each EVENT of the bot's login handed to `on_update`; reconnects with backoff after a drop."""
 
     adapter: SatoriAdapter
-    reconnect_first_delay: ClassVar[float] = 1.0
     ping_interval: ClassVar[float] = 10.0
     pong_timeout: ClassVar[float] = 10.0
-    fatal_retry_delay: ClassVar[float] = 300.0
+    closed_detail: ClassVar[str] = "the server closed the connection"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -460,30 +458,7 @@ class SatoriConnector(PlatformConnector):
         self._saved_sn: int | None = None
 
     async def run(self) -> None:
-        delays = self.backoff_delays(self.reconnect_first_delay)
-        try:
-            while True:
-                self.state, self.detail = "connecting", ""
-                try:
-                    await self._session()
-                    detail = "the server closed the connection"
-                except (SatoriClosedError, SocketRefusedError) as exc:
-                    if exc.fatal:
-                        self.state, self.detail = "error", str(exc)
-                        logger.error("satori bot %s: %s", self.adapter.bot_id, exc)
-                        await asyncio.sleep(self.fatal_retry_delay)
-                        continue
-                    detail = str(exc)
-                except (OSError, TimeoutError, websockets.WebSocketException, PlatformAPIError, ValueError) as exc:
-                    detail = f"{type(exc).__name__}: {exc}"
-                if self.state == "connected":
-                    delays = self.backoff_delays(self.reconnect_first_delay)
-                delay = next(delays)
-                logger.warning("satori bot %s: %s; reconnecting in %.1fs", self.adapter.bot_id, detail, delay)
-                await self.sleep_backoff(delay, detail)
-        finally:
-            self.state = "stopped"
-            await self.adapter.aclose()
+        await self.hold(self._session)
 
     async def _session(self) -> None:
         if self.sn is None:
