@@ -178,6 +178,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     caller: ChatCaller | None = None
     subscription: _Subscription | None = None
+    # The frames a client may send, by `type` (the website widget's socket narrows them).
+    inbound_models: dict[str, type[BaseModel]] = INBOUND
 
     async def connect(self) -> None:
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=self.send_queue_max)
@@ -210,22 +212,34 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if self.caller is None or self._closing:
             return
+        parsed = self._inbound(content)
+        if parsed is not None:
+            await self._dispatch(parsed)
+
+    def _unknown_type(self) -> None:
+        self._error("invalid_argument", _("Unknown message type; expected subscribe, message or cancel."))
+
+    def _inbound(self, content: Any) -> BaseModel | None:
+        """The client's frame as its model (of `inbound_models`), or None once the error frame is sent."""
         kind = content.get("type") if isinstance(content, dict) else None
-        model = INBOUND.get(kind) if isinstance(kind, str) else None
+        model = self.inbound_models.get(kind) if isinstance(kind, str) else None
         if model is None:
-            self._error("invalid_argument", _("Unknown message type; expected subscribe, message or cancel."))
-            return
+            self._unknown_type()
+            return None
         try:
             parsed = model.model_validate(content)
         except ValidationError as exc:
             self._error("invalid_argument", _("The message has invalid fields."), fields=field_errors(exc))
-            return
+            return None
         unstorable = unstorable_text_path(content)
         if unstorable is not None:
             # Refused here: the database would fail the submission, and with it this socket.
             fields = {unstorable or "(message)": _(UNSTORABLE_MESSAGE)}
             self._error("invalid_argument", _("The message has invalid fields."), fields=fields)
-            return
+            return None
+        return parsed
+
+    async def _dispatch(self, parsed: BaseModel) -> None:
         if isinstance(parsed, SubscribeIn):
             await self._on_subscribe(parsed)
         elif isinstance(parsed, MessageIn):

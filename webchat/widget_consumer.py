@@ -27,11 +27,9 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from django.utils import translation
 from django.utils.translation import gettext as _
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from bindings.models import Bot, Workspace
-from foundation.api_errors import field_errors
-from foundation.storable import UNSTORABLE_MESSAGE, unstorable_text_path
 from runners.models import Run
 from transcripts.models import TranscriptItem
 from transcripts.selectors import transcript_page
@@ -138,6 +136,7 @@ def _dict(value: Any) -> dict[str, Any]:
 class WidgetConsumer(ChatConsumer):
     bot: Bot | None = None
     grant: WidgetGrant | None = None
+    inbound_models = WIDGET_INBOUND
 
     async def connect(self) -> None:
         self._outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=self.send_queue_max)
@@ -166,26 +165,10 @@ class WidgetConsumer(ChatConsumer):
         self.conversation_id = visitor_conversation_id(bot, Visitor(bot.pk, grant.visitor_id))
         self._tasks = [asyncio.create_task(self._send_loop()), asyncio.create_task(self._ping_loop())]
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        if self.caller is None or self._closing:
-            return
-        kind = content.get("type") if isinstance(content, dict) else None
-        model = WIDGET_INBOUND.get(kind) if isinstance(kind, str) else None
-        if model is None:
-            self._error("forbidden", _("This chat only sends messages and reads its own history."))
-            return
-        try:
-            parsed = model.model_validate(content)
-        except ValidationError as exc:
-            self._error("invalid_argument", _("The message has invalid fields."), fields=field_errors(exc))
-            return
-        unstorable = unstorable_text_path(content)
-        if unstorable is not None:
-            self._error(
-                "invalid_argument", _("The message has invalid fields."),
-                fields={unstorable or "(message)": _(UNSTORABLE_MESSAGE)},
-            )  # fmt: skip
-            return
+    def _unknown_type(self) -> None:
+        self._error("forbidden", _("This chat only sends messages and reads its own history."))
+
+    async def _dispatch(self, parsed: BaseModel) -> None:
         if getattr(parsed, "conversation_id", None) not in (None, self.conversation_id):
             self._error("forbidden", _("This chat may only use its own conversation."))
             return
