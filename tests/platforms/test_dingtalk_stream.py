@@ -138,7 +138,8 @@ async def test_a_message_over_the_stream_becomes_a_run_whose_reply_goes_to_the_s
     (sent,) = fake_dingtalk.sent
     assert (sent.route, sent.where, sent.text) == ("sessionWebhook", "cidStream==", "@s-ed All quiet.")
     assert (await PlatformDelivery.objects.aget(run=run)).status == "delivered"
-    assert await database_sync_to_async(_status)(bot) == "connected"
+    # Read as the bot's page reads it, from the supervisor's published states (rescanned every 0.2 s here).
+    assert await _until(lambda: _status(bot) == "connected")
 
 
 @pytest.mark.django_db(transaction=True)

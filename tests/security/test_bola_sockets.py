@@ -24,6 +24,10 @@ SOCKETS = {
     # never listed in another's catalog: tests/runners/test_dev_runtime_socket.py; bound and run in that
     # workspace only: tests/runners/test_runner_sources.py, tests/integration/test_dev_runtime_relay.py.
     "ws/v1/dev/runtime/": "tests/runners",
+    # A website visitor's socket: admitted by a one-time ticket bound to one bot and visitor, it serves that
+    # visitor's own conversation and history only; another conversation, another bot's ticket or a chat
+    # ticket are refused: tests/streaming/test_widget_socket.py.
+    "ws/v1/widget/": "tests/streaming",
 }
 
 
