@@ -42,7 +42,6 @@ from platforms.interface import (
     InboundRefusedError,
     InboundRequest,
     InboundUpdate,
-    OutboundFile,
     PlatformAPIError,
     PlatformCapabilities,
     PlatformFileRef,
@@ -335,7 +334,8 @@ class WeComKfAdapter(WeComAdapter):
         return FetchedFile(data=response.content, name=name, mime_type=mime_type)
 
     # -- outbound -------------------------------------------------------------------------------
-    async def _kf_send(self, target: ReplyTarget, msgtype: str, content: dict[str, Any]) -> SentMessage:
+    async def _message_send(self, target: ReplyTarget, msgtype: str, content: dict[str, Any]) -> SentMessage:
+        # Text and files are sent as the app sends them (WeComAdapter.send_text / send_file), through kf/send_msg.
         account = str(target.extra.get("open_kfid") or self._secret("open_kfid"))
         if not account:
             raise PlatformAPIError("WeChat Customer Service: the reply names no customer-service account")
@@ -350,26 +350,6 @@ class WeComKfAdapter(WeComAdapter):
         response = await self.call(what, "POST", path, json=body)
         answer = self.json_object(response)
         return SentMessage(chat_id=target.chat_id, message_id=str(answer.get("msgid") or ""))
-
-    async def send_text(self, target: ReplyTarget, text: str) -> SentMessage:
-        return await self._kf_send(target, "text", {"content": text})
-
-    async def send_file(self, target: ReplyTarget, file: OutboundFile) -> SentMessage:
-        kind = "image" if file.mime_type in IMAGE_TYPES else "file"
-        response = await self.call(
-            "media.upload",
-            "POST",
-            "/cgi-bin/media/upload",
-            params={"type": kind},
-            files={"media": (file.name, file.data, file.mime_type or "application/octet-stream")},
-        )
-        media_id = str(self.json_object(response).get("media_id") or "")
-        if not media_id:
-            raise PlatformAPIError("WeCom media.upload: the answer carries no media_id")
-        sent = await self._kf_send(target, kind, {"media_id": media_id})
-        if file.caption:
-            await self.send_text(target, file.caption)
-        return sent
 
     async def identity(self) -> str:
         await self.access_token()
