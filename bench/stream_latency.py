@@ -15,6 +15,10 @@ Three loads:
 All 100 messages are sent at once, so the first second also measures delivery while the web process works
 through 100 chat submissions (a real start-up burst, deliberately kept in the figures).
 
+Beside the figures over the whole load, the 100 streams' figures from the load's second second on (every run
+started, the burst over) show what a delta waits once they all stream; BENCH_STREAM_TIMELINE=1 prints them per
+quarter second.
+
 Exits 1 when nothing could be measured; a missed target is reported, never failed.
 Usage: `python -m bench.stream_latency [--databases postgresql,sqlite] [--seconds S]`.
 """
@@ -42,12 +46,15 @@ TOKEN_RATE = 50
 PACED_STEPS, PACED_INTERVAL_MS = 10, 500
 STAMP = re.compile(r"<(\d+(?:\.\d+)?)>")
 LABELS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
+# Where the start-up burst is over: every run has been claimed and is streaming (see `settled`).
+SETTLED_MS = 2000.0
 
 
 class Seen:
     def __init__(self) -> None:
         self.tool: list[float] = []
         self.delta: list[float] = []
+        self.delta_received: list[float] = []  # receipt time (ms) of each `delta` latency, in the same order
         self.out_of_order = 0
 
 
@@ -72,8 +79,31 @@ async def watch(client: ChatClient, stack: UserStack, text: str, seen: Seen) -> 
                 seen.out_of_order += stamp < last_stamp
                 last_stamp = stamp
                 seen.delta.append(received - stamp)
+                seen.delta_received.append(received)
         elif event["type"] in ("run.completed", "run.failed"):
             return event["type"]
+
+
+def settled(seen: Seen, after_ms: float) -> list[float]:
+    """The delta latencies received `after_ms` or later after the load's first delta: the streams once
+    every run has started and the start-up burst (100 chat submissions, 100 claims) is over."""
+    if not seen.delta_received:
+        return []
+    first = min(seen.delta_received)
+    return [lat for lat, at in zip(seen.delta, seen.delta_received, strict=True) if at - first >= after_ms]
+
+
+# BENCH_STREAM_TIMELINE=1: the 100-stream latencies per quarter second of the load, on stderr.
+def _timeline(seen: Seen) -> None:
+    if not os.environ.get("BENCH_STREAM_TIMELINE") or not seen.delta_received:
+        return
+    first = min(seen.delta_received)
+    quarters: dict[int, list[float]] = {}
+    for lat, at in zip(seen.delta, seen.delta_received, strict=True):
+        quarters.setdefault(int((at - first) // 250), []).append(lat)
+    for quarter, lats in sorted(quarters.items()):
+        print(f"  from {quarter * 250:5d} ms: {len(lats):5d} deltas, p50 {percentile(lats, 50):7.1f} ms,"
+              f" p99 {percentile(lats, 99):7.1f} ms", file=sys.stderr)  # fmt: skip
 
 
 def _own_cpu() -> float:
@@ -141,10 +171,12 @@ async def measure(stack: UserStack, seconds: float) -> list[tuple[str, str, str]
         after = stack.cpu_seconds()
         client_busy = (_own_cpu() - client_before) / tokens_seconds
         _profile_stop(recorders)
+        _timeline(tokens)
         paced, paced_done, _ = await load(clients, stack, f"probe:{PACED_STEPS}:{PACED_INTERVAL_MS}")
         await asyncio.gather(*(c.close() for c in clients))
     if not tokens.delta and not paced.tool:
         raise NotMeasuredError("no stamped event arrived")
+    steady = settled(tokens, SETTLED_MS) or [0.0]
     return [
         (f"tokens, 1 stream × {TOKEN_RATE} deltas/s: run completed", f"{single_done}/1", "all"),
         ("  1 stream: deltas received / emitted", f"{len(single.delta)}/{steps}", "all"),
@@ -155,6 +187,8 @@ async def measure(stack: UserStack, seconds: float) -> list[tuple[str, str, str]
         (f"  {CLIENTS} streams: deltas out of order", str(tokens.out_of_order + single.out_of_order), "0"),
         (f"  {CLIENTS} streams: emit → socket p50", f"{percentile(tokens.delta, 50):.1f} ms", "≤ 10 ms"),
         (f"  {CLIENTS} streams: emit → socket p99", f"{percentile(tokens.delta, 99):.1f} ms", "≤ 50 ms"),
+        (f"  {CLIENTS} streams from {SETTLED_MS / 1000:g} s on: emit → socket p50 / p99",
+         f"{percentile(steady, 50):.1f} / {percentile(steady, 99):.1f} ms", "-"),
         *(
             (f"  {CLIENTS} streams: CPU of {role} (cores busy)", f"{busy:.2f}", "-")
             for role in ("web", "worker", "runtime")

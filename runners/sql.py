@@ -289,6 +289,77 @@ def ledger_write(
     return Statement(_ledger_sql(final=end is not None, reply=reply is not None, positioned=positioned), params)
 
 
+@dataclass(frozen=True)
+class Append:
+    """One running run's results for `ledger_append_many`: its events take seqs from `first_seq` on."""
+
+    run: Run
+    lease_token: str
+    first_seq: int
+    events: list[tuple[str, dict[str, Any]]]
+
+
+def ledger_append_many(*, appends: list[Append], now: datetime, lease_expires_at: datetime) -> Statement:
+    """The results of several running runs in one statement and one transaction (group commit across runs:
+    `runners.orchestrator.ledger`), each run fenced by its own lease as in `ledger_write`: a run whose fence
+    matched nothing has no row and none of its events is written, and the others are written all the same.
+    The run rows are locked in pk order and the conversations' counters in (workspace, conversation) order,
+    so two such writes never wait for each other crosswise. Positions: each conversation's counter is raised
+    once by all of its runs' events, which take them run by run in pk order; the events are inserted in that
+    order too, after every counter is locked, so within a conversation ids follow positions as with
+    `ledger_write`. Rows: `('run', pk)` per run written, `('event', id, run pk, seq, position)` per event."""
+    params: list[Any] = [
+        [a.run.pk for a in appends],
+        [prep(Run, "lease_token", a.lease_token) for a in appends],
+        [a.first_seq + len(a.events) - 1 for a in appends],
+        [a.run.workspace_id for a in appends],
+        [a.run.conversation_id or None for a in appends],
+        [len(a.events) for a in appends],
+        Run.Status.RUNNING.value,
+        lease_expires_at,
+        now,
+        [a.run.pk for a in appends for _ in a.events],
+        [a.first_seq + i for a in appends for i in range(len(a.events))],
+        [type_ for a in appends for type_, _ in a.events],
+        [json.dumps(data, ensure_ascii=False, separators=(",", ":")) for a in appends for _, data in a.events],
+        [i + 1 for a in appends for i in range(len(a.events))],
+    ]
+    return Statement(_ledger_append_many_sql(), params)
+
+
+@functools.cache
+def _ledger_append_many_sql() -> str:
+    c = functools.partial(column, Run)
+    e = functools.partial(column, RunEvent)
+    s = functools.partial(column, ConversationStream)
+    runs, streams = table(Run), table(ConversationStream)
+    return (
+        "WITH r AS (SELECT * FROM unnest(%s::bigint[], %s::uuid[], %s::integer[], %s::bigint[], %s::text[],"
+        " %s::integer[]) AS r(pk, token, last_seq, ws, conv, n)),"
+        f" locked AS MATERIALIZED (SELECT x.{c('id')} AS id FROM {runs} x JOIN r ON x.{c('id')} = r.pk"
+        f" AND x.{c('lease_token')} = r.token AND x.{c('status')} = %s ORDER BY x.{c('id')} FOR UPDATE OF x),"
+        f" upd AS (UPDATE {runs} SET {c('last_seq')} = r.last_seq, {c('lease_expires_at')} = %s FROM r"
+        f" WHERE {runs}.{c('id')} = r.pk AND {runs}.{c('id')} IN (SELECT id FROM locked)"
+        " RETURNING r.pk AS id, r.ws AS ws, r.conv AS conv, r.n AS n),"
+        " agg AS (SELECT ws, conv, sum(n) AS n FROM upd WHERE conv IS NOT NULL GROUP BY ws, conv),"
+        f" pos AS (INSERT INTO {streams} ({s('workspace_id')}, {s('conversation_id')}, {s('last_position')})"
+        f" SELECT ws, conv, n FROM agg ORDER BY ws, conv ON CONFLICT ({s('workspace_id')}, {s('conversation_id')})"
+        f" DO UPDATE SET {s('last_position')} = {streams}.{s('last_position')} + EXCLUDED.{s('last_position')}"
+        f" RETURNING {s('workspace_id')} AS ws, {s('conversation_id')} AS conv, {s('last_position')} AS last),"
+        " base AS (SELECT u.id, pos.last - agg.n + sum(u.n) OVER (PARTITION BY u.ws, u.conv ORDER BY u.id) - u.n"
+        " AS base FROM upd u JOIN agg ON agg.ws = u.ws AND agg.conv = u.conv"
+        " JOIN pos ON pos.ws = u.ws AND pos.conv = u.conv),"
+        f" ev AS (INSERT INTO {table(RunEvent)}"
+        f" ({e('run')}, {e('seq')}, {e('type')}, {e('data')}, {e('created_at')}, {e('position')})"
+        " SELECT v.run, v.seq, v.type, v.data::jsonb, %s::timestamptz, base.base + v.k"
+        " FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::text[], %s::integer[]) AS v(run, seq, type, data, k)"
+        " JOIN upd ON upd.id = v.run LEFT JOIN base ON base.id = v.run ORDER BY v.run, v.seq"
+        f" RETURNING {e('id')} AS id, {e('run')} AS run, {e('seq')} AS seq, {e('position')} AS position)"
+        " SELECT 'run', id, NULL::bigint, NULL::integer, NULL::bigint FROM upd"
+        " UNION ALL SELECT 'event', ev.id, ev.run, ev.seq, ev.position FROM ev"
+    )
+
+
 def _positions_sql(source: str) -> str:
     """Raise a conversation's counter by %s (workspace, conversation, count, count again), one row per row of
     `source`; returns `base`, the position before the first new one. The upsert locks the counter row until

@@ -14,9 +14,11 @@ See "the write" below for the one statement it is on PostgreSQL and the appends 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +34,7 @@ from runners.lifecycle.observers import runs_ended
 from runners.lifecycle.services import run_dispatch_on_commit, run_next_queued
 from runners.models import Run, RunEvent
 from runners.orchestrator.normalizer import Outcome
-from runners.sql import RunEnd, conversation_positions_take, ledger_write
+from runners.sql import Append, RunEnd, conversation_positions_take, ledger_append_many, ledger_write
 from transcripts.models import TranscriptItem
 from transcripts.state import state_write
 
@@ -183,7 +185,8 @@ def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]
 # statement's CPU at a run's end, so the statement stays where it can). One exception, which changes
 # nothing of the above: a batch of events only while the run is running has no observers and nothing else
 # to share its transaction with, so on PostgreSQL that same statement is sent straight from the loop
-# (`ledger_append`), in autocommit, without a thread hand-off — the common write of a streaming run.
+# (`ledger_append`), in autocommit, without a thread hand-off — the common write of a streaming run — or,
+# when other runs of the loop write at the same moment, their group statement (below).
 
 
 def _one_statement(batch: Batch) -> bool:
@@ -315,20 +318,138 @@ async def ledger_append(
     lease_seconds: float,
 ) -> list[RunEvent]:
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
-    now = timezone.now()
-    lease_expires_at = now + timedelta(seconds=lease_seconds)
     if statements.native and _one_statement(batch):
-        # Nothing else belongs in this write's transaction: the statement is it (see above).
-        statement = _write_statement(
-            run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
-            lease_expires_at=lease_expires_at, end=None, item=None,
-        )  # fmt: skip
-        rows = await statements.fetchall(statement)
-        return _statement_rows_read(run, last_seq=last_seq, batch=batch, now=now, rows=rows).events
+        # Nothing else belongs in this write's transaction: the statement is it (see above), shared with
+        # the other runs of this loop that write at the same moment (`_Appends`).
+        appends = _appends.get(statements)
+        if appends is None:
+            appends = _appends[statements] = _Appends()
+        return await appends.write(statements, _Pending(run, lease_token, last_seq, batch, lease_seconds))
+    now = timezone.now()
     return await statements.executor(
         _ledger_write, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
-        lease_expires_at=lease_expires_at,
+        lease_expires_at=now + timedelta(seconds=lease_seconds),
     )  # fmt: skip
+
+
+# --- group commit across runs -----------------------------------------------------------------------------
+#
+# A streaming run writes each delta before it is published, and waits for that write before its next one
+# (merging what arrived meanwhile). With a statement per run, a hundred runs streaming at 50 deltas/s each
+# asked the database for a statement per delta and run, and on two cores the runs' writes queued behind each
+# other for a hundred milliseconds and more. So the appends of one loop are written together: what the runs
+# hand in while a write is in flight goes in the next one, as one statement (`runners.sql.ledger_append_many`,
+# each run still fenced by its own lease). When the loop is quiet a write leaves at once, alone, by the
+# one-run statement; nothing ever waits for a timer.
+
+
+@dataclass
+class _Pending:
+    run: Run
+    lease_token: str
+    last_seq: int
+    batch: Batch
+    lease_seconds: float
+    done: asyncio.Future[list[RunEvent]] = field(init=False)
+
+
+class _Appends:
+    """The running runs' appends of one loop's statements, written a group at a time. (It does not hold
+    the statements: they are its key in `_appends`, which must not keep them alive.)"""
+
+    def __init__(self) -> None:
+        self.waiting: list[_Pending] = []
+        # Held so the running flush cannot be garbage-collected (the loop keeps only a weak reference).
+        self.flusher: asyncio.Task[None] | None = None
+
+    async def write(self, statements: LoopStatements, pending: _Pending) -> list[RunEvent]:
+        loop = asyncio.get_running_loop()
+        pending.done = loop.create_future()
+        self.waiting.append(pending)
+        if self.flusher is None:
+            self.flusher = loop.create_task(self._flush(statements))
+        return await pending.done
+
+    async def _flush(self, statements: LoopStatements) -> None:
+        group: list[_Pending] = []
+        try:
+            while self.waiting:
+                group, self.waiting = self.waiting, []
+                await self._write(statements, group)
+                group = []
+        finally:
+            self.flusher = None
+            # Only a closing loop cancels a flush: nobody is left waiting for what it had not written.
+            for pending in [*group, *self.waiting]:
+                if not pending.done.done():
+                    pending.done.cancel()
+            self.waiting = []
+
+    async def _write(self, statements: LoopStatements, group: list[_Pending]) -> None:
+        now = timezone.now()
+        if len(group) > 1:
+            try:
+                rows = await statements.fetchall(
+                    ledger_append_many(
+                        appends=[Append(p.run, p.lease_token, p.last_seq + 1, p.batch.events) for p in group],
+                        now=now,
+                        lease_expires_at=now + timedelta(seconds=max(p.lease_seconds for p in group)),
+                    )
+                )
+            except Exception:
+                # One run's write must not fail the others': each is tried again on its own.
+                logger.warning("a group write of %d runs failed; writing each alone", len(group), exc_info=True)
+            else:
+                _group_rows_read(group, now=now, rows=rows)
+                return
+        for pending in group:
+            await self._write_one(statements, pending, now)
+
+    async def _write_one(self, statements: LoopStatements, pending: _Pending, now: datetime) -> None:
+        statement = _write_statement(
+            run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq, batch=pending.batch,
+            now=now, lease_expires_at=now + timedelta(seconds=pending.lease_seconds), end=None, item=None,
+        )  # fmt: skip
+        try:
+            rows = await statements.fetchall(statement)
+            written = _statement_rows_read(
+                pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=rows
+            )
+        except Exception as exc:
+            _settle(pending, error=exc)
+        else:
+            _settle(pending, events=written.events)
+
+
+def _group_rows_read(group: list[_Pending], *, now: datetime, rows: list[Any]) -> None:
+    """Hand each run of a group write its rows, in the one-run statement's shape; a run without a row
+    lost its lease."""
+    held: set[int] = set()
+    by_run: dict[int, list[tuple[Any, ...]]] = {}
+    for kind, a, run_pk, seq, position in rows:
+        if kind == "run":
+            held.add(a)
+        else:
+            by_run.setdefault(run_pk, []).append(("event", a, seq, None, position))
+    for pending in group:
+        if pending.run.pk not in held:
+            _settle(pending, error=LeaseLostError())
+            continue
+        one = [("run", 1, None, None, None), *by_run.get(pending.run.pk, [])]
+        written = _statement_rows_read(pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=one)
+        _settle(pending, events=written.events)
+
+
+def _settle(pending: _Pending, *, events: list[RunEvent] | None = None, error: BaseException | None = None) -> None:
+    if pending.done.done():  # its run stopped waiting (the loop is closing)
+        return
+    if error is not None:
+        pending.done.set_exception(error)
+    else:
+        pending.done.set_result(events or [])
+
+
+_appends: weakref.WeakKeyDictionary[LoopStatements, _Appends] = weakref.WeakKeyDictionary()
 
 
 async def ledger_finish(

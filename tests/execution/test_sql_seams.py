@@ -66,6 +66,10 @@ def _statements(run: Run) -> dict[str, Callable[[], Statement]]:
         "runners.ledger_write (the end, with the reply)": lambda: runners_sql.ledger_write(
             run=run, lease_token=str(uuid.UUID(int=1)), first_seq=2, events=events, now=now, end=end, reply=reply,
         ),
+        "runners.ledger_append_many": lambda: runners_sql.ledger_append_many(
+            appends=[runners_sql.Append(run=run, lease_token=str(uuid.UUID(int=1)), first_seq=1, events=events)],
+            now=now, lease_expires_at=now,
+        ),
         "runners.conversation_lock": lambda: runners_sql.conversation_lock(binding_pk=1, conversation_id="c"),
         "runners.conversation_positions_take": lambda: runners_sql.conversation_positions_take(
             workspace_id=run.workspace_id, conversation_id="c", count=2
