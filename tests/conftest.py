@@ -1,5 +1,7 @@
-"""Fixtures shared by the whole suite: API clients, workspaces and the process-wide runtime link; and the
-rule that a run with `LANGBOT_FAIL_ON_SKIP` set (as `.ci/run` sets it) fails when any test was skipped."""
+"""Fixtures shared by the whole suite: API clients, workspaces and the process-wide runtime link; the rule
+that a run with `LANGBOT_FAIL_ON_SKIP` set (as `.ci/run` sets it) fails when any test was skipped; and, with
+`LANGBOT_TEST_DATABASE_ONLY` set (CI's PostgreSQL pass, after which `make test` runs everything on SQLite), only
+the tests that can reach a database."""
 
 from __future__ import annotations
 
@@ -29,13 +31,35 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
         # runtime and a worker of its own) runs in one worker, not once in each.
         if any(part in str(item.fspath) for part in XDIST_ONE_WORKER_DIRS):
             item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).parent.name))
+    if os.environ.get("LANGBOT_TEST_DATABASE_ONLY"):
+        _deselect(config, items, lambda item: not _reaches_a_database(item))
     if connection.vendor != "postgresql":
-        # Deselected, not skipped: on SQLite (`make test`'s embedded default) these are not missing a service,
-        # they test a PostgreSQL feature; a skip would fail a run with LANGBOT_FAIL_ON_SKIP.
-        postgres_only = [item for item in items if item.get_closest_marker("postgres")]
-        if postgres_only:
-            items[:] = [item for item in items if not item.get_closest_marker("postgres")]
-            config.hook.pytest_deselected(items=postgres_only)
+        # On SQLite (`make test`'s embedded default) these are not missing a service, they test a PostgreSQL
+        # feature.
+        _deselect(config, items, lambda item: item.get_closest_marker("postgres") is not None)
+
+
+# A test whose fixtures include none of these, and that is neither marked `django_db` nor `integration` (real
+# processes, which read the configured database), cannot reach a database: pytest-django refuses it one.
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "live_server", "django_db_reset_sequences", "django_db_serialized_rollback"}
+)
+
+
+def _reaches_a_database(item: Any) -> bool:
+    return bool(
+        DATABASE_FIXTURES.intersection(item.fixturenames)
+        or item.get_closest_marker("django_db")
+        or item.get_closest_marker("integration")
+    )
+
+
+def _deselect(config: Any, items: list[Any], which: Callable[[Any], bool]) -> None:
+    """Deselected, not skipped: a skip fails a run with LANGBOT_FAIL_ON_SKIP."""
+    deselected = [item for item in items if which(item)]
+    if deselected:
+        items[:] = [item for item in items if not which(item)]
+        config.hook.pytest_deselected(items=deselected)
 
 
 @pytest.fixture(autouse=True)
