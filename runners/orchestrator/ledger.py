@@ -318,9 +318,10 @@ async def ledger_append(
     lease_seconds: float,
 ) -> list[RunEvent]:
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
-    if statements.native and _one_statement(batch):
-        # Nothing else belongs in this write's transaction: the statement is it (see above), shared with
-        # the other runs of this loop that write at the same moment (`_Appends`).
+    if _one_statement(batch) or not statements.native:
+        # On PostgreSQL nothing else belongs in this write's transaction: the statement is it (see above),
+        # shared with the other runs of this loop that write at the same moment (`_Appends`); elsewhere
+        # they share a transaction.
         appends = _appends.get(statements)
         if appends is None:
             appends = _appends[statements] = _Appends()
@@ -339,8 +340,10 @@ async def ledger_append(
 # asked the database for a statement per delta and run, and on two cores the runs' writes queued behind each
 # other for a hundred milliseconds and more. So the appends of one loop are written together: what the runs
 # hand in while a write is in flight goes in the next one, as one statement (`runners.sql.ledger_append_many`,
-# each run still fenced by its own lease). When the loop is quiet a write leaves at once, alone, by the
-# one-run statement; nothing ever waits for a timer.
+# each run still fenced by its own lease). On SQLite, which takes one writer at a time and syncs the file at
+# every commit, they go in one transaction on the executor, each run's write in a savepoint of its own, so a
+# run whose lease is gone rolls back only its own. When the loop is quiet a write leaves at once, alone, as
+# the one-run write; nothing ever waits for a timer.
 
 
 @dataclass
@@ -389,36 +392,65 @@ class _Appends:
         now = timezone.now()
         if len(group) > 1:
             try:
-                rows = await statements.fetchall(
-                    ledger_append_many(
-                        appends=[Append(p.run, p.lease_token, p.last_seq + 1, p.batch.events) for p in group],
-                        now=now,
-                        lease_expires_at=now + timedelta(seconds=max(p.lease_seconds for p in group)),
+                if statements.native:
+                    rows = await statements.fetchall(
+                        ledger_append_many(
+                            appends=[Append(p.run, p.lease_token, p.last_seq + 1, p.batch.events) for p in group],
+                            now=now,
+                            lease_expires_at=now + timedelta(seconds=max(p.lease_seconds for p in group)),
+                        )
                     )
-                )
+                    _group_rows_read(group, now=now, rows=rows)
+                else:
+                    for pending, written in zip(group, await statements.executor(_writes_orm, group, now), strict=True):
+                        _settle(pending, **written)
             except Exception:
                 # One run's write must not fail the others': each is tried again on its own.
                 logger.warning("a group write of %d runs failed; writing each alone", len(group), exc_info=True)
             else:
-                _group_rows_read(group, now=now, rows=rows)
                 return
         for pending in group:
             await self._write_one(statements, pending, now)
 
     async def _write_one(self, statements: LoopStatements, pending: _Pending, now: datetime) -> None:
-        statement = _write_statement(
-            run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq, batch=pending.batch,
-            now=now, lease_expires_at=now + timedelta(seconds=pending.lease_seconds), end=None, item=None,
-        )  # fmt: skip
+        lease_expires_at = now + timedelta(seconds=pending.lease_seconds)
         try:
-            rows = await statements.fetchall(statement)
-            written = _statement_rows_read(
-                pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=rows
-            )
+            if statements.native:
+                statement = _write_statement(
+                    run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq,
+                    batch=pending.batch, now=now, lease_expires_at=lease_expires_at, end=None, item=None,
+                )  # fmt: skip
+                rows = await statements.fetchall(statement)
+                events = _statement_rows_read(
+                    pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=rows
+                ).events
+            else:
+                events = await statements.executor(
+                    _ledger_write, run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq,
+                    batch=pending.batch, now=now, lease_expires_at=lease_expires_at,
+                )  # fmt: skip
         except Exception as exc:
             _settle(pending, error=exc)
         else:
-            _settle(pending, events=written.events)
+            _settle(pending, events=events)
+
+
+def _writes_orm(group: list[_Pending], now: datetime) -> list[dict[str, Any]]:
+    """The group's writes in one transaction, each in a savepoint of its own (`_ledger_write`'s atomic block
+    nests): a run that lost its lease rolls back only its own. Any other error fails the whole group."""
+    written: list[dict[str, Any]] = []
+    with transaction.atomic():
+        for pending in group:
+            try:
+                events = _ledger_write(
+                    run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq, batch=pending.batch,
+                    now=now, lease_expires_at=now + timedelta(seconds=pending.lease_seconds),
+                )  # fmt: skip
+            except LeaseLostError as exc:
+                written.append({"error": exc})
+            else:
+                written.append({"events": events})
+    return written
 
 
 def _group_rows_read(group: list[_Pending], *, now: datetime, rows: list[Any]) -> None:

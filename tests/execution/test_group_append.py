@@ -1,8 +1,8 @@
-"""Appends of several running runs handed in at the same moment are written together, in one statement
-(`runners.orchestrator.ledger`, "group commit across runs"), and each run is still its own: its lease fences
-its events alone, its seqs are its own, and runs sharing a conversation take that conversation's positions
-1..n in id order, as a write of their own would give them. A group statement that fails is not the end of
-its runs: each is written again on its own."""
+"""Appends of several running runs handed in at the same moment are written together, in one statement on
+PostgreSQL and one transaction elsewhere (`runners.orchestrator.ledger`, "group commit across runs"), and each
+run is still its own: its lease fences its events alone, its seqs are its own, and runs sharing a conversation
+take that conversation's positions 1..n in id order, as a write of their own would give them. A group write
+that fails is not the end of its runs: each is written again on its own."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 
 from foundation.sql import DatabaseExecutor, LoopStatements, Statement
 from runners.models import ConversationStream, Run, RunEvent
@@ -19,9 +20,8 @@ from runners.orchestrator.ledger import Batch, LeaseLostError, ledger_append
 from tests.factories import AgentBindingFactory, WorkspaceFactory
 from transcripts.models import EventLog
 
-# The group statement is PostgreSQL's (elsewhere each run's write goes through the ORM on its own), and its
-# connections are the loop's own, which see only what the test has committed.
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# The loop's connections (PostgreSQL's pool, the executor's threads) see only what the test has committed.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _running(workspace: Any, conversation_id: str) -> Run:
@@ -58,15 +58,20 @@ async def _append_together(writes: list[tuple[Run, str, int, Batch]]) -> list[An
 
 @pytest.fixture
 def group_statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many runs each group statement carried."""
+    """How many runs each group write carried (the statement on PostgreSQL, the transaction elsewhere)."""
     sizes: list[int] = []
-    build = ledger.ledger_append_many
+    build, writes = ledger.ledger_append_many, ledger._writes_orm
 
     def counted(**kwargs: Any) -> Statement:
         sizes.append(len(kwargs["appends"]))
         return build(**kwargs)
 
+    def counted_writes(group: list[Any], now: Any) -> Any:
+        sizes.append(len(group))
+        return writes(group, now)
+
     monkeypatch.setattr(ledger, "ledger_append_many", counted)
+    monkeypatch.setattr(ledger, "_writes_orm", counted_writes)
     return sizes
 
 
@@ -127,6 +132,11 @@ def test_when_the_group_statement_fails_each_run_is_written_on_its_own(monkeypat
     workspace = WorkspaceFactory.create()
     runs = [_running(workspace, "c") for _ in range(3)]
     monkeypatch.setattr(ledger, "ledger_append_many", lambda **_: Statement("SELECT no_such_function()", ()))
+
+    def failing(group: list[Any], now: Any) -> Any:
+        raise DatabaseError("disk I/O error")
+
+    monkeypatch.setattr(ledger, "_writes_orm", failing)
 
     results = asyncio.run(
         _append_together([(run, str(run.lease_token), 0, _deltas(str(i))) for i, run in enumerate(runs)])
