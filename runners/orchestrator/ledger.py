@@ -186,16 +186,16 @@ def _event_rows(run: Run, first_seq: int, events: list[tuple[str, dict[str, Any]
 # nothing of the above: a batch of events only while the run is running has no observers and nothing else
 # to share its transaction with, so on PostgreSQL that same statement is sent straight from the loop
 # (`ledger_append`), in autocommit, without a thread hand-off — the common write of a streaming run — or,
-# when other runs of the loop write at the same moment, their group statement (below).
+# when other runs of the loop write such a batch at the same moment, their group write (below).
+
+
+def _events_only(batch: Batch) -> bool:
+    """Result events and nothing else: no state, no artifacts, no platform actions."""
+    return not batch.state and not batch.artifacts and all(type_ != "action.requested" for type_, _ in batch.events)
 
 
 def _one_statement(batch: Batch) -> bool:
-    return (
-        connection.vendor == "postgresql"
-        and not batch.state
-        and not batch.artifacts
-        and all(type_ != "action.requested" for type_, _ in batch.events)
-    )
+    return connection.vendor == "postgresql" and _events_only(batch)
 
 
 @dataclass(frozen=True)
@@ -318,10 +318,9 @@ async def ledger_append(
     lease_seconds: float,
 ) -> list[RunEvent]:
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
-    if _one_statement(batch) or not statements.native:
-        # On PostgreSQL nothing else belongs in this write's transaction: the statement is it (see above),
-        # shared with the other runs of this loop that write at the same moment (`_Appends`); elsewhere
-        # they share a transaction.
+    if _events_only(batch):
+        # Nothing else belongs in this write's transaction: on PostgreSQL the statement is it (see above).
+        # It is shared with the other runs of this loop that write at the same moment (`_Appends`).
         appends = _appends.get(statements)
         if appends is None:
             appends = _appends[statements] = _Appends()
@@ -342,8 +341,9 @@ async def ledger_append(
 # hand in while a write is in flight goes in the next one, as one statement (`runners.sql.ledger_append_many`,
 # each run still fenced by its own lease). On SQLite, which takes one writer at a time and syncs the file at
 # every commit, they go in one transaction on the executor, each run's write in a savepoint of its own, so a
-# run whose lease is gone rolls back only its own. When the loop is quiet a write leaves at once, alone, as
-# the one-run write; nothing ever waits for a timer.
+# run whose lease is gone rolls back only its own. Only batches of result events go in groups: a batch with
+# state, artifacts or platform actions is written alone, as are all batches when the loop is quiet (a write
+# then leaves at once, as the one-run write); nothing ever waits for a timer.
 
 
 @dataclass
@@ -391,6 +391,8 @@ class _Appends:
     async def _write(self, statements: LoopStatements, group: list[_Pending]) -> None:
         now = timezone.now()
         if len(group) > 1:
+            rows: list[Any] = []
+            written: list[dict[str, Any]] = []
             try:
                 if statements.native:
                     rows = await statements.fetchall(
@@ -400,14 +402,17 @@ class _Appends:
                             lease_expires_at=now + timedelta(seconds=max(p.lease_seconds for p in group)),
                         )
                     )
-                    _group_rows_read(group, now=now, rows=rows)
                 else:
-                    for pending, written in zip(group, await statements.executor(_writes_orm, group, now), strict=True):
-                        _settle(pending, **written)
+                    written = await statements.executor(_writes_orm, group, now)
             except Exception:
-                # One run's write must not fail the others': each is tried again on its own.
+                # Nothing of it was written: one run's failure must not fail the others', each is tried alone.
                 logger.warning("a group write of %d runs failed; writing each alone", len(group), exc_info=True)
             else:
+                if statements.native:
+                    _group_rows_read(group, now=now, rows=rows)
+                else:
+                    for pending, outcome in zip(group, written, strict=True):
+                        _settle(pending, **outcome)
                 return
         for pending in group:
             await self._write_one(statements, pending, now)
