@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
@@ -11,6 +13,8 @@ from bindings.models import AgentBinding, Bot, RunnerDescriptor, Workspace
 from platforms.webhooks.models import WebhookEndpoint
 from platforms.webhooks.signing import secret_generate
 from resources.models import Model, ModelProvider
+from runners.models import Run
+from transcripts.models import EventLog
 
 
 class WorkspaceFactory(factory.django.DjangoModelFactory[Workspace]):
@@ -112,3 +116,17 @@ class WebhookEndpointFactory(factory.django.DjangoModelFactory[WebhookEndpoint])
     event_types = factory.LazyFunction(lambda: ["run.cancelled", "run.completed", "run.failed"])
     secret = factory.LazyFunction(secret_generate)
     enabled = True
+
+
+def running_run(workspace: Workspace, conversation_id: str) -> Run:
+    """A run of its own `parallel` binding, running under a fresh lease in `conversation_id` ("" for none), as a
+    worker holds it while the results are written."""
+    binding = AgentBindingFactory.create(workspace=workspace, concurrency_policy="parallel")
+    event = EventLog.objects.create(
+        workspace=workspace, event_id=f"e-{uuid.uuid4().hex[:8]}", event_type="message.received", source="api",
+        conversation_id=conversation_id,
+    )  # fmt: skip
+    return Run.objects.create(
+        workspace=workspace, event=event, binding=binding, binding_key=binding.binding_id, runner_id=binding.runner_id,
+        conversation_id=conversation_id, status=Run.Status.RUNNING, lease_token=uuid.uuid4(),
+    )  # fmt: skip

@@ -4,8 +4,6 @@ conversation takes none. The chat socket's exact resume rests on this (`runners.
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -13,22 +11,9 @@ from django.utils import timezone
 from runners.models import ConversationStream, Run, RunEvent
 from runners.orchestrator.ledger import Batch, _write_orm
 from runners.sql import ledger_write
-from tests.factories import AgentBindingFactory, WorkspaceFactory
-from transcripts.models import EventLog
+from tests.factories import WorkspaceFactory, running_run
 
 pytestmark = pytest.mark.django_db
-
-
-def _running(workspace, conversation_id: str) -> Run:
-    binding = AgentBindingFactory.create(workspace=workspace, concurrency_policy="parallel")
-    event = EventLog.objects.create(
-        workspace=workspace, event_id=f"e-{uuid.uuid4().hex[:8]}", event_type="message.received", source="api",
-        conversation_id=conversation_id,
-    )  # fmt: skip
-    return Run.objects.create(
-        workspace=workspace, event=event, binding=binding, binding_key=binding.binding_id, runner_id=binding.runner_id,
-        conversation_id=conversation_id, status=Run.Status.RUNNING, lease_token=uuid.uuid4(),
-    )  # fmt: skip
 
 
 def _append(run: Run, last_seq: int, count: int) -> None:
@@ -48,8 +33,8 @@ def _append(run: Run, last_seq: int, count: int) -> None:
 
 def test_runs_of_one_conversation_share_its_positions_in_id_order():
     workspace = WorkspaceFactory.create()
-    first, second = _running(workspace, "c"), _running(workspace, "c")
-    elsewhere = _running(workspace, "other")
+    first, second = running_run(workspace, "c"), running_run(workspace, "c")
+    elsewhere = running_run(workspace, "other")
 
     _append(first, 0, 2)
     _append(second, 0, 1)
@@ -64,7 +49,7 @@ def test_runs_of_one_conversation_share_its_positions_in_id_order():
 
 
 def test_a_run_without_a_conversation_takes_no_position():
-    run = _running(WorkspaceFactory.create(), "")
+    run = running_run(WorkspaceFactory.create(), "")
 
     _append(run, 0, 1)
     _append(run, 1, 2)

@@ -17,23 +17,10 @@ from foundation.sql import DatabaseExecutor, LoopStatements, Statement
 from runners.models import ConversationStream, Run, RunEvent
 from runners.orchestrator import ledger
 from runners.orchestrator.ledger import Batch, LeaseLostError, ledger_append
-from tests.factories import AgentBindingFactory, WorkspaceFactory
-from transcripts.models import EventLog
+from tests.factories import WorkspaceFactory, running_run
 
 # The loop's connections (PostgreSQL's pool, the executor's threads) see only what the test has committed.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _running(workspace: Any, conversation_id: str) -> Run:
-    binding = AgentBindingFactory.create(workspace=workspace, concurrency_policy="parallel")
-    event = EventLog.objects.create(
-        workspace=workspace, event_id=f"e-{uuid.uuid4().hex[:8]}", event_type="message.received", source="api",
-        conversation_id=conversation_id,
-    )  # fmt: skip
-    return Run.objects.create(
-        workspace=workspace, event=event, binding=binding, binding_key=binding.binding_id, runner_id=binding.runner_id,
-        conversation_id=conversation_id, status=Run.Status.RUNNING, lease_token=uuid.uuid4(),
-    )  # fmt: skip
 
 
 def _deltas(*texts: str) -> Batch:
@@ -77,8 +64,8 @@ def group_statements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_runs_writing_at_once_share_one_statement_and_each_keeps_its_own_seqs_and_positions(group_statements):
     workspace = WorkspaceFactory.create()
-    first, second = _running(workspace, "c"), _running(workspace, "c")
-    alone = _running(workspace, "")
+    first, second = running_run(workspace, "c"), running_run(workspace, "c")
+    alone = running_run(workspace, "")
     # The conversation already has two positioned events (a write of its own, earlier).
     ConversationStream.objects.create(workspace_id=workspace.pk, conversation_id="c", last_position=2)
     Run.objects.filter(pk=second.pk).update(last_seq=4)
@@ -110,7 +97,7 @@ def test_runs_writing_at_once_share_one_statement_and_each_keeps_its_own_seqs_an
 
 def test_a_run_that_lost_its_lease_writes_nothing_and_the_others_of_its_group_are_written(group_statements):
     workspace = WorkspaceFactory.create()
-    kept, lost = _running(workspace, "c"), _running(workspace, "c")
+    kept, lost = running_run(workspace, "c"), running_run(workspace, "c")
 
     results = asyncio.run(
         _append_together([
@@ -130,7 +117,7 @@ def test_a_run_that_lost_its_lease_writes_nothing_and_the_others_of_its_group_ar
 
 def test_when_the_group_statement_fails_each_run_is_written_on_its_own(monkeypatch: pytest.MonkeyPatch, caplog):
     workspace = WorkspaceFactory.create()
-    runs = [_running(workspace, "c") for _ in range(3)]
+    runs = [running_run(workspace, "c") for _ in range(3)]
     monkeypatch.setattr(ledger, "ledger_append_many", lambda **_: Statement("SELECT no_such_function()", ()))
 
     def failing(group: list[Any], now: Any) -> Any:
