@@ -535,6 +535,11 @@ def leases_renew(*, tokens: dict[int, str], lease_seconds: float) -> dict[int, t
     cancel was requested (and why). A run missing from the answer is lost."""
     now = timezone.now()
     held = Run.objects.filter(pk__in=list(tokens), lease_token__in=list(tokens.values()), status=Run.Status.RUNNING)
-    held.update(lease_expires_at=now + timedelta(seconds=lease_seconds))
+    with transaction.atomic():
+        # Locked in pk order first, as a group write locks its runs (`runners.sql.ledger_append_many`): two
+        # statements locking the same runs in different orders could each wait for the other until PostgreSQL
+        # broke the deadlock a second later.
+        list(held.select_for_update().order_by("pk").values_list("pk", flat=True))
+        held.update(lease_expires_at=now + timedelta(seconds=lease_seconds))
     rows = held.values_list("pk", "lease_token", "cancel_requested_at", "cancel_reason")
     return {pk: (requested is not None, reason) for pk, token, requested, reason in rows if str(token) == tokens[pk]}
