@@ -31,6 +31,7 @@ from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
+from foundation.batches import Batch, Batches, settle
 from foundation.compat.channels_redis import batching_supported, channel_messages, group_key
 from runners.metrics import PUBLISH_LAG
 from runners.models import Run, RunEvent
@@ -163,60 +164,38 @@ async def _send_batched(layer: RedisChannelLayer, sends: list[tuple[list[str], l
 class _Coalescer:
     """The publication queue of one event loop: publications leave in the order they were queued, so a
     run's messages keep their order whatever awaits them. On the host's Redis layer, what is queued while
-    a batch is in flight goes out together in the next one (`_send_batched`): a lone publication leaves at
-    once, and under load (a worker's loop publishing for hundreds of runs) one batch replaces one pair of
-    round trips per publication, which was a quarter of a busy worker's Python time. Other layers get the
-    publications one `group_send` at a time."""
+    a batch is in flight goes out together in the next one (`foundation.batches`, `_send_batched`): a lone
+    publication leaves at once, and under load (a worker's loop publishing for hundreds of runs) one batch
+    replaces one pair of round trips per publication, which was a quarter of a busy worker's Python time.
+    Other layers get the publications one `group_send` at a time."""
 
     def __init__(self, layer: Any) -> None:
         self.layer = layer
         self.batched = batching_supported(layer)
-        self.waiting: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
-        # Held so the running flush cannot be garbage-collected (the loop keeps only a weak reference).
-        self.flusher: asyncio.Task[None] | None = None
+        self.queue: Batches[tuple[list[str], list[dict[str, Any]]], None] = Batches(self._send)
 
     def send(self, groups: list[str], messages: list[dict[str, Any]]) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done = self.queue.submit((groups, messages))
         queued, lag = loop.time(), PUBLISH_LAG.labels(groups[0].partition(".")[0] if groups else "")
         done.add_done_callback(lambda _: lag.observe(loop.time() - queued))
-        self.waiting.append((groups, messages, done))
-        if self.flusher is None:
-            self.flusher = loop.create_task(self._flush())
         return done
 
-    async def _flush(self) -> None:
-        batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]] = []
-        try:
-            while self.waiting:
-                batch, self.waiting = self.waiting, []
-                await self._send(batch)
-                _release(batch)
-                batch = []
-        finally:
-            self.flusher = None
-            # Only a closing loop cancels a flush: what it had not sent is dropped, and nobody is left waiting.
-            _release([*batch, *self.waiting])
-            self.waiting = []
-
-    async def _send(self, batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]]) -> None:
+    async def _send(self, batch: Batch[tuple[list[str], list[dict[str, Any]]], None]) -> None:
+        sends = [send for send, _ in batch]
         if not self.batched:
-            for groups, messages, _ in batch:
+            for groups, messages in sends:
                 for group in groups:
                     await _send_group(self.layer, group, messages)
-            return
-        try:
-            await _send_batched(self.layer, [(groups, messages) for groups, messages, _ in batch])
-        except Exception:
-            # Publishing is best effort: the rows are committed and clients replay them on resume.
-            failed = sorted({group for groups, _, _ in batch for group in groups})
-            logger.warning("publish to %s failed", ", ".join(failed), exc_info=True)
-
-
-def _release(batch: list[tuple[list[str], list[dict[str, Any]], asyncio.Future[None]]]) -> None:
-    for _, _, done in batch:
-        if not done.done():
-            done.set_result(None)
+        else:
+            try:
+                await _send_batched(self.layer, sends)
+            except Exception:
+                # Publishing is best effort: the rows are committed and clients replay them on resume.
+                failed = sorted({group for groups, _ in sends for group in groups})
+                logger.warning("publish to %s failed", ", ".join(failed), exc_info=True)
+        for _, done in batch:
+            settle(done, None)
 
 
 _coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Coalescer] = weakref.WeakKeyDictionary()

@@ -14,7 +14,6 @@ See "the write" below for the one statement it is on PostgreSQL and the appends 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import uuid
@@ -27,6 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from bindings.models import Workspace
+from foundation import batches
 from foundation.sql import LoopStatements, Statement
 from langbot_sdk.protocol import ArtifactCreatedPayload
 from runners.actions.platform_actions import platform_actions_from_results
@@ -320,11 +320,11 @@ async def ledger_append(
     """Persist results of a run still in progress; returns the RunEvents (ids and seqs set)."""
     if _events_only(batch):
         # Nothing else belongs in this write's transaction: on PostgreSQL the statement is it (see above).
-        # It is shared with the other runs of this loop that write at the same moment (`_Appends`).
+        # It is shared with the other runs of this loop that write at the same moment (`_write_group`).
         appends = _appends.get(statements)
         if appends is None:
-            appends = _appends[statements] = _Appends()
-        return await appends.write(statements, _Pending(run, lease_token, last_seq, batch, lease_seconds))
+            appends = _appends[statements] = batches.Batches(_write_group)
+        return await appends.submit(_Pending(statements, run, lease_token, last_seq, batch, lease_seconds))
     now = timezone.now()
     return await statements.executor(
         _ledger_write, run=run, lease_token=lease_token, last_seq=last_seq, batch=batch, now=now,
@@ -348,102 +348,74 @@ async def ledger_append(
 
 @dataclass
 class _Pending:
+    statements: LoopStatements
     run: Run
     lease_token: str
     last_seq: int
     batch: Batch
     lease_seconds: float
-    done: asyncio.Future[list[RunEvent]] = field(init=False)
 
 
-class _Appends:
-    """The running runs' appends of one loop's statements, written a group at a time. (It does not hold
-    the statements: they are its key in `_appends`, which must not keep them alive.)"""
+# What a run's append came to: its events, or why none was written.
+_Outcome = tuple[list[RunEvent], BaseException | None]
 
-    def __init__(self) -> None:
-        self.waiting: list[_Pending] = []
-        # Held so the running flush cannot be garbage-collected (the loop keeps only a weak reference).
-        self.flusher: asyncio.Task[None] | None = None
 
-    async def write(self, statements: LoopStatements, pending: _Pending) -> list[RunEvent]:
-        loop = asyncio.get_running_loop()
-        pending.done = loop.create_future()
-        self.waiting.append(pending)
-        if self.flusher is None:
-            self.flusher = loop.create_task(self._flush(statements))
-        return await pending.done
-
-    async def _flush(self, statements: LoopStatements) -> None:
-        group: list[_Pending] = []
-        try:
-            while self.waiting:
-                group, self.waiting = self.waiting, []
-                await self._write(statements, group)
-                group = []
-        finally:
-            self.flusher = None
-            # Only a closing loop cancels a flush: nobody is left waiting for what it had not written.
-            for pending in [*group, *self.waiting]:
-                if not pending.done.done():
-                    pending.done.cancel()
-            self.waiting = []
-
-    async def _write(self, statements: LoopStatements, group: list[_Pending]) -> None:
-        now = timezone.now()
-        if len(group) > 1:
-            rows: list[Any] = []
-            written: list[dict[str, Any]] = []
-            try:
-                if statements.native:
-                    rows = await statements.fetchall(
-                        ledger_append_many(
-                            appends=[Append(p.run, p.lease_token, p.last_seq + 1, p.batch.events) for p in group],
-                            now=now,
-                            lease_expires_at=now + timedelta(seconds=max(p.lease_seconds for p in group)),
-                        )
-                    )
-                else:
-                    written = await statements.executor(_writes_orm, group, now)
-            except Exception:
-                # Nothing of it was written: one run's failure must not fail the others', each is tried alone.
-                logger.warning("a group write of %d runs failed; writing each alone", len(group), exc_info=True)
-            else:
-                if statements.native:
-                    _group_rows_read(group, now=now, rows=rows)
-                else:
-                    for pending, outcome in zip(group, written, strict=True):
-                        _settle(pending, **outcome)
-                return
-        for pending in group:
-            await self._write_one(statements, pending, now)
-
-    async def _write_one(self, statements: LoopStatements, pending: _Pending, now: datetime) -> None:
-        lease_expires_at = now + timedelta(seconds=pending.lease_seconds)
+async def _write_group(group: batches.Batch[_Pending, list[RunEvent]]) -> None:
+    """The appends handed in together (all of one loop, so of one `LoopStatements`): one write for all of
+    them, or, when there is one or the group write failed (then nothing of it was written), each alone."""
+    pendings = [pending for pending, _ in group]
+    statements = pendings[0].statements
+    now = timezone.now()
+    outcomes: list[_Outcome] | None = None
+    if len(group) > 1:
         try:
             if statements.native:
-                statement = _write_statement(
-                    run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq,
-                    batch=pending.batch, now=now, lease_expires_at=lease_expires_at, end=None, item=None,
-                )  # fmt: skip
-                rows = await statements.fetchall(statement)
-                events = _statement_rows_read(
-                    pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=rows
-                ).events
+                rows = await statements.fetchall(
+                    ledger_append_many(
+                        appends=[Append(p.run, p.lease_token, p.last_seq + 1, p.batch.events) for p in pendings],
+                        now=now,
+                        lease_expires_at=now + timedelta(seconds=max(p.lease_seconds for p in pendings)),
+                    )
+                )
+                outcomes = _group_rows_read(pendings, now=now, rows=rows)
             else:
-                events = await statements.executor(
-                    _ledger_write, run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq,
-                    batch=pending.batch, now=now, lease_expires_at=lease_expires_at,
-                )  # fmt: skip
-        except Exception as exc:
-            _settle(pending, error=exc)
-        else:
-            _settle(pending, events=events)
+                outcomes = await statements.executor(_writes_orm, pendings, now)
+        except Exception:
+            # One run's failure must not fail the others': each is tried alone.
+            logger.warning("a group write of %d runs failed; writing each alone", len(group), exc_info=True)
+    if outcomes is None:
+        outcomes = [await _write_one(pending, now) for pending in pendings]
+    for (_, done), (events, error) in zip(group, outcomes, strict=True):
+        batches.settle(done, events, error)
 
 
-def _writes_orm(group: list[_Pending], now: datetime) -> list[dict[str, Any]]:
+async def _write_one(pending: _Pending, now: datetime) -> _Outcome:
+    statements = pending.statements
+    lease_expires_at = now + timedelta(seconds=pending.lease_seconds)
+    try:
+        if statements.native:
+            statement = _write_statement(
+                run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq, batch=pending.batch,
+                now=now, lease_expires_at=lease_expires_at, end=None, item=None,
+            )  # fmt: skip
+            rows = await statements.fetchall(statement)
+            written = _statement_rows_read(
+                pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=rows
+            )
+            return written.events, None
+        events = await statements.executor(
+            _ledger_write, run=pending.run, lease_token=pending.lease_token, last_seq=pending.last_seq,
+            batch=pending.batch, now=now, lease_expires_at=lease_expires_at,
+        )  # fmt: skip
+        return events, None
+    except Exception as exc:
+        return [], exc
+
+
+def _writes_orm(group: list[_Pending], now: datetime) -> list[_Outcome]:
     """The group's writes in one transaction, each in a savepoint of its own (`_ledger_write`'s atomic block
     nests): a run that lost its lease rolls back only its own. Any other error fails the whole group."""
-    written: list[dict[str, Any]] = []
+    outcomes: list[_Outcome] = []
     with transaction.atomic():
         for pending in group:
             try:
@@ -452,15 +424,15 @@ def _writes_orm(group: list[_Pending], now: datetime) -> list[dict[str, Any]]:
                     now=now, lease_expires_at=now + timedelta(seconds=pending.lease_seconds),
                 )  # fmt: skip
             except LeaseLostError as exc:
-                written.append({"error": exc})
+                outcomes.append(([], exc))
             else:
-                written.append({"events": events})
-    return written
+                outcomes.append((events, None))
+    return outcomes
 
 
-def _group_rows_read(group: list[_Pending], *, now: datetime, rows: list[Any]) -> None:
-    """Hand each run of a group write its rows, in the one-run statement's shape; a run without a row
-    lost its lease."""
+def _group_rows_read(group: list[_Pending], *, now: datetime, rows: list[Any]) -> list[_Outcome]:
+    """Each run's part of a group write's rows, read as the one-run statement's; a run without a row lost
+    its lease."""
     held: set[int] = set()
     by_run: dict[int, list[tuple[Any, ...]]] = {}
     for kind, a, run_pk, seq, position in rows:
@@ -468,25 +440,22 @@ def _group_rows_read(group: list[_Pending], *, now: datetime, rows: list[Any]) -
             held.add(a)
         else:
             by_run.setdefault(run_pk, []).append(("event", a, seq, None, position))
+    outcomes: list[_Outcome] = []
     for pending in group:
         if pending.run.pk not in held:
-            _settle(pending, error=LeaseLostError())
+            outcomes.append(([], LeaseLostError()))
             continue
         one = [("run", 1, None, None, None), *by_run.get(pending.run.pk, [])]
         written = _statement_rows_read(pending.run, last_seq=pending.last_seq, batch=pending.batch, now=now, rows=one)
-        _settle(pending, events=written.events)
+        outcomes.append((written.events, None))
+    return outcomes
 
 
-def _settle(pending: _Pending, *, events: list[RunEvent] | None = None, error: BaseException | None = None) -> None:
-    if pending.done.done():  # its run stopped waiting (the loop is closing)
-        return
-    if error is not None:
-        pending.done.set_exception(error)
-    else:
-        pending.done.set_result(events or [])
-
-
-_appends: weakref.WeakKeyDictionary[LoopStatements, _Appends] = weakref.WeakKeyDictionary()
+# A loop's queue of appends, by its statements. The queue holds no reference to its key (its handler is a
+# module function and the statements travel with each append), so an entry goes when its statements go.
+_appends: weakref.WeakKeyDictionary[LoopStatements, batches.Batches[_Pending, list[RunEvent]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 async def ledger_finish(
